@@ -1,0 +1,96 @@
+"""onnxplug: ONNX inference from Python, with every execution provider a plugin.
+
+The public API is onnxruntime's, so ``import onnxplug as ort`` runs code written for
+onnxruntime.  Plugins are discovered through the ``onnxplug`` entry-point group when first
+needed (never at import).
+"""
+
+from ._plugins import Environment, PluginRecord, default_environment
+from ._version import __version__
+from .errors import (
+    DeviceReset,
+    EngineError,
+    EPFail,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    ModelLoadCanceled,
+    ModelLoaded,
+    ModelRequiresCompilation,
+    NoModel,
+    NoSuchFile,
+    NotFound,
+    NotImplemented,  # noqa: A004 - onnxruntime's name
+    OnnxplugError,
+    PluginError,
+    RuntimeException,
+)
+from .hookspecs import hookimpl
+from .runtime import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    RunOptions,
+    SessionOptions,
+)
+
+__all__ = [
+    "DeviceReset",
+    "EPFail",
+    "EngineError",
+    "Environment",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "Fail",
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "InvalidArgument",
+    "InvalidGraph",
+    "InvalidProtobuf",
+    "ModelLoadCanceled",
+    "ModelLoaded",
+    "ModelMetadata",
+    "ModelRequiresCompilation",
+    "NoModel",
+    "NoSuchFile",
+    "NodeArg",
+    "NotFound",
+    "NotImplemented",
+    "OnnxplugError",
+    "PluginError",
+    "PluginRecord",
+    "RunOptions",
+    "RuntimeException",
+    "SessionOptions",
+    "__version__",
+    "default_environment",
+    "get_all_providers",
+    "get_available_providers",
+    "get_device",
+    "get_version_string",
+    "hookimpl",
+]
+
+
+def get_available_providers() -> list[str]:
+    """onnxruntime names of the providers that found a device, highest priority first, CPU last."""
+    return [f.ort_name for f in default_environment().available_factories()]
+
+
+def get_all_providers() -> list[str]:
+    """onnxruntime names of every installed provider plugin, available or not, CPU last."""
+    return [f.ort_name for f in default_environment().factories()]
+
+
+def get_device() -> str:
+    """``"CPU"``, or ``"GPU"`` when an installed provider found a GPU."""
+    kinds = {d.kind for f in default_environment().available_factories() for d in f.devices()}
+    return "GPU" if "gpu" in kinds else "CPU"
+
+
+def get_version_string() -> str:
+    return __version__

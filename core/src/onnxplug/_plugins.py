@@ -1,0 +1,334 @@
+"""Environment: plugin discovery, blocking, and what the plugins offer.
+
+An :class:`Environment` owns a pluggy ``PluginManager``.  Nothing is loaded at import time:
+entry points of the ``onnxplug`` group are loaded when an Environment is built, one by one, and
+a plugin that fails to import (or breaks the hook signatures) is recorded with its distribution
+and error and skipped, never stopping the others.
+
+Environment variables:
+
+``ONNXPLUG_BLOCK=name,...``
+    entry-point names not to load.
+``ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD=1`` with ``ONNXPLUG_PLUGINS=name,...``
+    load only the named entry points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+import onnx.defs
+import pluggy
+
+from . import hookspecs
+from .api import API_VERSION, ProviderFactory
+from .errors import PluginError
+
+__all__ = ["Environment", "PluginRecord", "default_environment", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "onnxplug"
+
+
+@dataclasses.dataclass
+class PluginRecord:
+    """What is known about one plugin: where it came from, and whether it loaded.
+
+    :ivar name: the entry-point (or in-process registration) name.
+    :ivar distribution: the distribution that declares it (``None`` for in-process plugins).
+    :ivar version: that distribution's version.
+    :ivar status: ``"loaded"``, ``"blocked"``, ``"not selected"`` or ``"failed"``.
+    :ivar error: the failure, for ``"failed"``.
+    :ivar factories: the provider factories it returned.
+    """
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    status: str = "loaded"
+    error: str | None = None
+    factories: list[ProviderFactory] = dataclasses.field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        if self.distribution:
+            return f"{self.distribution} {self.version or ''}".strip()
+        return "registered in-process"
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+# onnx.defs is process-wide, so which distribution registered which custom schema is too.
+_SCHEMA_OWNERS: dict[tuple[str, str, int], str] = {}
+_SCHEMA_LOCK = threading.Lock()
+
+
+class Environment:
+    """The set of plugins a session draws providers, kernels and schemas from.
+
+    :param autoload: load entry points (default: unless ``ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD``).
+    :param block: entry-point names to skip (default: ``ONNXPLUG_BLOCK``).
+    :param only: load only these entry-point names (default: ``ONNXPLUG_PLUGINS`` when
+        autoload is disabled).
+    :param entry_points: the entry points to consider (default: the installed ``onnxplug``
+        group); tests pass fakes here.
+    """
+
+    def __init__(
+        self,
+        *,
+        autoload: bool | None = None,
+        block: Iterable[str] | None = None,
+        only: Iterable[str] | None = None,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    ) -> None:
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._records: dict[str, PluginRecord] = {}
+        self._factories: dict[str, ProviderFactory] = {}
+        self._factory_owner: dict[str, str] = {}
+        self._lock = threading.RLock()
+        if autoload is None:
+            autoload = os.environ.get("ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
+        if only is None and not autoload:
+            only = _env_list("ONNXPLUG_PLUGINS")
+        blocked = set(_env_list("ONNXPLUG_BLOCK") if block is None else block)
+        if entry_points is None:
+            entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        selected = None if only is None else set(only)
+        for entry_point in entry_points:
+            self._load_entry_point(entry_point, blocked, selected)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load_entry_point(
+        self, entry_point: importlib.metadata.EntryPoint, blocked: set[str], selected: set[str] | None
+    ) -> None:
+        dist = getattr(entry_point, "dist", None)
+        record = PluginRecord(
+            name=entry_point.name,
+            distribution=getattr(dist, "name", None),
+            version=getattr(dist, "version", None),
+        )
+        if entry_point.name in self._records:
+            record.status, record.error = "failed", f"entry point name '{entry_point.name}' is declared twice"
+            self._records[f"{entry_point.name} ({record.distribution})"] = record
+            return
+        self._records[entry_point.name] = record
+        if entry_point.name in blocked:
+            record.status = "blocked"
+            return
+        if selected is not None and entry_point.name not in selected:
+            record.status = "not selected"
+            return
+        try:
+            plugin = entry_point.load()
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not break the others
+            record.status, record.error = "failed", f"{type(error).__name__}: {error}"
+            return
+        self._register(plugin, record)
+
+    def register(self, plugin: ModuleType | object, name: str | None = None) -> PluginRecord:
+        """Register an in-process plugin (a module or object with ``@hookimpl`` functions).
+
+        :raises PluginError: the name is taken, or the hooks do not match the hookspecs.
+        """
+        name = name or getattr(plugin, "__name__", None) or f"plugin-{id(plugin)}"
+        with self._lock:
+            if name in self._records and self._records[name].status == "loaded":
+                raise PluginError(f"a plugin named '{name}' is already registered")
+            record = PluginRecord(name=name)
+            self._records[name] = record
+            self._register(plugin, record)
+            if record.status == "failed":
+                raise PluginError(f"plugin '{name}' could not be registered: {record.error}")
+            return record
+
+    def _register(self, plugin: Any, record: PluginRecord) -> None:
+        try:
+            self._pm.register(plugin, name=record.name)
+        except Exception as error:  # noqa: BLE001 - pluggy validation errors, name clashes
+            record.status, record.error = "failed", f"{type(error).__name__}: {error}"
+            return
+        try:
+            self._register_schemas(record)
+            self._collect_factories(record)
+        except Exception as error:  # noqa: BLE001 - a plugin whose hooks raise is unregistered
+            self._pm.unregister(name=record.name)
+            record.status, record.error = "failed", f"{type(error).__name__}: {error}"
+            for ort_name in [n for n, owner in self._factory_owner.items() if owner == record.name]:
+                self._factories.pop(ort_name, None)
+                self._factory_owner.pop(ort_name, None)
+            record.factories = []
+
+    def _call_plugin(self, record: PluginRecord, hook_name: str, **kwargs: Any) -> list[Any]:
+        hook = getattr(self._pm.hook, hook_name)
+        results: list[Any] = []
+        for impl in hook.get_hookimpls():
+            if impl.plugin_name == record.name:
+                results.extend(impl.function(**{k: kwargs[k] for k in impl.argnames}) or ())
+        return results
+
+    def _register_schemas(self, record: PluginRecord) -> None:
+        owner = record.distribution or record.name
+        for schema in self._call_plugin(record, "onnxplug_op_schemas"):
+            key = (schema.domain, schema.name, schema.since_version)
+            with _SCHEMA_LOCK:
+                previous = _SCHEMA_OWNERS.get(key)
+                if previous is not None and previous != owner:
+                    raise PluginError(
+                        f"op schema {schema.domain}::{schema.name}-{schema.since_version} is declared "
+                        f"by both '{previous}' and '{owner}'"
+                    )
+                if previous is None:
+                    try:
+                        existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)
+                    except onnx.defs.SchemaError:
+                        existing = None
+                    if existing is None or existing.since_version != schema.since_version:
+                        onnx.defs.register_schema(schema)
+                    _SCHEMA_OWNERS[key] = owner
+
+    def _collect_factories(self, record: PluginRecord) -> None:
+        for factory in self._call_plugin(record, "onnxplug_provider_factories"):
+            if not isinstance(factory, ProviderFactory):
+                raise PluginError(f"onnxplug_provider_factories returned {factory!r}, not a ProviderFactory")
+            if factory.api_version != API_VERSION:
+                raise PluginError(
+                    f"provider '{factory.name}' implements provider API {factory.api_version}; "
+                    f"this onnxplug speaks {API_VERSION}"
+                )
+            for key in {factory.name, factory.ort_name}:
+                if key in self._factories:
+                    raise PluginError(
+                        f"provider name '{key}' is already taken by plugin '{self._factory_owner[key]}'"
+                    )
+            for key in {factory.name, factory.ort_name}:
+                self._factories[key] = factory
+                self._factory_owner[key] = record.name
+            record.factories.append(factory)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The underlying pluggy manager (for hooks the core calls directly)."""
+        return self._pm
+
+    @property
+    def plugins(self) -> list[PluginRecord]:
+        """Every plugin considered, loaded or not, in discovery order."""
+        return list(self._records.values())
+
+    def factories(self) -> list[ProviderFactory]:
+        """Every registered provider factory, highest priority first (CPU has the lowest)."""
+        unique = {id(f): f for f in self._factories.values()}.values()
+        return sorted(unique, key=lambda f: (-f.priority, f.name))
+
+    def factory(self, name: str) -> ProviderFactory | None:
+        """A factory by short name (``cpu``) or onnxruntime name (``CPUExecutionProvider``)."""
+        return self._factories.get(name)
+
+    def owner_of(self, factory: ProviderFactory) -> PluginRecord | None:
+        owner = self._factory_owner.get(factory.name)
+        return None if owner is None else self._records.get(owner)
+
+    def available_factories(self) -> list[ProviderFactory]:
+        """Factories that report at least one device, in default priority order."""
+        available = [f for f in self.factories() if _safe_devices(f)]
+        chosen = self._pm.hook.onnxplug_select_providers(candidates=available, policy="default")
+        return list(chosen) if chosen is not None else available
+
+    def kernel_registries(self, provider: Any) -> list[Any]:
+        """The kernel registries every plugin offers ``provider``, checked for conflicts.
+
+        :raises PluginError: two plugins define the same kernel key for this provider.
+        """
+        registries: list[Any] = []
+        owners: dict[Any, str] = {}
+        for impl in self._pm.hook.onnxplug_kernels.get_hookimpls():
+            record = self._records.get(impl.plugin_name)
+            owner = (record.distribution if record else None) or impl.plugin_name
+            for registry in impl.function(provider=provider) or ():
+                registry.validate()
+                for definition in registry:
+                    clash = owners.get(definition.key)
+                    if clash is not None and clash != owner:
+                        raise PluginError(
+                            f"kernel {definition.key} for provider '{provider.name}' is defined by "
+                            f"both '{clash}' and '{owner}'"
+                        )
+                    owners[definition.key] = owner
+                registries.append(registry)
+        return registries
+
+    def notify_session_created(self, session: Any) -> None:
+        self._pm.hook.onnxplug_session_created(session=session)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One dict per plugin for ``onnxplug plugins``: source, status, providers, devices."""
+        rows = []
+        for record in self.plugins:
+            providers = []
+            for factory in record.factories:
+                devices = _safe_devices(factory)
+                providers.append({
+                    "name": factory.name,
+                    "ort_name": factory.ort_name,
+                    "devices": [str(d) for d in devices],
+                    "reason": "" if devices else _safe_reason(factory),
+                })
+            rows.append({
+                "name": record.name,
+                "source": record.source,
+                "status": record.status,
+                "error": record.error,
+                "providers": providers,
+            })
+        return rows
+
+
+def _safe_devices(factory: ProviderFactory) -> list[Any]:
+    try:
+        return list(factory.devices())
+    except Exception:  # noqa: BLE001 - the contract says never raise; enforce it here
+        return []
+
+
+def _safe_reason(factory: ProviderFactory) -> str:
+    try:
+        return str(factory.unavailable_reason())
+    except Exception as error:  # noqa: BLE001
+        return f"devices() failed: {error}"
+
+
+_DEFAULT_LOCK = threading.Lock()
+
+
+@functools.cache
+def _default() -> Environment:
+    return Environment()
+
+
+def default_environment() -> Environment:
+    """The environment sessions use when given none: built on first use, then reused."""
+    with _DEFAULT_LOCK:
+        return _default()
+
+
+def all_provider_names(environment: Environment) -> list[str]:
+    """onnxruntime names of every registered provider, CPU last."""
+    return [f.ort_name for f in environment.factories()]
+
+
+def normalize_options(value: Mapping[str, Any] | None) -> dict[str, str]:
+    """Provider options stringified as onnxruntime does (``str(k)``, ``str(v)``)."""
+    return {str(k): str(v) for k, v in (value or {}).items()}

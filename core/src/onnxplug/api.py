@@ -1,0 +1,278 @@
+"""The contract every execution provider implements.
+
+A provider plugin is a module with hook implementations (see :mod:`onnxplug.hookspecs`) and an
+entry point in the ``onnxplug`` group.  Its ``onnxplug_provider_factories`` hook returns
+:class:`ProviderFactory` objects; a session asks the factory for devices, creates a
+:class:`Provider` on one of them, and asks the provider which nodes it claims.
+
+A complete minimal plugin that runs ``Relu`` with numpy::
+
+    # my_provider/plugin.py  (entry point:  [project.entry-points.onnxplug] mine = "my_provider.plugin")
+    import numpy as np
+    import onnxplug
+    from onnxplug.api import Device, KernelProvider, ProviderFactory
+    from onnxplug.kernels import KernelRegistry
+
+    kernels = KernelRegistry("mine")
+
+    @kernels.kernel("Relu", since=(14,))
+    def relu(x):
+        return np.maximum(x, x.dtype.type(0))
+
+    class MineFactory(ProviderFactory):
+        name = "mine"
+        ort_name = "MineExecutionProvider"
+        priority = 50
+
+        def devices(self):
+            return [Device("cpu")]
+
+        def create(self, device, options):
+            self.check_options(options)
+            return KernelProvider(self, device)
+
+    @onnxplug.hookimpl
+    def onnxplug_provider_factories():
+        return [MineFactory()]
+
+    @onnxplug.hookimpl
+    def onnxplug_kernels(provider):
+        return [kernels] if provider.name == "mine" else []
+
+Vendor libraries (cupy, openvino, tensorrt...) are imported inside ``devices()`` and
+``create()``, never at module import, so that discovery cannot fail because one is missing.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .graph import GraphView, NodeView
+    from .kernels import KernelDef
+
+__all__ = [
+    "API_VERSION",
+    "Device",
+    "KernelClaim",
+    "FuseClaim",
+    "CompiledPartition",
+    "DataTransfer",
+    "ProviderFactory",
+    "Provider",
+    "KernelProvider",
+    "KernelLookup",
+]
+
+#: The version of this contract.  A factory whose ``api_version`` differs is not used.
+API_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """A device a provider can run on.
+
+    :param kind: ``"cpu"``, ``"gpu"`` or ``"npu"`` (onnxruntime's OrtDevice types).
+    :param id: index among devices of that kind.
+    :param vendor: free text, e.g. ``"Intel"``.
+    :param name: free text shown by ``onnxplug plugins``.
+    """
+
+    kind: str = "cpu"
+    id: int = 0
+    vendor: str = ""
+    name: str = ""
+
+    def __str__(self) -> str:
+        label = f"{self.kind}:{self.id}"
+        return f"{label} ({self.name})" if self.name else label
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelClaim:
+    """"I run this node with a kernel from my registry." ``node`` is the node's name."""
+
+    node: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseClaim:
+    """"I compile these nodes together into one partition" (nodes by name).
+
+    The core checks that the set is convex (no path leaves it and re-enters it) before it
+    calls :meth:`Provider.compile`.
+    """
+
+    nodes: tuple[str, ...]
+    name: str = ""
+
+
+class CompiledPartition:
+    """What :meth:`Provider.compile` returns: a callable over the partition's inputs.
+
+    :param inputs: names of the values the partition reads, in call order.
+    :param outputs: names of the values it produces, in return order.
+    :param fn: ``fn(*inputs) -> sequence of outputs``.
+    """
+
+    def __init__(self, inputs: Sequence[str], outputs: Sequence[str], fn: Callable[..., Sequence[Any]]):
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.fn = fn
+
+    def __call__(self, *values: Any) -> Sequence[Any]:
+        return self.fn(*values)
+
+
+class DataTransfer:
+    """Copies between host memory (numpy) and a provider's device memory.
+
+    Host providers have none (:meth:`Provider.transfer` returns ``None``).
+    """
+
+    def to_device(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def to_host(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class KernelLookup:
+    """The kernels a provider may use: its own registries merged with op libraries'.
+
+    Passed to :meth:`Provider.capability`; ``resolve`` answers for one node.
+    """
+
+    def __init__(self, registries: Sequence[Any] = ()) -> None:
+        self._registries = tuple(registries)
+
+    @property
+    def registries(self) -> tuple[Any, ...]:
+        return self._registries
+
+    def lookup(self, domain: str, op_type: str, since_version: int) -> KernelDef | None:
+        for registry in self._registries:
+            found = registry.lookup(domain, op_type, since_version)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, node: NodeView) -> KernelDef | None:
+        """The kernel for a node's exact schema version, or ``None``."""
+        if node.since_version is None:
+            return None
+        return self.lookup(node.domain, node.op_type, node.since_version)
+
+    def __bool__(self) -> bool:
+        return any(len(r) for r in self._registries)
+
+
+class ProviderFactory:
+    """Creates providers; one per plugin-provided execution provider.
+
+    Subclasses set ``name`` (the short name, equal to the entry-point name), ``ort_name``
+    (onnxruntime's name, used in ``providers=[...]``), ``priority`` (higher is asked first
+    when the user gives no order) and ``option_names`` (the provider options ``create``
+    accepts).
+    """
+
+    name: str = ""
+    ort_name: str = ""
+    api_version: int = API_VERSION
+    priority: int = 0
+    option_names: frozenset[str] = frozenset()
+    #: Whether this provider runs nodes with registry kernels (asks ``onnxplug_kernels``).
+    uses_kernels: bool = True
+
+    def devices(self) -> list[Device]:
+        """The devices available now; empty when unavailable.  Must never raise."""
+        return []
+
+    def unavailable_reason(self) -> str:
+        """Why ``devices()`` is empty (missing library, no hardware...)."""
+        return "no device found"
+
+    def create(self, device: Device, options: Mapping[str, str]) -> Provider:
+        """A provider on ``device`` with string options (validate them: see ``check_options``)."""
+        raise NotImplementedError
+
+    def check_options(self, options: Mapping[str, str]) -> None:
+        """Raise :class:`~onnxplug.InvalidArgument` naming unknown option keys."""
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            valid = ", ".join(sorted(self.option_names)) or "none"
+            raise InvalidArgument(
+                f"{self.ort_name or self.name}: unknown provider option(s) {unknown}; valid options: {valid}"
+            )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ({self.ort_name})>"
+
+
+class Provider:
+    """A provider bound to one device, created per session.
+
+    :param factory: the factory that made it (gives ``name`` and ``ort_name``).
+    :param device: the device it runs on.
+    """
+
+    def __init__(self, factory: ProviderFactory, device: Device) -> None:
+        self.factory = factory
+        self.device = device
+        self.options: dict[str, str] = {}
+
+    @property
+    def name(self) -> str:
+        return self.factory.name
+
+    @property
+    def ort_name(self) -> str:
+        return self.factory.ort_name
+
+    def capability(self, graph: GraphView, kernels: KernelLookup) -> list[KernelClaim | FuseClaim]:
+        """The nodes this provider can run.  ``graph`` is read-only and valid only during the call.
+
+        A provider may also record why it declines a node with ``graph.decline(node, reason)``;
+        the reasons appear in ``onnxplug partition`` and in NotImplemented errors.
+        """
+        return []
+
+    def compile(self, partition: Any) -> CompiledPartition:
+        """Compile a fused partition (compiling providers only)."""
+        raise NotImplementedError(f"{self.name} does not compile partitions")
+
+    def transfer(self) -> DataTransfer | None:
+        """Copies between host and this provider's memory; ``None`` for host memory."""
+        return None
+
+    def close(self) -> None:
+        """Release device resources.  Called when the session is closed or collected."""
+
+
+class KernelProvider(Provider):
+    """A provider that runs nodes one by one with registry kernels on host arrays.
+
+    ``capability`` claims every node whose exact schema version has a kernel that accepts the
+    node's input types; other nodes are declined with the reason.
+    """
+
+    def capability(self, graph: GraphView, kernels: KernelLookup) -> list[KernelClaim | FuseClaim]:
+        claims: list[KernelClaim | FuseClaim] = []
+        for node in graph.nodes:
+            if node.since_version is None:
+                graph.decline(node, "no schema for this op at the model's opset")
+                continue
+            kernel = kernels.resolve(node)
+            if kernel is None:
+                graph.decline(node, f"no kernel for {node.key_string()}")
+            elif not kernel.supports_types(node.type_bindings()):
+                graph.decline(node, f"kernel does not accept types {node.type_bindings()}")
+            else:
+                claims.append(KernelClaim(node.name))
+        return claims

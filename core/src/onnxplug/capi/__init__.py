@@ -1,0 +1,1 @@
+"""Import paths that onnxruntime code uses (``onnxruntime.capi...``)."""

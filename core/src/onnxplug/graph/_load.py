@@ -1,0 +1,166 @@
+"""Loading a model: bytes or path → checked ModelProto → onnx-ir Model.
+
+The order matters for safety: size is checked before parsing, structure and external-data
+references are checked before onnx-ir touches anything, and only then is the proto handed to
+onnx-ir.  Shape inference fills value types so providers can see the types they claim.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from ._external import check_external_data
+from ._validate import validate_model
+
+__all__ = ["LoadedModel", "load_model", "MAX_PROTO_BYTES"]
+
+#: protobuf cannot parse messages of 2 GiB or more; bigger models keep weights as external data.
+MAX_PROTO_BYTES = (1 << 31) - 1
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A checked model.
+
+    :ivar proto: the ModelProto (external data not loaded) with inferred value types; the
+        source of truth for I/O type strings (onnx-ir has no map type).
+    :ivar model: the onnx-ir model that partitioning and planning work on.
+    :ivar base_dir: the folder external data is resolved against, if any.
+    :ivar from_path: whether it came from a file (for profiling and messages).
+    """
+
+    proto: onnx.ModelProto
+    model: ir.Model
+    base_dir: str | None
+    from_path: bool
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {("" if d == "ai.onnx" else d): v for d, v in self.model.opset_imports.items()}
+
+
+def _read_bytes(path_or_bytes: Any) -> tuple[bytes, str | None]:
+    if isinstance(path_or_bytes, bytes):
+        return path_or_bytes, None
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        path = os.fspath(path_or_bytes)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if not os.path.exists(path):
+            raise NoSuchFile(f"Load model from {path} failed: File doesn't exist")
+        if not os.path.isfile(path):
+            raise InvalidProtobuf(f"Load model {path} failed: it is not a regular file")
+        size = os.path.getsize(path)
+        if size > MAX_PROTO_BYTES:
+            raise InvalidProtobuf(
+                f"Load model {path} failed: the file has {size} bytes; an ONNX protobuf must be under "
+                "2 GiB (save large weights as external data)"
+            )
+        with open(path, "rb") as handle:
+            return handle.read(), path
+    raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
+
+
+def _has_map_type(type_proto: onnx.TypeProto) -> bool:
+    stack = [type_proto]
+    while stack:
+        current = stack.pop()
+        kind = current.WhichOneof("value")
+        if kind == "map_type":
+            return True
+        if kind in ("sequence_type", "optional_type"):
+            stack.append(getattr(current, kind).elem_type)
+    return False
+
+
+def _strip_map_types(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose value infos carry no map types (onnx-ir cannot read them); the original
+    proto keeps them for type strings."""
+    stripped = copy.deepcopy(model)
+    graphs = [stripped.graph]
+    while graphs:
+        graph = graphs.pop()
+        for infos in (graph.input, graph.output, graph.value_info):
+            for info in infos:
+                if info.HasField("type") and _has_map_type(info.type):
+                    info.ClearField("type")
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    graphs.append(attr.g)
+                graphs.extend(attr.graphs)
+    return stripped
+
+
+def _infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the declared types still hold
+        return model
+
+
+def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> LoadedModel:
+    """Load and check a model.
+
+    :param path_or_bytes: a path (``str`` or ``os.PathLike``) or the serialized model (``bytes``).
+    :param external_data_dir: the folder external data of a model given as bytes lives in.
+    :raises TypeError: for other argument types (as onnxruntime does).
+    :raises NoSuchFile: missing file.
+    :raises InvalidProtobuf: unreadable or oversized file.
+    :raises InvalidArgument: empty bytes.
+    :raises InvalidGraph, Fail: structural faults (see :func:`validate_model`).
+    """
+    data, path = _read_bytes(path_or_bytes)
+    if not data:
+        raise InvalidArgument("No graph was found in the protobuf.")
+    if len(data) > MAX_PROTO_BYTES:
+        raise InvalidProtobuf("the serialized model is 2 GiB or more; save weights as external data")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as error:
+        source = path or "bytes"
+        raise InvalidProtobuf(f"Load model from {source} failed: protobuf parsing failed ({error})") from None
+    if not proto.HasField("graph"):
+        raise InvalidArgument("No graph was found in the protobuf.")
+    validate_model(proto)
+    if path is not None:
+        base_dir: str | None = os.path.dirname(os.path.abspath(path))
+    else:
+        base_dir = os.path.abspath(external_data_dir) if external_data_dir else None
+    check_external_data(proto, base_dir)
+    proto = _infer_types(proto)
+    try:
+        model = _deserialize(_strip_map_types(proto))
+    except Exception as error:  # noqa: BLE001 - onnx-ir rejects what it cannot represent
+        raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
+    if base_dir is not None:
+        ir.external_data.set_base_dir(model.graph, base_dir)
+    return LoadedModel(proto=proto, model=model, base_dir=base_dir, from_path=path is not None)
+
+
+def _deserialize(proto: onnx.ModelProto) -> ir.Model:
+    # onnx-ir logs (rather than raises) on some faults that validate_model already reported.
+    logger = logging.getLogger("onnx_ir")
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return ir.serde.deserialize_model(proto)
+    finally:
+        logger.setLevel(previous)
+
+
+def _root_cause(error: BaseException) -> str:
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return f"{type(error).__name__}: {error}"
+

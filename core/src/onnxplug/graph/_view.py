@@ -1,0 +1,141 @@
+"""GraphView: the read-only picture of a graph that providers see in ``capability()``.
+
+Providers never touch the onnx-ir graph itself: they get names, op types, resolved schema
+versions, attribute values and types, and answer with claims.  The view is closed after the
+call; using it later raises, so a provider cannot keep a handle into a graph it does not own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from ..kernels._schema import find_schema, normalize_domain
+from ._types import ir_type_string
+
+__all__ = ["GraphView", "NodeView"]
+
+
+class _Lease:
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def check(self) -> None:
+        if not self.open:
+            raise RuntimeError("a GraphView is valid only during the capability() call that received it")
+
+
+class NodeView:
+    """One node as a provider sees it."""
+
+    __slots__ = ("_lease", "name", "op_type", "domain", "since_version", "inputs", "outputs",
+                 "_attributes", "_input_types", "_output_types", "_schema", "subgraphs")
+
+    def __init__(self, node: ir.Node, opsets: Mapping[str, int], lease: _Lease) -> None:
+        self._lease = lease
+        self.name: str = node.name or ""
+        self.op_type: str = node.op_type
+        self.domain: str = normalize_domain(node.domain)
+        version = opsets.get(self.domain)
+        schema = find_schema(self.op_type, version, self.domain) if version is not None else None
+        self._schema = schema
+        #: The schema version the model's opset selects, ``None`` when onnx knows no schema.
+        self.since_version: int | None = None if schema is None else schema.since_version
+        self.inputs: tuple[str, ...] = tuple("" if v is None else v.name or "" for v in node.inputs)
+        self.outputs: tuple[str, ...] = tuple(v.name or "" for v in node.outputs)
+        self._attributes = dict(node.attributes)
+        self._input_types = tuple(None if v is None else ir_type_string(v.type) for v in node.inputs)
+        self._output_types = tuple(ir_type_string(v.type) for v in node.outputs)
+        #: Names of the node's graph attributes (If branches, Loop/Scan bodies).
+        self.subgraphs: tuple[str, ...] = tuple(
+            name for name, attr in self._attributes.items()
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        )
+
+    def key_string(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}-{self.since_version}"
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """Attribute values (ints, floats, strings, tuples; tensors as onnx-ir tensors)."""
+        self._lease.check()
+        return {name: attr.value for name, attr in self._attributes.items()}
+
+    @property
+    def input_types(self) -> tuple[str | None, ...]:
+        """onnxruntime type strings of the inputs (``None`` when unknown or missing)."""
+        return self._input_types
+
+    @property
+    def output_types(self) -> tuple[str | None, ...]:
+        return self._output_types
+
+    def type_bindings(self) -> dict[str, str]:
+        """Which type each of the schema's type parameters is bound to, from known input types."""
+        bindings: dict[str, str] = {}
+        if self._schema is None:
+            return bindings
+        formal = self._schema.inputs
+        for index, type_name in enumerate(self._input_types):
+            if type_name is None or not formal:
+                continue
+            param = formal[min(index, len(formal) - 1)]
+            bindings.setdefault(param.type_str, type_name)
+        return bindings
+
+    def __repr__(self) -> str:
+        return f"NodeView({self.name!r}, {self.key_string()})"
+
+
+class GraphView:
+    """A read-only graph: nodes in execution order, inputs, outputs, initializer names.
+
+    :param graph: the onnx-ir graph (not exposed).
+    :param opsets: the model's opset imports, used to resolve each node's schema version.
+    """
+
+    def __init__(self, graph: ir.Graph, opsets: Mapping[str, int], nodes: list[ir.Node] | None = None):
+        self._lease = _Lease()
+        self._nodes = [NodeView(n, opsets, self._lease) for n in (graph if nodes is None else nodes)]
+        self._by_name = {n.name: n for n in self._nodes}
+        self.inputs: tuple[str, ...] = tuple(v.name or "" for v in graph.inputs)
+        self.outputs: tuple[str, ...] = tuple(v.name or "" for v in graph.outputs)
+        self.initializers: frozenset[str] = frozenset(graph.initializers)
+        self.declined: dict[str, list[str]] = {}
+        self._declining_provider = ""
+
+    @property
+    def nodes(self) -> list[NodeView]:
+        self._lease.check()
+        return list(self._nodes)
+
+    def node(self, name: str) -> NodeView:
+        self._lease.check()
+        return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[NodeView]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def decline(self, node: NodeView | str, reason: str) -> None:
+        """Record why the provider being asked does not claim ``node``."""
+        name = node if isinstance(node, str) else node.name
+        self.declined.setdefault(name, []).append(reason)
+
+    def _open_for(self, provider: str) -> None:
+        self._lease.open = True
+        self._declining_provider = provider
+        self.declined = {}
+
+    def _close(self) -> dict[str, list[str]]:
+        self._lease.open = False
+        return self.declined

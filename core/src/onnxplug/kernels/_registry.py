@@ -1,0 +1,333 @@
+"""KernelRegistry and the ``@kernel`` decorator.
+
+A registry is an object owned by a plugin; the decorator writes into it, nothing is found by
+introspection.  Kernels are keyed by ``(domain, op_type, since_version)`` and matched exactly
+against the schema that the model's opset selects, so one function registered with
+``since=(6, 13, 14)`` serves exactly those three schema versions and nothing in between is guessed.
+
+Two kinds of kernel:
+
+* a plain kernel is called on every run with the node's inputs as positional arrays and its
+  attributes as keyword arguments (schema defaults filled in)::
+
+      registry = KernelRegistry("cpu")
+
+      @registry.kernel("Relu", since=(6, 13, 14))
+      def relu(x):
+          return np.maximum(x, x.dtype.type(0))
+
+* a kernel factory (``factory=True``) is called once per node when the session is created, with a
+  :class:`NodeContext` and the attributes, and returns the callable used on every run.  That is
+  where attribute-only work, weight prepacking and subgraph compilation belong::
+
+      @registry.kernel("Conv", since=(11,), factory=True)
+      def conv(ctx, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+          weights = ctx.constant(1)          # prepack when the weights are constant
+          return lambda x, w, b=None: ...
+
+Both are checked against ``onnx.defs`` when they are registered: the since versions must exist,
+and every keyword-only parameter must be an attribute of the schema (and every attribute a
+parameter, unless the kernel takes ``**attrs``), so a typo fails at import, naming the kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import onnx
+
+from ..errors import PluginError
+from ._schema import (
+    STANDARD_DOMAINS,
+    attribute_defaults,
+    find_schema,
+    normalize_domain,
+    schema_versions,
+)
+
+__all__ = ["KernelKey", "KernelDef", "KernelRegistry", "NodeContext"]
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class KernelKey:
+    """``(domain, op_type, since_version)`` with the default domain spelled ``""``."""
+
+    domain: str
+    op_type: str
+    since_version: int
+
+    def __str__(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}-{self.since_version}"
+
+
+class NodeContext:
+    """What a kernel factory may know about its node when the session is created.
+
+    :param name: the node's (unique) name.
+    :param op_type: the op type.
+    :param domain: the op's domain (``""`` for the default one).
+    :param since_version: the schema version the model's opset selected.
+    :param opsets: the model's opset imports, ``{domain: version}``.
+    :param num_inputs: how many formal inputs the node has (missing optional ones included).
+    :param num_outputs: how many outputs the node declares.
+    :param outputs_used: for each output, whether anything consumes it.
+    :param input_types: per input, ``(elem_type, shape)`` when known (shape: tuple of ints,
+        strings or ``None``; ``None`` for an unranked input), else ``None``.
+    :param constants: per input, the value when it is a constant initializer, else ``None``.
+    :param compile_subgraph: the runtime's callback that turns a graph attribute into a
+        :class:`~onnxplug.runtime.SubgraphRunner`.
+    :param num_outer_inputs: values from enclosing scopes that the node's subgraphs read;
+        the built callable receives them after the formal inputs.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        op_type: str,
+        domain: str,
+        since_version: int,
+        opsets: dict[str, int],
+        num_inputs: int,
+        num_outputs: int,
+        outputs_used: Sequence[bool] = (),
+        input_types: Sequence[tuple[int, tuple | None] | None] = (),
+        constants: Sequence[Any] = (),
+        compile_subgraph: Callable[[str], Any] | None = None,
+        num_outer_inputs: int = 0,
+    ) -> None:
+        self.name = name
+        self.op_type = op_type
+        self.domain = domain
+        self.since_version = since_version
+        self.opsets = dict(opsets)
+        self.num_inputs = num_inputs
+        self.num_outputs = num_outputs
+        self.outputs_used = tuple(outputs_used) or (True,) * num_outputs
+        self.input_types = tuple(input_types)
+        self._constants = tuple(constants)
+        self._compile_subgraph = compile_subgraph
+        self.num_outer_inputs = num_outer_inputs
+
+    def constant(self, index: int) -> Any:
+        """The value of input ``index`` if it is a constant (an initializer that cannot be
+        overridden by a feed), else ``None``."""
+        if 0 <= index < len(self._constants):
+            return self._constants[index]
+        return None
+
+    def subgraph(self, attribute: str) -> Any:
+        """The compiled runner of a graph attribute (If branches, Loop/Scan bodies)."""
+        if self._compile_subgraph is None:
+            raise PluginError(f"node '{self.name}' ({self.op_type}) has no subgraph compiler")
+        return self._compile_subgraph(attribute)
+
+    def describe(self) -> str:
+        """``"node 'name' (OpType)"``, for error messages."""
+        return f"node '{self.name}' ({self.op_type})"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDef:
+    """One registered kernel: its key, function and how to call it."""
+
+    key: KernelKey
+    fn: Callable[..., Any]
+    factory: bool
+    host_inputs: tuple[int, ...]
+    types: dict[str, frozenset[str]] | None
+    registry: str
+    accepts_any_attribute: bool
+    attribute_names: frozenset[str]
+
+    def build(self, ctx: NodeContext, attributes: dict[str, Any]) -> Callable[..., Any]:
+        """The per-run callable for one node.
+
+        :param ctx: the node's context.
+        :param attributes: the node's own attribute values (schema defaults are added here).
+        """
+        values = dict(attribute_defaults(self.key.op_type, self.key.since_version, self.key.domain))
+        values.update(attributes)
+        if not self.accepts_any_attribute:
+            values = {k: v for k, v in values.items() if k in self.attribute_names}
+        if self.factory:
+            return self.fn(ctx, **values)
+        if not values:
+            return self.fn
+        fn = self.fn
+
+        def call(*inputs: Any) -> Any:
+            return fn(*inputs, **values)
+
+        return call
+
+    def supports_types(self, bindings: dict[str, str]) -> bool:
+        """Whether the kernel accepts the given type-constraint bindings
+        (``{"T": "tensor(float)"}``); kernels that declare no ``types`` accept the schema's."""
+        if self.types is None:
+            return True
+        return all(t in self.types.get(param, frozenset((t,))) for param, t in bindings.items())
+
+
+class KernelRegistry:
+    """A plugin's table of kernels, keyed by ``(domain, op_type, since_version)``.
+
+    :param name: the registry's name, used in error messages (usually the plugin's).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._kernels: dict[KernelKey, KernelDef] = {}
+        self._deferred: list[KernelDef] = []
+
+    def kernel(
+        self,
+        op_type: str,
+        *,
+        since: Iterable[int],
+        domain: str = "",
+        factory: bool = False,
+        host_inputs: Iterable[int] = (),
+        types: dict[str, Iterable[str]] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator registering ``fn`` for ``op_type`` at each schema version in ``since``.
+
+        :param op_type: the ONNX op type.
+        :param since: the exact ``since_version`` values this function implements.
+        :param domain: the op's domain (``""`` or ``"ai.onnx"`` for the default).
+        :param factory: ``fn(ctx, **attrs)`` returns the per-run callable (see module doc).
+        :param host_inputs: input indices that must stay in host memory (shape tensors).
+        :param types: optional narrowing of type constraints, ``{"T": ["tensor(float)"]}``.
+        :raises PluginError: a version that does not exist, a duplicate, or a signature that
+            does not match the schema.
+        """
+        domain = normalize_domain(domain)
+        versions = tuple(sorted(set(since)))
+        if not versions:
+            raise PluginError(f"{self.name}: kernel for {op_type} names no since versions")
+        narrowed = None if types is None else {k: frozenset(v) for k, v in types.items()}
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            signature = inspect.signature(fn)
+            params = list(signature.parameters.values())
+            keyword_only = frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+            var_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
+            for version in versions:
+                definition = KernelDef(
+                    key=KernelKey(domain, op_type, version),
+                    fn=fn,
+                    factory=factory,
+                    host_inputs=tuple(host_inputs),
+                    types=narrowed,
+                    registry=self.name,
+                    accepts_any_attribute=var_keyword,
+                    attribute_names=keyword_only,
+                )
+                if definition.key in self._kernels:
+                    raise PluginError(
+                        f"{self.name}: {definition.key} registered twice "
+                        f"({self._kernels[definition.key].fn.__qualname__} and {fn.__qualname__})"
+                    )
+                if find_schema(op_type, version, domain) is None and domain not in STANDARD_DOMAINS:
+                    self._deferred.append(definition)  # its schema comes from an op library
+                else:
+                    _check_against_schema(self.name, definition, params)
+                self._kernels[definition.key] = definition
+            return fn
+
+        return register
+
+    def validate(self) -> None:
+        """Check the kernels whose schemas were not known when they were registered.
+
+        The Environment calls this after op-library schemas are registered.
+        """
+        pending, self._deferred = self._deferred, []
+        for definition in pending:
+            params = list(inspect.signature(definition.fn).parameters.values())
+            _check_against_schema(self.name, definition, params)
+
+    def lookup(self, domain: str, op_type: str, since_version: int) -> KernelDef | None:
+        """The kernel for an exact schema version, or ``None``."""
+        return self._kernels.get(KernelKey(normalize_domain(domain), op_type, since_version))
+
+    def __iter__(self) -> Iterator[KernelDef]:
+        return iter(sorted(self._kernels.values(), key=lambda d: d.key))
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._kernels
+
+    def __repr__(self) -> str:
+        return f"KernelRegistry({self.name!r}, {len(self)} kernels)"
+
+
+def _check_against_schema(registry: str, definition: KernelDef, params: list[inspect.Parameter]) -> None:
+    key = definition.key
+    where = f"{registry}: kernel {definition.fn.__qualname__} for {key}"
+    schema = find_schema(key.op_type, key.since_version, key.domain)
+    if schema is None or schema.since_version != key.since_version:
+        known = schema_versions(key.op_type, key.domain)
+        raise PluginError(
+            f"{where}: onnx has no such schema version; "
+            f"versions of {key.op_type} are {known or 'none (unknown op)'}"
+        )
+    attributes = set(schema.attributes)
+    keyword_only = {p.name: p for p in params if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(keyword_only) - attributes)
+    if unknown:
+        raise PluginError(
+            f"{where}: keyword-only parameters {unknown} are not attributes of the schema; "
+            f"its attributes are {sorted(attributes)}"
+        )
+    if not definition.accepts_any_attribute:
+        missing = sorted(attributes - set(keyword_only))
+        if missing:
+            raise PluginError(
+                f"{where}: the schema's attributes {missing} are not keyword-only parameters "
+                "(accept them, or take **attrs to ignore them deliberately)"
+            )
+    defaults = attribute_defaults(key.op_type, key.since_version, key.domain)
+    for name, param in keyword_only.items():
+        if param.default is param.empty or name not in defaults:
+            continue
+        if not _same_default(param.default, defaults[name]):
+            raise PluginError(
+                f"{where}: attribute {name!r} defaults to {param.default!r} in Python but to "
+                f"{defaults[name]!r} in the schema"
+            )
+    if definition.factory:
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    last = schema.inputs[-1] if schema.inputs else None
+    schema_variadic = last is not None and last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if schema_variadic and not variadic:
+        raise PluginError(f"{where}: the op's last input is variadic; the kernel needs *inputs")
+    if not schema_variadic and not variadic and len(positional) < len(schema.inputs):
+        raise PluginError(
+            f"{where}: the schema has {len(schema.inputs)} inputs "
+            f"({[i.name for i in schema.inputs]}), the kernel takes {len(positional)}"
+        )
+    required = sum(1 for p in positional if p.default is p.empty)
+    if required > schema.min_input:
+        raise PluginError(
+            f"{where}: {required} positional inputs have no default but only "
+            f"{schema.min_input} are required by the schema (give optional inputs a default)"
+        )
+
+
+def _same_default(python_value: Any, schema_value: Any) -> bool:
+    if isinstance(schema_value, tuple):
+        return tuple(python_value) == schema_value if isinstance(python_value, (list, tuple)) else False
+    if isinstance(schema_value, float) and isinstance(python_value, (int, float)):
+        return abs(float(python_value) - schema_value) <= 1e-7 * max(1.0, abs(schema_value))
+    try:
+        return bool(python_value == schema_value)
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,54 @@
+"""The state of the run in progress, visible to kernels that loop (Loop, Scan, RNNs).
+
+The executor sets it for the duration of ``run()`` in a context variable, so it is per thread
+(and per task) and one session can run from many threads at once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from ..errors import Fail
+
+__all__ = ["RunState", "current_run", "check_terminate"]
+
+
+class RunState:
+    """Per-call state: the caller's RunOptions (for ``terminate``) and the profiler, if any."""
+
+    __slots__ = ("run_options", "profiler")
+
+    def __init__(self, run_options: Any = None, profiler: Any = None) -> None:
+        self.run_options = run_options
+        self.profiler = profiler
+
+    def terminated(self) -> bool:
+        options = self.run_options
+        return options is not None and bool(getattr(options, "terminate", False))
+
+
+_CURRENT: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("onnxplug_run", default=None)
+
+
+def current_run() -> RunState | None:
+    """The run in progress on this thread, or ``None`` outside ``run()``."""
+    return _CURRENT.get()
+
+
+def check_terminate() -> None:
+    """Raise :class:`~onnxplug.Fail` if the caller set ``RunOptions.terminate``.
+
+    Kernels that iterate (Loop, Scan, recurrent ops) call it between iterations.
+    """
+    state = _CURRENT.get()
+    if state is not None and state.terminated():
+        raise Fail("Exiting due to terminate flag being set to true.")
+
+
+def enter_run(state: RunState) -> contextvars.Token:
+    return _CURRENT.set(state)
+
+
+def leave_run(token: contextvars.Token) -> None:
+    _CURRENT.reset(token)

@@ -1,0 +1,144 @@
+"""Claim collection and node assignment.
+
+Providers are asked in priority order; the first valid claim on a node wins.  Every claim is
+checked: the node must exist and a KernelClaim must resolve to a kernel the provider may use.
+A provider whose ``capability`` raises is warned about and skipped.  A node nobody claims is an
+error that says, per provider, why it was declined.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+
+from ..api import FuseClaim, KernelClaim, KernelLookup, Provider
+from ..errors import Fail, InvalidGraph, NotImplemented
+from ..graph import GraphView, NodeView
+from ..kernels import KernelDef
+from ..kernels._schema import STANDARD_DOMAINS
+
+__all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderSlot:
+    """A provider taking part in a session, with the kernels it may use."""
+
+    provider: Provider
+    kernels: KernelLookup
+
+
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    """Who runs a node, and with which kernel."""
+
+    provider: Provider
+    kernel: KernelDef
+
+
+@dataclasses.dataclass
+class PartitionResult:
+    """The outcome: an assignment per node name, and each provider's reasons for declining."""
+
+    assignments: dict[str, Assignment]
+    declined: dict[str, dict[str, list[str]]]
+
+    def counts(self) -> dict[str, int]:
+        """Nodes per provider (onnxruntime name)."""
+        totals: dict[str, int] = {}
+        for assignment in self.assignments.values():
+            name = assignment.provider.ort_name
+            totals[name] = totals.get(name, 0) + 1
+        return totals
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def partition_graph(
+    graph: ir.Graph, nodes: Sequence[ir.Node], opsets: Mapping[str, int], slots: Sequence[ProviderSlot]
+) -> PartitionResult:
+    """Assign every node of ``graph`` (given in execution order) to a provider.
+
+    :raises NotImplemented: a node no provider claims (with each provider's reason).
+    :raises InvalidGraph: an op unknown in a standard domain.
+    :raises Fail: an op of a custom domain no installed library provides.
+    """
+    view = GraphView(graph, opsets, list(nodes))
+    assignments: dict[str, Assignment] = {}
+    declined: dict[str, dict[str, list[str]]] = {}
+    for slot in slots:
+        provider = slot.provider
+        view._open_for(provider.name)
+        try:
+            claims = list(provider.capability(view, slot.kernels) or ())
+        except Exception as error:  # noqa: BLE001 - a faulty plugin must not stop the session
+            _warn(f"provider '{provider.name}' failed in capability() and is skipped: {type(error).__name__}: {error}")
+            claims = []
+        finally:
+            declined[provider.ort_name] = view._close()
+        for claim in claims:
+            if isinstance(claim, KernelClaim):
+                _accept_kernel_claim(view, slot, claim, assignments)
+            elif isinstance(claim, FuseClaim):
+                _warn(
+                    f"provider '{provider.name}' returned a FuseClaim over {len(claim.nodes)} nodes; fused "
+                    "partitions are not supported by this onnxplug version, the nodes stay unclaimed"
+                )
+            else:
+                _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
+    missing = [node for node in view._nodes if node.name not in assignments]
+    if missing:
+        raise _unclaimed_error(missing[0], opsets, declined)
+    return PartitionResult(assignments, declined)
+
+
+def _accept_kernel_claim(
+    view: GraphView, slot: ProviderSlot, claim: KernelClaim, assignments: dict[str, Assignment]
+) -> None:
+    provider = slot.provider
+    if claim.node not in view:
+        _warn(f"provider '{provider.name}' claimed node '{claim.node}', which is not in the graph; ignored")
+        return
+    if claim.node in assignments:
+        return
+    node = view._by_name[claim.node]
+    kernel = slot.kernels.resolve(node)
+    if kernel is None:
+        _warn(
+            f"provider '{provider.name}' claimed node '{node.name}' ({node.key_string()}) but has no "
+            "kernel registered for it; ignored"
+        )
+        return
+    assignments[claim.node] = Assignment(provider, kernel)
+
+
+def _unclaimed_error(node: NodeView, opsets: Mapping[str, int], declined: dict[str, dict[str, list[str]]]) -> Exception:
+    version = opsets.get(node.domain)
+    if node.since_version is None:
+        if node.domain in STANDARD_DOMAINS:
+            return InvalidGraph(
+                f"No Op registered for {node.op_type} with domain_version of {version} "
+                f"(node '{node.name}', domain '{node.domain or 'ai.onnx'}')"
+            )
+        if version is None:
+            return InvalidGraph(
+                f"node '{node.name}' uses domain '{node.domain}', which the model does not import in opset_import"
+            )
+        return Fail(
+            f"{node.domain}:{node.op_type}({version}) is not a registered function/op (node '{node.name}'). "
+            f"No installed op library provides domain '{node.domain}': install the plugin that does, or "
+            "register one with SessionOptions.register_custom_ops_library(...)"
+        )
+    reasons = []
+    for provider, per_node in declined.items():
+        why = "; ".join(per_node.get(node.name, [])) or "did not claim it"
+        reasons.append(f"{provider}: {why}")
+    return NotImplemented(
+        f"Could not find an implementation for {node.op_type}({node.since_version}) node with name "
+        f"'{node.name}' ({node.key_string()}). " + " | ".join(reasons)
+    )

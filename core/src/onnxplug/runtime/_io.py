@@ -1,0 +1,228 @@
+"""Graph inputs and outputs: NodeArg, ModelMetadata, and feed checking.
+
+Everything a feed is checked against (dtype, rank, fixed dims) is computed once per session;
+``check_feeds`` only compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import InvalidArgument
+from ..graph import element_name, np_dtype, onnx_element_type, shape_list, type_string
+
+__all__ = ["NodeArg", "ModelMetadata", "InputSpec", "check_feeds", "input_specs", "fresh_outputs"]
+
+INT64_MAX = 9223372036854775807
+
+
+class NodeArg:
+    """A graph input or output: ``name``, ``type`` (``tensor(float)``...) and ``shape``."""
+
+    __slots__ = ("name", "type", "shape")
+
+    def __init__(self, name: str, type: str, shape: list) -> None:  # noqa: A002 - onnxruntime's name
+        self.name = name
+        self.type = type
+        self.shape = shape
+
+    def __str__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeArg) and (self.name, self.type, self.shape) == (other.name, other.type, other.shape)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelMetadata:
+    """``get_modelmeta()``: onnxruntime's fields (an unset model_version reads INT64_MAX)."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+    @classmethod
+    def from_proto(cls, model: onnx.ModelProto) -> ModelMetadata:
+        return cls(
+            producer_name=model.producer_name,
+            graph_name=model.graph.name,
+            domain=model.domain,
+            description=model.doc_string,
+            graph_description=model.graph.doc_string,
+            version=model.model_version if model.HasField("model_version") else INT64_MAX,
+            custom_metadata_map={p.key: p.value for p in model.metadata_props},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """What a feed for one input must look like."""
+
+    name: str
+    type_string: str
+    kind: str                      # tensor, sequence, map, optional
+    dtype: np.dtype | None         # tensors only
+    rank: int | None
+    dims: tuple[int | None, ...]   # None for free dims
+    optional: bool                 # may be omitted (optional type or overridable initializer)
+
+    def node_arg(self, shape: list) -> NodeArg:
+        return NodeArg(self.name, self.type_string, shape)
+
+
+def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int]) -> tuple[InputSpec, list]:
+    type_proto = info.type
+    kind = {"tensor_type": "tensor", "sequence_type": "sequence", "map_type": "map",
+            "optional_type": "optional", "sparse_tensor_type": "sparse"}.get(type_proto.WhichOneof("value") or "", "tensor")
+    shape = shape_list(type_proto)
+    shape = [overrides.get(d, d) if isinstance(d, str) else d for d in shape]
+    dtype = rank = None
+    dims: tuple[int | None, ...] = ()
+    if kind == "tensor":
+        tensor = type_proto.tensor_type
+        try:
+            dtype = np_dtype(tensor.elem_type)
+        except ValueError:
+            dtype = None
+        if tensor.HasField("shape"):
+            rank = len(tensor.shape.dim)
+            dims = tuple(d if isinstance(d, int) else None for d in shape)
+    spec = InputSpec(info.name, type_string(type_proto), kind, dtype, rank, dims, optional or kind == "optional")
+    return spec, shape
+
+
+def input_specs(graph: onnx.GraphProto, overrides: Mapping[str, int]) -> tuple[list[InputSpec], list[NodeArg], list[NodeArg]]:
+    """Specs for every feedable input; NodeArgs for ``get_inputs`` and
+    ``get_overridable_initializers`` (inputs that are also initializers)."""
+    initializers = {t.name for t in graph.initializer}
+    specs, inputs, overridable = [], [], []
+    for info in graph.input:
+        spec, shape = _spec(info, info.name in initializers, overrides)
+        specs.append(spec)
+        (overridable if info.name in initializers else inputs).append(spec.node_arg(shape))
+    return specs, inputs, overridable
+
+
+def output_args(graph: onnx.GraphProto, inferred: Mapping[str, onnx.ValueInfoProto]) -> list[NodeArg]:
+    """NodeArgs for ``get_outputs``: the inferred type and shape where inference knows more."""
+    args = []
+    for info in graph.output:
+        best = info
+        declared = info.type.tensor_type
+        richer = inferred.get(info.name)
+        if richer is not None and info.type.WhichOneof("value") in (None, "tensor_type"):
+            if not declared.HasField("shape") or info.type.WhichOneof("value") is None:
+                best = richer
+        args.append(NodeArg(info.name, type_string(best.type), shape_list(best.type)))
+    return args
+
+
+def _as_array(spec: InputSpec, value: Any) -> Any:
+    """A feed converted the way onnxruntime converts it: lists to the expected dtype, str
+    arrays to object arrays, OrtValues to their array."""
+    if hasattr(value, "_onnxplug_value"):
+        value = value._onnxplug_value()
+    if spec.kind != "tensor":
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "US":
+            return value.astype(object)
+        return value
+    if isinstance(value, (list, tuple)):
+        try:
+            return np.asarray(value, dtype=spec.dtype)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgument(f"input '{spec.name}': cannot convert the list to {spec.type_string}: {error}") from None
+    if np.isscalar(value) and not isinstance(value, (float, int, bool, str)):
+        return np.asarray(value)
+    raise InvalidArgument(
+        f"input '{spec.name}': unable to handle object of type {type(value)}; expected a numpy array, "
+        f"a list or an OrtValue holding {spec.type_string}"
+    )
+
+
+def check_feeds(specs: Sequence[InputSpec], feeds: Any) -> dict[str, Any]:
+    """Validate and convert the caller's feeds (in onnxruntime's order of checks).
+
+    :raises InvalidArgument: missing, unknown, ``None``, wrong dtype, rank or fixed dim; the
+        message names the input and what was expected.
+    """
+    if not isinstance(feeds, Mapping):
+        raise InvalidArgument(f"input_feed must be a dict of input name to value, not {type(feeds).__name__}")
+    by_name = {s.name: s for s in specs}
+    missing = [s.name for s in specs if not s.optional and s.name not in feeds]
+    if missing:
+        raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)}).")
+    checked: dict[str, Any] = {}
+    for name, value in feeds.items():
+        spec = by_name.get(name)
+        if spec is None:
+            raise InvalidArgument(f"Invalid input name: {name} (the model's inputs are {list(by_name)})")
+        if value is None:
+            if spec.kind == "optional":
+                checked[name] = None
+                continue
+            raise InvalidArgument(f"input '{name}' is None; expected {spec.type_string}")
+        value = _as_array(spec, value)
+        if spec.kind == "tensor":
+            _check_tensor(spec, value)
+            if value.flags.writeable:
+                value = value.view()
+                value.flags.writeable = False  # kernels may not write into the caller's array
+        checked[name] = value
+    return checked
+
+
+def _check_tensor(spec: InputSpec, value: np.ndarray) -> None:
+    if spec.dtype is not None and value.dtype != spec.dtype:
+        actual = element_name(_elem_of(value.dtype))
+        raise InvalidArgument(
+            f"Unexpected input data type for input '{spec.name}'. Actual: (tensor({actual})) , "
+            f"expected: ({spec.type_string})"
+        )
+    if spec.rank is None:
+        return
+    if value.ndim != spec.rank:
+        raise InvalidArgument(
+            f"Invalid rank for input: {spec.name} Got: {value.ndim} Expected: {spec.rank} "
+            f"Please fix either the inputs/outputs or the model."
+        )
+    bad = [(i, got, want) for i, (got, want) in enumerate(zip(value.shape, spec.dims)) if want is not None and got != want]
+    if bad:
+        detail = " ".join(f"index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
+        raise InvalidArgument(f"Got invalid dimensions for input: {spec.name} for the following indices {detail}")
+
+
+def _elem_of(dtype: np.dtype) -> int:
+    elem = onnx_element_type(dtype)
+    return -1 if elem is None else elem
+
+
+def fresh_outputs(values: Sequence[Any], protected: set[int]) -> list[Any]:
+    """Outputs that alias nothing the caller or the session holds: views, feeds, initializers
+    and repeated arrays are copied; everything comes back writable and C-contiguous."""
+    seen: set[int] = set()
+    result = []
+    for value in values:
+        if isinstance(value, np.ndarray):
+            if value.base is not None or id(value) in protected or id(value) in seen or not value.flags.writeable \
+                    or not value.flags.c_contiguous:
+                value = np.array(value, copy=True, order="C")
+            seen.add(id(value))
+        elif isinstance(value, np.generic):
+            value = np.asarray(value).copy()
+        elif isinstance(value, list):
+            value = [np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in value]
+        result.append(value)
+    return result

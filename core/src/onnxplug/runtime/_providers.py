@@ -1,0 +1,110 @@
+"""Turning the user's ``providers=`` argument into providers (onnxruntime's rules, §11).
+
+* names may be onnxruntime's (``CPUExecutionProvider``) or the plugins' short ones (``cpu``);
+* entries are names or ``(name, options)`` tuples, or names with ``provider_options``;
+* a known provider without a device is dropped with a ``UserWarning``; an unknown name warns and
+  is dropped too (onnxruntime falls back the same way, but prints to stdout);
+* with fallback disabled both are errors;
+* CPU is always last.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._plugins import Environment, normalize_options
+from ..api import Provider, ProviderFactory
+from ..errors import InvalidArgument
+
+__all__ = ["ProviderRequest", "parse_providers", "create_providers", "CPU_NAME"]
+
+CPU_NAME = "CPUExecutionProvider"
+
+ProviderRequest = tuple[str, dict[str, str]]
+
+
+def parse_providers(providers: Any, provider_options: Any) -> list[ProviderRequest]:
+    """Normalise the ``providers`` / ``provider_options`` arguments.
+
+    :raises InvalidArgument: a bare string, a malformed entry, or options of the wrong length
+        (onnxruntime swallows these and falls back; silently running elsewhere helps nobody).
+    """
+    if providers is None:
+        return []
+    if isinstance(providers, (str, bytes)):
+        raise InvalidArgument(f"providers must be a list of provider names, not the string {providers!r}")
+    if not isinstance(providers, Sequence):
+        raise InvalidArgument(f"providers must be a list or tuple, not {type(providers).__name__}")
+    requests: list[ProviderRequest] = []
+    for entry in providers:
+        if isinstance(entry, str):
+            requests.append((entry, {}))
+        elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str) \
+                and isinstance(entry[1], Mapping):
+            if provider_options is not None:
+                raise InvalidArgument("'provider_options' cannot be given with (name, options) tuples in 'providers'")
+            requests.append((entry[0], normalize_options(entry[1])))
+        else:
+            raise InvalidArgument(f"providers entry {entry!r} is neither a name nor a (name, options dict) tuple")
+    if provider_options is not None:
+        if not isinstance(provider_options, Sequence) or len(provider_options) != len(requests):
+            raise InvalidArgument("'providers' and 'provider_options' must be lists of the same length")
+        requests = [(name, normalize_options(opts)) for (name, _), opts in zip(requests, provider_options)]
+    return requests
+
+
+def select_factories(
+    environment: Environment, requests: list[ProviderRequest], *, fallback: bool = True
+) -> list[tuple[ProviderFactory, dict[str, str]]]:
+    """The factories to use, in priority order, CPU last.
+
+    :raises InvalidArgument: an unknown or unavailable provider when ``fallback`` is off.
+    """
+    if not requests:
+        cpu = environment.factory(CPU_NAME)
+        return [(cpu, {})] if cpu is not None else []
+    chosen: list[tuple[ProviderFactory, dict[str, str]]] = []
+    seen: set[str] = set()
+    available = [f.ort_name for f in environment.available_factories()]
+    for name, options in requests:
+        factory = environment.factory(name)
+        if factory is None:
+            message = (
+                f"Specified provider '{name}' is not in available provider names. "
+                f"Available providers: '{', '.join(available)}'"
+            )
+            if not fallback:
+                raise InvalidArgument(f"Unknown Provider Type: {name}. {message}")
+            warnings.warn(message + "; it is skipped.", UserWarning, stacklevel=4)
+            continue
+        if factory.ort_name in seen:
+            warnings.warn(f"Duplicate provider '{name}' encountered, ignoring.", UserWarning, stacklevel=4)
+            continue
+        if factory.ort_name not in available:
+            message = (
+                f"Specified provider '{name}' is not in available provider names. "
+                f"Available providers: '{', '.join(available)}' ({factory.unavailable_reason()})"
+            )
+            if not fallback:
+                raise InvalidArgument(message)
+            warnings.warn(message, UserWarning, stacklevel=4)
+            continue
+        seen.add(factory.ort_name)
+        chosen.append((factory, options))
+    cpu = environment.factory(CPU_NAME)
+    if cpu is not None:
+        chosen = [c for c in chosen if c[0] is not cpu] + [next(((f, o) for f, o in chosen if f is cpu), (cpu, {}))]
+    return chosen
+
+
+def create_providers(chosen: list[tuple[ProviderFactory, dict[str, str]]]) -> list[Provider]:
+    """Instantiate each factory on its first device."""
+    providers = []
+    for factory, options in chosen:
+        devices = factory.devices()
+        provider = factory.create(devices[0], options)
+        provider.options = dict(options)
+        providers.append(provider)
+    return providers

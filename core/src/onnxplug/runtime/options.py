@@ -1,0 +1,138 @@
+"""SessionOptions and RunOptions with onnxruntime's attribute names and defaults.
+
+Which options are honoured, and which are accepted and ignored (with the reason), is listed in
+``docs/api.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from typing import Any
+
+__all__ = ["GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "SessionOptions", "RunOptions"]
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+def _typed(name: str, kind: type | tuple[type, ...], default: Any, doc: str) -> property:
+    """A checked attribute: assigning the wrong type raises TypeError like onnxruntime's pybind."""
+    key = "_" + name
+
+    def getter(self: Any) -> Any:
+        return self.__dict__.get(key, default)
+
+    def setter(self: Any, value: Any) -> None:
+        if isinstance(value, bool) and kind is int:
+            value = int(value)
+        if not isinstance(value, kind):
+            raise TypeError(f"{name}: incompatible value {value!r} (expected {getattr(kind, '__name__', kind)})")
+        self.__dict__[key] = value
+
+    return property(getter, setter, doc=doc)
+
+
+class _ConfigEntries:
+    """add_*_config_entry / get_*_config_entry with onnxruntime's missing-key error."""
+
+    _config_kind = "SessionOptions"
+
+    def _entries(self) -> dict[str, str]:
+        return self.__dict__.setdefault("_config", {})
+
+    def _add(self, key: str, value: str) -> None:
+        self._entries()[str(key)] = str(value)
+
+    def _get(self, key: str) -> str:
+        try:
+            return self._entries()[key]
+        except KeyError:
+            raise RuntimeError(f"{self._config_kind} does not have configuration with key: {key}") from None
+
+
+class SessionOptions(_ConfigEntries):
+    """Options for :class:`~onnxplug.InferenceSession`; reusable for several sessions."""
+
+    intra_op_num_threads = _typed("intra_op_num_threads", int, 0, "threads for a node's kernels (0: default)")
+    inter_op_num_threads = _typed("inter_op_num_threads", int, 0, "threads running independent nodes")
+    execution_mode = _typed("execution_mode", ExecutionMode, ExecutionMode.ORT_SEQUENTIAL, "")
+    execution_order = _typed("execution_order", ExecutionOrder, ExecutionOrder.DEFAULT, "")
+    graph_optimization_level = _typed(
+        "graph_optimization_level", GraphOptimizationLevel, GraphOptimizationLevel.ORT_ENABLE_ALL, ""
+    )
+    optimized_model_filepath = _typed("optimized_model_filepath", str, "", "")
+    enable_profiling = _typed("enable_profiling", bool, False, "")
+    profile_file_prefix = _typed("profile_file_prefix", str, "onnxruntime_profile_", "")
+    log_severity_level = _typed("log_severity_level", int, -1, "")
+    log_verbosity_level = _typed("log_verbosity_level", int, 0, "")
+    logid = _typed("logid", str, "", "")
+    enable_cpu_mem_arena = _typed("enable_cpu_mem_arena", bool, True, "")
+    enable_mem_pattern = _typed("enable_mem_pattern", bool, True, "")
+    enable_mem_reuse = _typed("enable_mem_reuse", bool, True, "")
+    use_deterministic_compute = _typed("use_deterministic_compute", bool, False, "")
+    use_per_session_threads = _typed("use_per_session_threads", bool, True, "")
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._add(key, value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._get(key)
+
+    def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
+        self.__dict__.setdefault("_dim_overrides", {})[str(name)] = int(value)
+
+    def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
+        self.__dict__.setdefault("_denotation_overrides", {})[str(denotation)] = int(value)
+
+    def add_initializer(self, name: str, value: Any) -> None:
+        if not hasattr(value, "numpy") or not hasattr(value, "data_type"):
+            raise RuntimeError(f"add_initializer: the value for '{name}' must be an OrtValue")
+        self.__dict__.setdefault("_initializers", {})[str(name)] = value
+
+    def register_custom_ops_library(self, library: Any) -> None:
+        self.__dict__.setdefault("_op_libraries", []).append(library)
+
+    def __copy__(self) -> SessionOptions:
+        clone = SessionOptions()
+        clone.__dict__.update(copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_initializers"}))
+        if "_initializers" in self.__dict__:
+            clone.__dict__["_initializers"] = dict(self.__dict__["_initializers"])
+        return clone
+
+
+class RunOptions(_ConfigEntries):
+    """Options for one ``run`` call.  Setting ``terminate`` from another thread stops the run."""
+
+    _config_kind = "RunOptions"
+
+    logid = _typed("logid", str, "", "")
+    log_severity_level = _typed("log_severity_level", int, -1, "")
+    log_verbosity_level = _typed("log_verbosity_level", int, 0, "")
+    only_execute_path_to_fetches = _typed("only_execute_path_to_fetches", bool, False, "")
+
+    def __init__(self) -> None:
+        # A plain attribute: the executor reads it between nodes, so it must be cheap.
+        self.terminate = False
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._add(key, value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        return self._get(key)

@@ -1,0 +1,195 @@
+"""InferenceSession: onnxruntime's entry point, on the plugin core.
+
+Creation runs the whole pipeline once — load, validate, choose providers, partition, plan — so
+that ``run`` only checks feeds, executes the plan's steps and hands back fresh arrays.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+
+from .._plugins import Environment, default_environment
+from ..api import KernelLookup, Provider
+from ..errors import InvalidArgument, NoModel
+from ..graph import load_model
+from ..kernels._runstate import RunState, enter_run, leave_run
+from ..partition import ProviderSlot
+from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
+from ._plan import GraphPlan, build_plan
+from ._providers import create_providers, parse_providers, select_factories
+from .options import RunOptions, SessionOptions
+
+__all__ = ["InferenceSession"]
+
+
+def _name_nodes(model: Any) -> None:
+    """Give every node a unique name (``<OpType>_<index>`` where missing), as claims, errors
+    and profiles refer to nodes by name."""
+    taken: set[str] = set()
+    index = 0
+    pending = [model.graph]
+    while pending:
+        graph = pending.pop()
+        for node in graph:
+            name = node.name
+            if not name or name in taken:
+                base = f"{node.op_type}_{index}" if not name else name
+                name, suffix = base, 1
+                while name in taken:
+                    name, suffix = f"{base}_{suffix}", suffix + 1
+                node.name = name
+            taken.add(name)
+            index += 1
+            for attr in node.attributes.values():
+                if attr.type.name == "GRAPH":
+                    pending.append(attr.value)
+                elif attr.type.name == "GRAPHS":
+                    pending.extend(attr.value)
+
+
+class InferenceSession:
+    """Load a model and run it with the chosen providers.
+
+    :param path_or_bytes: a model path (``str`` / ``os.PathLike``) or serialized ``bytes``.
+    :param sess_options: :class:`SessionOptions` (positional or keyword).
+    :param providers: provider names or ``(name, options)`` tuples, highest priority first.
+    :param provider_options: a list of option dicts aligned with ``providers``.
+    :param environment: the plugin :class:`~onnxplug.Environment` (default: the installed plugins).
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: str | bytes | os.PathLike,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
+        *,
+        environment: Environment | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._environment = environment or default_environment()
+        self._sess_options = copy.copy(sess_options) if sess_options is not None else SessionOptions()
+        self._fallback = bool(int(kwargs.pop("enable_fallback", 1)))
+        if kwargs:
+            raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
+        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        external_dir = self._sess_options._entries().get("session.model_external_data_dir")
+        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
+        self._lock = threading.Lock()
+        self._providers: list[Provider] = []
+        self._plan: GraphPlan | None = None
+        self._create(parse_providers(providers, provider_options))
+        self._environment.notify_session_created(self)
+
+    # -- creation --------------------------------------------------------------------------
+
+    def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
+        proto = self._loaded.proto
+        overrides = self._sess_options.__dict__.get("_dim_overrides", {})
+        self._input_specs, self._inputs, self._overridable = input_specs(proto.graph, overrides)
+        inferred = {v.name: v for v in proto.graph.value_info}
+        self._outputs = output_args(proto.graph, inferred)
+        self._meta = ModelMetadata.from_proto(proto)
+        chosen = select_factories(self._environment, requests, fallback=self._fallback)
+        providers = create_providers(chosen)
+        try:
+            slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
+            _name_nodes(self._loaded.model)
+            self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots)
+        except BaseException:
+            for provider in providers:
+                provider.close()
+            raise
+        self._providers = providers
+        self._spec_slots = {name: i for i, name in enumerate(self._plan.input_names)}
+        self._output_index = {name: i for i, name in enumerate(self._plan.output_names)}
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def get_inputs(self) -> list[NodeArg]:
+        """Graph inputs that are not initializers, in graph order."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        """Graph outputs in graph order, with inferred shapes."""
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Initializers that are also graph inputs (feeding them overrides the value)."""
+        return list(self._overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return self._meta
+
+    def get_providers(self) -> list[str]:
+        """onnxruntime names of the providers in effect, CPU last."""
+        return [p.ort_name for p in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {p.ort_name: ({} if p.ort_name == "CPUExecutionProvider" else dict(p.options)) for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return copy.copy(self._sess_options)
+
+    def partition_counts(self) -> dict[str, int]:
+        """How many nodes of the main graph each provider runs (onnxruntime names)."""
+        return self._require_plan().partition.counts()
+
+    def _require_plan(self) -> GraphPlan:
+        if self._plan is None:
+            raise NoModel("the session has no model (a previous set_providers call failed)")
+        return self._plan
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+            run_options: RunOptions | None = None) -> list[Any]:
+        """Run the model.
+
+        :param output_names: outputs to return (``None`` or ``[]``: all, in graph order).
+        :param input_feed: ``{input name: value}``.
+        :param run_options: per-call options (``terminate`` stops the run).
+        :returns: a list with one value per requested output.
+        """
+        plan = self._require_plan()
+        indices = self._output_indices(output_names)
+        feeds = check_feeds(self._input_specs, input_feed)
+        inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
+        token = enter_run(RunState(run_options))
+        try:
+            results = plan.execute(inputs)
+        finally:
+            leave_run(token)
+        protected = set(plan.constant_ids) | {id(v) for v in feeds.values()}
+        protected.update(id(getattr(v, "base", None)) for v in feeds.values() if getattr(v, "base", None) is not None)
+        return fresh_outputs([results[i] for i in indices], protected)
+
+    def _output_indices(self, output_names: Sequence[str] | None) -> list[int]:
+        if isinstance(output_names, (str, bytes)):
+            raise TypeError("output_names must be a list of names (or None), not a string")
+        if not output_names:
+            return list(range(len(self._output_index)))
+        indices = []
+        for name in output_names:
+            index = self._output_index.get(name)
+            if index is None:
+                raise InvalidArgument(f"Invalid output name: {name} (the model's outputs are {list(self._output_index)})")
+            indices.append(index)
+        return indices
+
+    def close(self) -> None:
+        """Release the providers' resources (the session cannot run afterwards)."""
+        for provider in self._providers:
+            provider.close()
+        self._providers = []
+        self._plan = None
+
+    @property
+    def _model_proto(self) -> onnx.ModelProto:
+        return self._loaded.proto

@@ -1,0 +1,49 @@
+"""CPU kernels, one module per op family.
+
+Every module listed in :data:`MODULES` registers its kernels into the shared registry when it is
+imported; :func:`load_registry` imports them all once.  A meta-test checks that every module in
+this package is listed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from onnxplug.kernels import KernelRegistry
+
+from ._registry import registry
+
+#: The kernel modules, imported in this order.
+MODULES = (
+    "activation",
+    "cast",
+    "control_flow",
+    "elementwise",
+    "image",
+    "indexing",
+    "logical",
+    "math",
+    "ml",
+    "nn",
+    "normalization",
+    "optional",
+    "pool",
+    "quantization",
+    "random",
+    "reduce",
+    "rnn",
+    "sequence",
+    "shape",
+    "signal",
+    "text",
+    "training",
+)
+
+
+@functools.cache
+def load_registry() -> KernelRegistry:
+    """The CPU registry with every kernel module imported."""
+    for name in MODULES:
+        importlib.import_module(f"{__name__}.{name}")
+    return registry

@@ -1,0 +1,21 @@
+"""Hook implementations of the CPU provider (import-light: kernels load on first use)."""
+
+from __future__ import annotations
+
+import onnxplug
+
+
+@onnxplug.hookimpl
+def onnxplug_provider_factories():
+    from .provider import CPUProviderFactory
+
+    return [CPUProviderFactory()]
+
+
+@onnxplug.hookimpl
+def onnxplug_kernels(provider):
+    if provider.name != "cpu":
+        return []
+    from .kernels import load_registry
+
+    return [load_registry()]
