@@ -158,6 +158,12 @@ class Environment:
         except Exception as error:  # noqa: BLE001 - pluggy validation errors, name clashes
             record.status, record.error = "failed", f"{type(error).__name__}: {error}"
             return
+        unknown = sorted(c.name for c in self._pm.get_hookcallers(plugin) or () if c.spec is None)
+        if unknown:
+            self._pm.unregister(plugin)
+            record.status = "failed"
+            record.error = f"PluginError: implements unknown hooks {unknown} (see onnxplug.hookspecs)"
+            return
         try:
             self._register_schemas(record)
             self._collect_factories(record)

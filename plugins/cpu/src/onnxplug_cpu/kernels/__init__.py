@@ -17,6 +17,7 @@ from ._registry import registry
 #: The kernel modules, imported in this order.
 MODULES = (
     "activation",
+    "attention",
     "cast",
     "control_flow",
     "elementwise",

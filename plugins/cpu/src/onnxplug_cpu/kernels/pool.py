@@ -1,5 +1,270 @@
-"""Pool kernels (to be filled)."""
+"""Pooling: AveragePool, MaxPool, LpPool, their Global forms, MaxUnpool and MaxRoiPool.
+
+Windowed pools pad the input once and take a strided, dilated
+``sliding_window_view`` of it, so each reduction is one numpy call over a view; the geometry
+(output size, begin/end pads, the extra cells ``ceil_mode`` needs) is worked out by
+:func:`pool_geometry`, which the convolution kernels share.
+"""
 
 from __future__ import annotations
 
-from ._registry import kernel  # noqa: F401
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.kernels import check_allocation
+
+from ._registry import kernel
+
+
+def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0, op="Pool"):
+    """Output sizes and ``(begin, end)`` pads per spatial axis.
+
+    ``end`` may exceed the declared pad when ``ceil_mode`` makes the last window run past the
+    padded input; the caller pads that far (with the reduction's neutral value).
+    Returns ``(out, begin, end, declared_end)``.
+    """
+    nd = len(in_shape)
+    kernel_shape = tuple(kernel_shape)
+    if len(kernel_shape) != nd:
+        raise Fail(f"{op}: kernel_shape {list(kernel_shape)} does not match {nd} spatial dims")
+    strides = tuple(strides) if strides else (1,) * nd
+    dilations = tuple(dilations) if dilations else (1,) * nd
+    pads = tuple(pads) if pads else (0,) * (2 * nd)
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        raise Fail(f"{op}: strides {list(strides)}, dilations {list(dilations)} or pads {list(pads)} "
+                   f"do not match {nd} spatial dims")
+    if any(s <= 0 for s in strides) or any(d <= 0 for d in dilations) or any(k <= 0 for k in kernel_shape):
+        raise InvalidArgument(f"{op}: kernel_shape, strides and dilations must be positive")
+    out, begin, end, declared = [], [], [], []
+    for i in range(nd):
+        size, k, s, d = in_shape[i], kernel_shape[i], strides[i], dilations[i]
+        ek = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-size // s)
+            total = max(0, (o - 1) * s + ek - size)
+            small = total // 2
+            pb, pe = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+        elif auto_pad == "VALID":
+            pb = pe = 0
+            o = (size - ek) // s + 1
+        elif auto_pad in ("NOTSET", "", None):
+            pb, pe = pads[i], pads[i + nd]
+            span = size + pb + pe - ek
+            if ceil_mode:
+                o = -(-span // s) + 1
+                # A last window that starts entirely in the end padding is dropped.
+                if (o - 1) * s >= size + pb:
+                    o -= 1
+            else:
+                o = span // s + 1
+        else:
+            raise Fail(f"{op}: unknown auto_pad {auto_pad!r}")
+        if o <= 0:
+            raise Fail(f"{op}: input size {size} is too small for kernel {k} (dilation {d}, pads {pb}+{pe})")
+        out.append(o)
+        begin.append(pb)
+        declared.append(pe)
+        end.append(max(pe, (o - 1) * s + ek - size - pb))
+    return tuple(out), tuple(begin), tuple(end), tuple(declared)
+
+
+def windows(x, out, begin, end, kernel_shape, strides, dilations, fill):
+    """A view ``(N, C, *out, *kernel)`` of the input padded with ``fill``."""
+    nd = len(out)
+    padding = [(0, 0)] * (x.ndim - nd) + list(zip(begin, end))
+    padded = np.pad(x, padding, constant_values=fill) if any(begin) or any(end) else x
+    strides = tuple(strides) if strides else (1,) * nd
+    dilations = tuple(dilations) if dilations else (1,) * nd
+    spans = tuple((k - 1) * d + 1 for k, d in zip(kernel_shape, dilations))
+    axes = tuple(range(x.ndim - nd, x.ndim))
+    view = sliding_window_view(padded, spans, axis=axes)
+    index = (slice(None),) * (x.ndim - nd)
+    index += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    index += tuple(slice(None, None, d) for d in dilations)
+    return view[index]
+
+
+def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad):
+    """How many cells each window averages over, as an array broadcastable to ``out``."""
+    nd = len(out)
+    strides = tuple(strides) if strides else (1,) * nd
+    dilations = tuple(dilations) if dilations else (1,) * nd
+    counts = np.ones((), dtype=np.float64)
+    for i in range(nd):
+        valid = np.zeros(begin[i] + in_shape[i] + end[i], dtype=np.float64)
+        if include_pad:
+            valid[:begin[i] + in_shape[i] + declared[i]] = 1
+        else:
+            valid[begin[i]:begin[i] + in_shape[i]] = 1
+        ek = (kernel_shape[i] - 1) * dilations[i] + 1
+        w = sliding_window_view(valid, ek)[: (out[i] - 1) * strides[i] + 1: strides[i], ::dilations[i]]
+        counts = np.multiply.outer(counts, w.sum(axis=-1))
+    return counts
+
+
+def _accumulator(dtype):
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op):
+    if kernel_shape is None:
+        raise Fail(f"{op}: kernel_shape is required")
+    if x.ndim < 3:
+        raise Fail(f"{op}: input must be at least 3-D (N, C, ...), got shape {list(x.shape)}")
+    return pool_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+
+
+@kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
+def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
+    dilations = attrs.get("dilations")
+    ceil_mode = attrs.get("ceil_mode", 0)
+    out, begin, end, declared = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
+                                               ceil_mode, "AveragePool")
+    acc = _accumulator(x.dtype)
+    view = windows(x.astype(acc), out, begin, end, kernel_shape, strides, dilations, 0)
+    nd = len(out)
+    sums = view.sum(axis=tuple(range(-nd, 0)))
+    counts = _window_counts(x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations,
+                            attrs.get("count_include_pad", 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (sums / counts).astype(x.dtype)
+
+
+@kernel("LpPool", since=(1, 2, 11, 18, 22))
+def lp_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, p, **attrs):
+    dilations = attrs.get("dilations")
+    out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
+                                        attrs.get("ceil_mode", 0), "LpPool")
+    acc = _accumulator(x.dtype)
+    view = windows(np.abs(x.astype(acc)), out, begin, end, kernel_shape, strides, dilations, 0)
+    nd = len(out)
+    return ((view ** acc(p)).sum(axis=tuple(range(-nd, 0))) ** acc(1.0 / p)).astype(x.dtype)
+
+
+def _lowest(dtype):
+    if dtype.kind == "f" or dtype.kind == "V" or dtype.name == "bfloat16":
+        return -np.inf
+    return np.iinfo(dtype).min
+
+
+@kernel("MaxPool", since=(1, 8, 10, 11, 12, 22), factory=True)
+def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
+    dilations = attrs.get("dilations")
+    ceil_mode = attrs.get("ceil_mode", 0)
+    storage_order = attrs.get("storage_order", 0)
+    want_indices = ctx.num_outputs > 1 and ctx.outputs_used[1]
+
+    def run(x):
+        out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
+                                            ceil_mode, "MaxPool")
+        nd = len(out)
+        view = windows(x, out, begin, end, kernel_shape, strides, dilations, _lowest(x.dtype))
+        y = view.max(axis=tuple(range(-nd, 0)))
+        if not want_indices:
+            return (y, None) if ctx.num_outputs > 1 else y
+        return y, _argmax_indices(x, view, out, begin, kernel_shape, strides, dilations, storage_order)
+
+    return run
+
+
+def _argmax_indices(x, view, out, begin, kernel_shape, strides, dilations, storage_order):
+    """Flat indices into the unpadded input of each window's (first) maximum."""
+    nd = len(out)
+    strides = tuple(strides) if strides else (1,) * nd
+    dilations = tuple(dilations) if dilations else (1,) * nd
+    flat = view.reshape(view.shape[:-nd] + (-1,))
+    offsets = np.unravel_index(np.argmax(flat, axis=-1), tuple(kernel_shape))
+    spatial = x.shape[2:]
+    positions = []
+    for i in range(nd):
+        grid = np.arange(out[i]).reshape((-1,) + (1,) * (nd - 1 - i)) * strides[i] - begin[i]
+        positions.append(grid + offsets[i] * dilations[i])
+    if storage_order:
+        # Column-major over the spatial axes (the last spatial axis varies slowest).
+        index = np.zeros_like(positions[0])
+        for i in reversed(range(nd)):
+            index = index * spatial[i] + positions[i]
+    else:
+        index = np.zeros_like(positions[0])
+        for i in range(nd):
+            index = index * spatial[i] + positions[i]
+    plane = math.prod(spatial)
+    nc = np.arange(x.shape[0] * x.shape[1]).reshape((x.shape[0], x.shape[1]) + (1,) * nd) * plane
+    return (index + nc).astype(np.int64)
+
+
+@kernel("GlobalAveragePool", since=(1, 22))
+def global_average_pool(x):
+    acc = _accumulator(x.dtype)
+    return x.astype(acc).mean(axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+
+
+@kernel("GlobalMaxPool", since=(1, 22))
+def global_max_pool(x):
+    return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@kernel("GlobalLpPool", since=(1, 2, 22))
+def global_lp_pool(x, *, p):
+    acc = _accumulator(x.dtype)
+    powered = np.abs(x.astype(acc)) ** acc(p)
+    return (powered.sum(axis=tuple(range(2, x.ndim)), keepdims=True) ** acc(1.0 / p)).astype(x.dtype)
+
+
+@kernel("MaxUnpool", since=(9, 11, 22), host_inputs=(2,))
+def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
+    nd = x.ndim - 2
+    strides = tuple(strides) if strides else (1,) * nd
+    pads = tuple(pads) if pads else (0,) * (2 * nd)
+    if output_shape is not None:
+        shape = tuple(int(d) for d in output_shape)
+        if len(shape) != x.ndim:
+            raise InvalidArgument(f"MaxUnpool: output_shape {list(shape)} must have rank {x.ndim}")
+    else:
+        shape = x.shape[:2] + tuple(
+            (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nd] + kernel_shape[i] for i in range(nd))
+    shape = check_allocation(shape, x.dtype, "MaxUnpool output")
+    if indices.shape != x.shape:
+        raise InvalidArgument(f"MaxUnpool: indices shape {list(indices.shape)} differs from X {list(x.shape)}")
+    total = math.prod(shape)
+    flat_indices = indices.reshape(-1).astype(np.int64)
+    if flat_indices.size and (flat_indices.min() < 0 or flat_indices.max() >= total):
+        raise InvalidArgument(f"MaxUnpool: an index is outside the output of {total} elements")
+    out = np.zeros(total, dtype=x.dtype)
+    out[flat_indices] = x.reshape(-1)
+    return out.reshape(shape)
+
+
+@kernel("MaxRoiPool", since=(1, 22))
+def max_roi_pool(x, rois, *, pooled_shape=None, spatial_scale):
+    if pooled_shape is None or len(pooled_shape) != 2:
+        raise Fail(f"MaxRoiPool: pooled_shape must have 2 values, got {pooled_shape}")
+    n, c, height, width = x.shape
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise InvalidArgument(f"MaxRoiPool: rois must have shape (num_rois, 5), got {list(rois.shape)}")
+    batch = rois[:, 0].astype(np.int64)
+    if batch.size and (batch.min() < 0 or batch.max() >= n):
+        raise InvalidArgument(f"MaxRoiPool: a batch index in rois is outside [0, {n})")
+    box = np.round(rois[:, 1:].astype(np.float64) * spatial_scale).astype(np.int64)
+    ph, pw = pooled_shape
+
+    def bins(start, stop, pooled, size):
+        # Each bin's [lo, hi) cells per roi, Caffe style, as a (rois, pooled, size) mask.
+        extent = np.maximum(stop - start + 1, 1).astype(np.float64)[:, None] / pooled
+        steps = np.arange(pooled)[None, :]
+        lo = np.clip(np.floor(steps * extent).astype(np.int64) + start[:, None], 0, size)
+        hi = np.clip(np.ceil((steps + 1) * extent).astype(np.int64) + start[:, None], 0, size)
+        cells = np.arange(size)
+        return (cells >= lo[..., None]) & (cells < hi[..., None])
+
+    mask_h = bins(box[:, 1], box[:, 3], ph, height)   # (R, ph, H)
+    mask_w = bins(box[:, 0], box[:, 2], pw, width)    # (R, pw, W)
+    low = _lowest(x.dtype)
+    picked = x[batch]                                  # (R, C, H, W)
+    over_w = np.where(mask_w[:, None, None, :, :], picked[:, :, :, None, :], low).max(axis=-1)  # R,C,H,pw
+    over_h = np.where(mask_h[:, None, :, :, None], over_w[:, :, None, :, :], low).max(axis=3)   # R,C,ph,pw
+    empty = ~mask_h.any(axis=-1)[:, :, None] | ~mask_w.any(axis=-1)[:, None, :]
+    return np.where(empty[:, None], x.dtype.type(0), over_h).astype(x.dtype)

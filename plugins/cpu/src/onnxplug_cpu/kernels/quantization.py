@@ -1,5 +1,344 @@
-"""Quantization kernels (to be filled)."""
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and the integer
+convolution / matmul family (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul).
+
+Integer results are computed exactly: accumulations of 8/16-bit products run in float64 (exact
+below 2**53, and BLAS-fast) or int64, and are only then cast to int32.  Rounding to integers is
+half-to-even (``np.rint``) followed by saturation to the output type's range.
+"""
 
 from __future__ import annotations
 
-from ._registry import kernel  # noqa: F401
+
+import ml_dtypes
+import numpy as np
+from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.graph import np_dtype
+
+from ._registry import kernel
+
+# Saturation ranges of the integer quantized types, keyed by numpy dtype.
+_INT_RANGES = {
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int8): (-128, 127),
+    np.dtype(np.uint16): (0, 65535),
+    np.dtype(np.int16): (-32768, 32767),
+    np.dtype(ml_dtypes.uint4): (0, 15),
+    np.dtype(ml_dtypes.int4): (-8, 7),
+    np.dtype(ml_dtypes.uint2): (0, 3),
+    np.dtype(ml_dtypes.int2): (-2, 1),
+}
+# float8 types whose non-saturating conversion can produce inf/NaN.
+_FLOAT8 = {
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e4m3fnuz),
+    np.dtype(ml_dtypes.float8_e5m2),
+    np.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+
+
+def _as_float(a):
+    """numpy arithmetic on ml_dtypes floats (bfloat16, float8...) is done in float32."""
+    if a.dtype in (np.float16, np.float32, np.float64):
+        return a
+    return a.astype(np.float32)
+
+
+def _param_like(param, x, axis, block_size, what):
+    """Reshape a scale/zero-point so that it broadcasts against ``x``: per-tensor (scalar or one
+    element), per-axis (1-D along ``axis``) or blocked (same rank, repeated ``block_size`` times)."""
+    if param.ndim == 0 or (param.size == 1 and block_size <= 0):
+        return param.reshape(())
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis < x.ndim:
+        raise InvalidArgument(f"axis {axis} is out of range for input of rank {x.ndim}")
+    if block_size > 0:
+        if param.ndim != x.ndim:
+            raise InvalidArgument(
+                f"blocked {what} must have the input's rank {x.ndim}, got shape {param.shape}")
+        expanded = np.repeat(param, block_size, axis=axis)
+        if expanded.shape[axis] < x.shape[axis]:
+            raise InvalidArgument(
+                f"{what} shape {param.shape} with block_size {block_size} does not cover input shape {x.shape}")
+        expanded = np.take(expanded, np.arange(x.shape[axis]), axis=axis)
+        if expanded.shape != x.shape:
+            raise InvalidArgument(f"blocked {what} shape {param.shape} does not match input shape {x.shape}")
+        return expanded
+    if param.ndim != 1 or param.shape[0] != x.shape[axis]:
+        raise InvalidArgument(
+            f"per-axis {what} must be 1-D of length {x.shape[axis]} (axis {axis}), got shape {param.shape}")
+    shape = [1] * x.ndim
+    shape[axis] = param.shape[0]
+    return param.reshape(shape)
+
+
+def _saturate(values, dtype, saturate=True):
+    """Round (integers) and saturate float ``values`` into the quantized ``dtype``."""
+    if dtype in _INT_RANGES:
+        low, high = _INT_RANGES[dtype]
+        return np.clip(np.rint(values), low, high).astype(dtype)
+    if dtype in _FLOAT8 and saturate:
+        limit = float(ml_dtypes.finfo(dtype).max)
+        values = np.where(np.isnan(values), values, np.clip(values, -limit, limit))
+    return values.astype(dtype)
+
+
+def _quantize(x, y_scale, y_zero_point, *, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0):
+    if y_zero_point is not None:
+        out_dtype = y_zero_point.dtype
+        if output_dtype and np_dtype(output_dtype) != out_dtype:
+            raise InvalidArgument(
+                f"output_dtype {output_dtype} differs from y_zero_point's type {out_dtype}")
+    else:
+        out_dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
+    if out_dtype not in _INT_RANGES and out_dtype.kind not in "fV" and out_dtype not in _FLOAT8:
+        raise Fail(f"{out_dtype} is not a quantized type")
+    scale = _param_like(y_scale, x, axis, block_size, "y_scale")
+    if precision:
+        work = np_dtype(precision)
+        scaled = _as_float(x.astype(work) / scale.astype(work))
+    else:
+        scaled = _as_float(x) / _as_float(scale)
+    if y_zero_point is not None:
+        zero = _param_like(y_zero_point, x, axis, block_size, "y_zero_point")
+        if out_dtype in _INT_RANGES:
+            scaled = np.rint(scaled) + zero.astype(np.float64)
+        else:
+            scaled = scaled + zero.astype(np.float32)
+    return _saturate(scaled, out_dtype, bool(saturate))
+
+
+@kernel("QuantizeLinear", since=(10,))
+def quantize_linear_10(x, y_scale, y_zero_point=None):
+    return _quantize(x, y_scale, y_zero_point)
+
+
+@kernel("QuantizeLinear", since=(13,))
+def quantize_linear_13(x, y_scale, y_zero_point=None, *, axis):
+    return _quantize(x, y_scale, y_zero_point, axis=axis)
+
+
+@kernel("QuantizeLinear", since=(19,))
+def quantize_linear_19(x, y_scale, y_zero_point=None, *, axis, saturate):
+    return _quantize(x, y_scale, y_zero_point, axis=axis, saturate=saturate)
+
+
+@kernel("QuantizeLinear", since=(21,))
+def quantize_linear_21(x, y_scale, y_zero_point=None, *, axis, saturate, block_size, output_dtype):
+    return _quantize(x, y_scale, y_zero_point, axis=axis, saturate=saturate,
+                     block_size=block_size, output_dtype=output_dtype)
+
+
+@kernel("QuantizeLinear", since=(23, 24, 25, 28))
+def quantize_linear_23(x, y_scale, y_zero_point=None, *, axis, saturate, block_size, output_dtype, precision):
+    return _quantize(x, y_scale, y_zero_point, axis=axis, saturate=saturate,
+                     block_size=block_size, output_dtype=output_dtype, precision=precision)
+
+
+def _dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=0):
+    out_dtype = np_dtype(output_dtype) if output_dtype else x_scale.dtype
+    if x.dtype in _INT_RANGES or x.dtype.kind in "iu":
+        values = x.astype(np.int64)
+        if x_zero_point is not None:
+            values = values - _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.int64)
+        values = values.astype(np.float64 if x.dtype == np.int32 else np.float32)
+    else:  # float8 / float4: the zero point is a float of the same type
+        values = x.astype(np.float32)
+        if x_zero_point is not None:
+            values = values - _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.float32)
+    scale = _param_like(x_scale, x, axis, block_size, "x_scale")
+    if out_dtype == np.float16 and x_scale.dtype == np.float16:
+        return (values.astype(np.float16) * scale).astype(out_dtype)
+    return (values * scale.astype(np.float32)).astype(out_dtype)
+
+
+@kernel("DequantizeLinear", since=(10,))
+def dequantize_linear_10(x, x_scale, x_zero_point=None):
+    return _dequantize(x, x_scale, x_zero_point)
+
+
+@kernel("DequantizeLinear", since=(13, 19))
+def dequantize_linear_13(x, x_scale, x_zero_point=None, *, axis):
+    return _dequantize(x, x_scale, x_zero_point, axis=axis)
+
+
+@kernel("DequantizeLinear", since=(21,))
+def dequantize_linear_21(x, x_scale, x_zero_point=None, *, axis, block_size):
+    return _dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size)
+
+
+@kernel("DequantizeLinear", since=(23, 24, 25, 28))
+def dequantize_linear_23(x, x_scale, x_zero_point=None, *, axis, block_size, output_dtype):
+    return _dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype)
+
+
+@kernel("DynamicQuantizeLinear", since=(11,))
+def dynamic_quantize_linear(x):
+    """uint8 quantization whose range always includes 0, so that 0 is exactly representable."""
+    x32 = x.astype(np.float32)
+    high = max(float(x32.max()) if x32.size else 0.0, 0.0)
+    low = min(float(x32.min()) if x32.size else 0.0, 0.0)
+    scale = np.float32((high - low) / 255.0)
+    if scale == 0:
+        zero = np.uint8(0)
+        y = np.zeros(x.shape, np.uint8)
+    else:
+        zero = np.uint8(np.clip(np.rint(np.float32(0 - low) / scale), 0, 255))
+        y = np.clip(np.rint(x32 / scale) + float(zero), 0, 255).astype(np.uint8)
+    return y, np.array(scale, np.float32), np.array(zero, np.uint8)
+
+
+def _matmul_exact(a, b):
+    """Integer matmul with an int32 result; float64 BLAS is exact for 8/16-bit operands."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise InvalidArgument("MatMulInteger inputs must have rank >= 1")
+    return np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64)))
+
+
+def _row_zero(zero, a):
+    """A's zero point: scalar, or one per row (1-D of length M) for a matrix."""
+    if zero is None:
+        return 0
+    if zero.size == 1:
+        return zero.reshape(()).astype(np.int64)
+    if a.ndim >= 2 and zero.ndim == 1 and zero.shape[0] == a.shape[-2]:
+        return zero.astype(np.int64)[:, None]
+    return zero.astype(np.int64)
+
+
+def _col_zero(zero):
+    if zero is None:
+        return 0
+    return zero.reshape(()).astype(np.int64) if zero.size == 1 else zero.astype(np.int64)
+
+
+@kernel("MatMulInteger", since=(10,))
+def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
+    left = a.astype(np.int64) - _row_zero(a_zero_point, a)
+    right = b.astype(np.int64) - _col_zero(b_zero_point)
+    return _matmul_exact(left, right).astype(np.int32)
+
+
+def _requantize(acc, multiplier, y_zero_point):
+    """Scale an int32 accumulator to the output's quantized type (float32 arithmetic, like the
+    reference), rounding half-to-even and saturating."""
+    scaled = acc.astype(np.float32) * multiplier.astype(np.float32)
+    return _saturate(np.rint(scaled).astype(np.float64) + y_zero_point.astype(np.float64), y_zero_point.dtype)
+
+
+@kernel("QLinearMatMul", since=(10, 21))
+def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    left = a.astype(np.int64) - _row_zero(a_zero_point, a)
+    right = b.astype(np.int64) - _col_zero(b_zero_point)
+    acc = _matmul_exact(left, right)
+    a_s = _as_float(a_scale).astype(np.float32)
+    if a_s.ndim == 1 and a_s.size > 1:
+        a_s = a_s[:, None]
+    multiplier = a_s * _as_float(b_scale).astype(np.float32) / _as_float(y_scale).astype(np.float32)
+    return _requantize(acc, multiplier, y_zero_point)
+
+
+# --- integer convolution -------------------------------------------------------------------
+
+
+def _conv_pads(spatial, kernel_shape, strides, dilations, pads, auto_pad):
+    n = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel_shape, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small = total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else total - small)
+            ends.append(total - small if auto_pad == "SAME_UPPER" else small)
+        return begins, ends
+    if auto_pad == "VALID" or pads is None:
+        return [0] * n, [0] * n
+    if auto_pad != "NOTSET":
+        raise Fail(f"unknown auto_pad {auto_pad!r}")
+    if len(pads) != 2 * n:
+        raise InvalidArgument(f"pads {pads} must have {2 * n} values")
+    return list(pads[:n]), list(pads[n:])
+
+
+def _integer_conv(x, w, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+    """Exact convolution of zero-point-corrected integer tensors; returns float64 sums.
+
+    Gathers one strided view of the padded input per kernel offset (a few dozen at most) and
+    contracts channels and offsets in a single BLAS call per group.
+    """
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise InvalidArgument(f"conv input shape {x.shape} and weight shape {w.shape} do not match")
+    spatial = x.shape[2:]
+    n_sp = len(spatial)
+    kernel_shape = tuple(kernel_shape) if kernel_shape else w.shape[2:]
+    strides = tuple(strides) if strides else (1,) * n_sp
+    dilations = tuple(dilations) if dilations else (1,) * n_sp
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise InvalidArgument(
+            f"channels do not match: input {x.shape}, weight {w.shape}, group {group}")
+    begins, ends = _conv_pads(spatial, kernel_shape, strides, dilations, pads, auto_pad)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(zip(begins, ends)))
+    out_sp = [
+        (xp.shape[2 + i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1
+        for i in range(n_sp)
+    ]
+    if any(o <= 0 for o in out_sp):
+        raise InvalidArgument(f"conv output would be empty for input {x.shape} and kernel {kernel_shape}")
+    offsets = list(np.ndindex(*kernel_shape))
+    columns = np.empty((x.shape[0], x.shape[1], len(offsets), *out_sp), np.float64)
+    for j, offset in enumerate(offsets):
+        index = tuple(
+            slice(o * d, o * d + s * (size - 1) + 1, s)
+            for o, d, s, size in zip(offset, dilations, strides, out_sp)
+        )
+        columns[:, :, j] = xp[(slice(None), slice(None)) + index]
+    c_per, m_per = w.shape[1], w.shape[0] // group
+    wf = w.astype(np.float64).reshape(w.shape[0], c_per, -1)
+    parts = []
+    for g in range(group):
+        cols = columns[:, g * c_per:(g + 1) * c_per]
+        parts.append(np.tensordot(wf[g * m_per:(g + 1) * m_per], cols, axes=([1, 2], [1, 2])))
+    result = np.concatenate(parts, axis=0) if group > 1 else parts[0]
+    return np.moveaxis(result, 0, 1)
+
+
+def _per_channel(zero, channels):
+    """A weight zero point / scale: scalar or one per output channel, shaped to broadcast."""
+    if zero.size == 1:
+        return zero.reshape(())
+    if zero.ndim != 1 or zero.shape[0] != channels:
+        raise InvalidArgument(f"per-channel parameter shape {zero.shape} does not match {channels} channels")
+    return zero
+
+
+@kernel("ConvInteger", since=(10,))
+def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, dilations=None, group,
+                 kernel_shape=None, pads=None, strides=None):
+    xi = x.astype(np.int64) - (0 if x_zero_point is None else x_zero_point.astype(np.int64).reshape(()))
+    wi = w.astype(np.int64)
+    if w_zero_point is not None:
+        wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
+        wi = wi - wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wi - wz
+    acc = _integer_conv(xi, wi, auto_pad=auto_pad, dilations=dilations, group=group,
+                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return np.rint(acc).astype(np.int32)
+
+
+@kernel("QLinearConv", since=(10,))
+def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                 auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
+    xi = x.astype(np.int64) - x_zero_point.astype(np.int64).reshape(())
+    wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
+    wi = w.astype(np.int64) - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
+    acc = _integer_conv(xi, wi, auto_pad=auto_pad, dilations=dilations, group=group,
+                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+    channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
+    if B is not None:
+        acc = acc + B.astype(np.float64).reshape(channel_shape)
+    w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
+    multiplier = (_as_float(x_scale).astype(np.float32).reshape(()) * w_s) / _as_float(y_scale).astype(np.float32).reshape(())
+    if multiplier.ndim:
+        multiplier = multiplier.reshape(channel_shape)
+    return _requantize(acc, multiplier, y_zero_point.reshape(()))
+
+
