@@ -2,7 +2,9 @@
 
 from ._io import ModelMetadata, NodeArg
 from ._plan import GraphPlan, SubgraphRunner
+from .iobinding import IOBinding
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
+from .ortvalue import OrtDevice, OrtValue
 from .session import InferenceSession
 
 __all__ = [
@@ -10,9 +12,12 @@ __all__ = [
     "ExecutionOrder",
     "GraphOptimizationLevel",
     "GraphPlan",
+    "IOBinding",
     "InferenceSession",
     "ModelMetadata",
     "NodeArg",
+    "OrtDevice",
+    "OrtValue",
     "RunOptions",
     "SessionOptions",
     "SubgraphRunner",

@@ -131,6 +131,15 @@ class RunOptions(_ConfigEntries):
         # A plain attribute: the executor reads it between nodes, so it must be cheap.
         self.terminate = False
 
+    @property
+    def run_log_id(self) -> str:
+        """Alias of ``logid`` (the name onnxruntime's C API uses)."""
+        return self.logid
+
+    @run_log_id.setter
+    def run_log_id(self, value: str) -> None:
+        self.logid = value
+
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._add(key, value)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
@@ -23,7 +24,9 @@ from ..partition import ProviderSlot
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
 from ._plan import GraphPlan, build_plan
 from ._providers import create_providers, parse_providers, select_factories
+from .iobinding import IOBinding
 from .options import RunOptions, SessionOptions
+from .ortvalue import OrtValue
 
 __all__ = ["InferenceSession"]
 
@@ -51,6 +54,23 @@ def _name_nodes(model: Any) -> None:
                     pending.append(attr.value)
                 elif attr.type.name == "GRAPHS":
                     pending.extend(attr.value)
+
+
+def _thread_controller(threads: int) -> Any:
+    """A threadpoolctl controller limiting BLAS threads during ``run``, or ``None`` for the
+    default.  threadpoolctl is optional: without it the option is reported and ignored."""
+    if threads <= 0:
+        return None
+    try:
+        import threadpoolctl
+    except ImportError:
+        warnings.warn(
+            "intra_op_num_threads is ignored: install threadpoolctl to limit numpy's BLAS threads",
+            UserWarning,
+            stacklevel=4,
+        )
+        return None
+    return threadpoolctl.ThreadpoolController()
 
 
 class InferenceSession:
@@ -81,7 +101,7 @@ class InferenceSession:
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         external_dir = self._sess_options._entries().get("session.model_external_data_dir")
         self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
-        self._lock = threading.Lock()
+        self._threads = _thread_controller(self._sess_options.intra_op_num_threads)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
         self._create(parse_providers(providers, provider_options))
@@ -163,7 +183,11 @@ class InferenceSession:
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
         token = enter_run(RunState(run_options))
         try:
-            results = plan.execute(inputs)
+            if self._threads is None:
+                results = plan.execute(inputs)
+            else:
+                with self._threads.limit(limits=self._sess_options.intra_op_num_threads, user_api="blas"):
+                    results = plan.execute(inputs)
         finally:
             leave_run(token)
         protected = set(plan.constant_ids) | {id(v) for v in feeds.values()}
@@ -182,6 +206,64 @@ class InferenceSession:
                 raise InvalidArgument(f"Invalid output name: {name} (the model's outputs are {list(self._output_index)})")
             indices.append(index)
         return indices
+
+    def _input_names(self) -> set[str]:
+        return {spec.name for spec in self._input_specs}
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, Any],
+                            run_options: RunOptions | None = None) -> list[OrtValue]:
+        """Like :meth:`run` with OrtValues in and out (numpy arrays are accepted in too)."""
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        if iobinding._session is not self:
+            raise ValueError("IOBinding must be used with the session that created it.")
+        iobinding._run(run_options)
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+                  callback: Callable[[list[Any], Any, str], None], user_data: Any,
+                  run_options: RunOptions | None = None) -> None:
+        """Run on a worker thread and call ``callback(results, user_data, error_message)``.
+
+        Missing inputs are reported at once (as onnxruntime does); any other failure reaches the
+        callback with ``results == []`` and the message in ``error_message``.
+        """
+        check_feeds(self._input_specs, input_feed)
+        self._output_indices(output_names)
+
+        def work() -> None:
+            try:
+                results = self.run(output_names, input_feed, run_options)
+            except Exception as error:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                callback([], user_data, str(error))
+                return
+            callback(results, user_data, "")
+
+        threading.Thread(target=work, name="onnxplug-run-async", daemon=True).start()
+
+    def set_providers(self, providers: Sequence[Any] | None = None,
+                      provider_options: Sequence[dict] | None = None) -> None:
+        """Rebuild the session with other providers.  No fallback: an unknown or unavailable
+        provider raises, and the session holds no model until a valid call."""
+        requests = parse_providers(providers, provider_options)
+        self.close()
+        fallback, self._fallback = self._fallback, False
+        try:
+            self._create(requests)
+        except InvalidArgument as error:
+            raise RuntimeError(str(error.message)) from error
+        finally:
+            self._fallback = fallback
+
+    def disable_fallback(self) -> None:
+        """Unknown or unavailable providers become errors (instead of warnings)."""
+        self._fallback = False
+
+    def enable_fallback(self) -> None:
+        self._fallback = True
 
     def close(self) -> None:
         """Release the providers' resources (the session cannot run afterwards)."""

@@ -18,7 +18,9 @@ from ._registry import registry
 MODULES = (
     "activation",
     "attention",
+    "bitwise",
     "cast",
+    "construct",
     "control_flow",
     "elementwise",
     "image",
@@ -34,11 +36,14 @@ MODULES = (
     "random",
     "reduce",
     "rnn",
+    "scatter",
     "sequence",
     "shape",
     "signal",
+    "sorting",
     "text",
     "training",
+    "unary",
 )
 
 

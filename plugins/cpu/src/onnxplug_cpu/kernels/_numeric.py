@@ -8,8 +8,6 @@ are, never widened in the result.
 
 from __future__ import annotations
 
-import functools
-
 import ml_dtypes
 import numpy as np
 
@@ -49,11 +47,11 @@ def float_unary(fn):
     comes back in the input's dtype, as an ndarray, with floating-point warnings silenced
     (NaN and infinities are legitimate ONNX results)."""
 
-    @functools.wraps(fn)
     def wrapper(x, *args, **attrs):
         with np.errstate(all="ignore"):
             return as_dtype(fn(widen(x), *args, **attrs), x.dtype)
 
+    wrapper.__qualname__ = wrapper.__name__ = getattr(fn, "__name__", "float_unary")
     return wrapper
 
 

@@ -1,8 +1,11 @@
 """Scaled dot-product attention (Attention-23/24/25) and RotaryEmbedding.
 
-Attention is computed in float32 (float64 when any input or ``softmax_precision`` asks for
-double) and cast back to the query's type, so float16/bfloat16 models do not lose precision in
-the QK product or the softmax.  Grouped-query attention never repeats K/V: the query heads are
+Attention is computed in float32 (float64 when an input or ``softmax_precision`` asks for double)
+and cast back to the query's type, so float16 models do not lose precision in the QK product or
+the softmax.  bfloat16 is the exception: the spec's function body runs every step in T1, and with
+only 8 mantissa bits the expected results carry that step-by-step rounding (a float32 pipeline is
+off by one bfloat16 ulp in a quarter of the outputs), so bfloat16 inputs are computed in bfloat16
+with each matmul rounded back to it.  Grouped-query attention never repeats K/V: the query heads are
 viewed as ``(kv_heads, group)`` and broadcast against their shared K/V head, which is the
 ``floor(h / group)`` assignment the spec describes.
 
@@ -22,6 +25,7 @@ from ._registry import kernel
 
 #: ``qk_matmul_output_mode`` values.
 _QK_RAW, _QK_SOFTCAPPED, _QK_BIASED, _QK_SOFTMAX = 0, 1, 2, 3
+_BFLOAT16 = np_dtype(16)
 
 
 def compute_dtype(*arrays, precision=None):
@@ -31,6 +35,13 @@ def compute_dtype(*arrays, precision=None):
     if any(a.dtype == np.float64 for a in arrays):
         return np.dtype(np.float64)
     return np.dtype(np.float32)
+
+
+def _work_dtype(q, v):
+    """The type attention runs in (see the module docstring for bfloat16)."""
+    if q.dtype == _BFLOAT16 and v.dtype == _BFLOAT16:
+        return q.dtype
+    return compute_dtype(q, v)
 
 
 def softmax_rows(x):
@@ -149,7 +160,8 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
     batch, q_heads, q_len, head = q4.shape
     kv_heads, total = present_key.shape[1], present_key.shape[2]
     group = q_heads // kv_heads
-    dtype = compute_dtype(q, k, v, precision=softmax_precision)
+    dtype = _work_dtype(q, v)
+    soft_dtype = dtype if softmax_precision is None else np_dtype(softmax_precision)
 
     offset = 0 if past_key is None else past_key.shape[2]
     if nonpad_kv_seqlen is not None:
@@ -171,12 +183,12 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
         except ValueError:
             raise Fail(f"attention mask of shape {bias.shape} does not broadcast to {full}") from None
 
-    root = np.sqrt(dtype.type(1 / np.sqrt(head) if scale is None else scale))
+    root = dtype.type(np.sqrt(1 / np.sqrt(head) if scale is None else np.float64(scale)))
     qs = q4.astype(dtype) * root
     ks = present_key.astype(dtype) * root
     # Query head h reads K/V head h // group: view Q as (B, kv_heads, group, S, D).
     scores = np.matmul(qs.reshape(batch, kv_heads, group, q_len, head),
-                       np.swapaxes(ks, -1, -2)[:, :, None]).reshape(full)
+                       np.swapaxes(ks, -1, -2)[:, :, None]).reshape(full).astype(dtype, copy=False)
     qk = scores if qk_matmul_output_mode == _QK_RAW else None
     if softcap > 0:
         scores = softcap * np.tanh(scores / softcap)
@@ -187,16 +199,18 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
             scores = scores + bias
     if qk_matmul_output_mode == _QK_BIASED:
         qk = scores
-    if softmax_precision is not None and np_dtype(softmax_precision) != dtype:
-        # A narrower precision than we compute in: round the logits to it first.
-        scores = scores.astype(np_dtype(softmax_precision)).astype(dtype)
+    if soft_dtype != dtype:
+        scores = scores.astype(soft_dtype)
+        if soft_dtype == np.float16:  # round to it, but exponentiate in float32
+            scores = scores.astype(np.float32)
     probs = softmax_rows(scores)
     if bias is not None:
         dead = np.all(np.isneginf(bias), axis=-1, keepdims=True)
         if dead.any():
-            probs = np.where(dead, dtype.type(0), probs)
+            probs = np.where(dead, probs.dtype.type(0), probs)
     if qk_matmul_output_mode == _QK_SOFTMAX:
         qk = probs
+    probs = probs.astype(dtype, copy=False)
     out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, total),
                     present_value.astype(dtype)[:, :, None])
     out = out.reshape(batch, q_heads, q_len, -1)

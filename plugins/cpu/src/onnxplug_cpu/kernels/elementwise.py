@@ -1,45 +1,189 @@
-"""Broadcasting arithmetic: Add, Sub, Mul, Div."""
+"""Broadcasting arithmetic: Add, Sub, Mul, Div, Pow, Mod, the variadic Max, Min, Sum, Mean, and Where.
+
+Opsets 1 and 6 of the binary ops predate numpy-style broadcasting: with ``broadcast=1`` the
+second input's shape must match a contiguous run of the first input's dims starting at ``axis``
+(the trailing dims when ``axis`` is absent), so it is reshaped with unit dims around it.
+"""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from onnxplug.errors import InvalidArgument
+from onnxplug.errors import Fail, InvalidArgument
 
+from ._numeric import as_dtype, is_float, widen
 from ._registry import kernel
 
 
-def _same_dtype(a, b, op):
-    if a.dtype != b.dtype:
-        raise InvalidArgument(f"{op}: input types differ ({a.dtype} and {b.dtype})")
+def _same_dtype(op, *arrays):
+    first = arrays[0].dtype
+    for other in arrays[1:]:
+        if other.dtype != first:
+            raise InvalidArgument(f"{op}: input types differ ({first} and {other.dtype})")
 
 
-@kernel("Add", since=(7, 13, 14))
-def add(a, b):
-    _same_dtype(a, b, "Add")
-    return np.add(a, b)
+def legacy_broadcast(op, a, b, broadcast, axis):
+    """``(a, b)`` aligned by the pre-opset-7 rule (see the module docstring)."""
+    if not broadcast:
+        if a.shape != b.shape and b.size != 1:
+            raise InvalidArgument(
+                f"{op}: shapes {a.shape} and {b.shape} differ and broadcast is 0 (opset < 7)"
+            )
+        return a, b
+    if axis is None:
+        return a, b
+    start = axis + a.ndim if axis < 0 else axis
+    if start < 0 or start + b.ndim > a.ndim or a.shape[start:start + b.ndim] != b.shape:
+        raise InvalidArgument(f"{op}: shape {b.shape} cannot broadcast into {a.shape} at axis {axis}")
+    return a, b.reshape((1,) * start + b.shape + (1,) * (a.ndim - start - b.ndim))
 
 
-@kernel("Sub", since=(7, 13, 14))
-def sub(a, b):
-    _same_dtype(a, b, "Sub")
-    return np.subtract(a, b)
+def _register_binary(op, fn, *, modern, legacy):
+    """Register ``fn(a, b)`` for the numpy-broadcasting versions and a wrapper for the legacy ones."""
+    kernel(op, since=modern)(fn)
+
+    def legacy_kernel(a, b, *, axis=None, broadcast, **_consumed_inputs):
+        a, b = legacy_broadcast(op, a, b, broadcast, axis)
+        return fn(a, b)
+
+    legacy_kernel.__qualname__ = legacy_kernel.__name__ = f"{fn.__name__}_legacy"
+    kernel(op, since=legacy)(legacy_kernel)
 
 
-@kernel("Mul", since=(7, 13, 14))
-def mul(a, b):
-    _same_dtype(a, b, "Mul")
-    return np.multiply(a, b)
+def _arith(op, ufunc):
+    def compute(a, b):
+        _same_dtype(op, a, b)
+        with np.errstate(all="ignore"):  # integer wrap-around and IEEE specials are results
+            return as_dtype(ufunc(a, b), a.dtype)
+
+    compute.__qualname__ = compute.__name__ = op.lower()
+    return compute
 
 
-@kernel("Div", since=(7, 13, 14))
 def div(a, b):
-    _same_dtype(a, b, "Div")
-    if a.dtype.kind in "iu":
-        if np.any(b == 0):
-            raise InvalidArgument("Div: integer division by zero")
-        # ONNX integer division truncates toward zero (C semantics), unlike numpy's floor.
-        quotient = np.abs(a) // np.abs(b)
-        with np.errstate(over="ignore"):
-            return np.where((a < 0) != (b < 0), -quotient, quotient).astype(a.dtype)
-    return np.divide(a, b)
+    _same_dtype("Div", a, b)
+    if a.dtype.kind not in "iu":
+        with np.errstate(all="ignore"):
+            return as_dtype(np.divide(a, b), a.dtype)
+    if np.any(b == 0):
+        raise InvalidArgument("Div: integer division by zero")
+    with np.errstate(all="ignore"):  # INT_MIN / -1 wraps to INT_MIN instead of trapping
+        quotient = np.floor_divide(a, b)
+        if a.dtype.kind == "i":
+            # ONNX truncates toward zero; numpy floors: step back up where the floor was inexact
+            # and the signs differ.
+            inexact = (a - quotient * b) != 0
+            quotient = quotient + (inexact & ((a < 0) != (b < 0))).astype(a.dtype)
+    return as_dtype(quotient, a.dtype)
+
+
+for _op, _fn in (
+    ("Add", _arith("Add", np.add)),
+    ("Sub", _arith("Sub", np.subtract)),
+    ("Mul", _arith("Mul", np.multiply)),
+    ("Div", div),
+):
+    _register_binary(_op, _fn, modern=(7, 13, 14), legacy=(1, 6))
+
+
+def power(x, y):
+    """``x ** y`` in ``x``'s dtype; the exponent may be of another numeric type (opset 12+)."""
+    with np.errstate(all="ignore"):
+        if is_float(x.dtype):
+            base = widen(x)
+            exponent = widen(y)
+            if exponent.dtype.kind in "iub":
+                exponent = exponent.astype(base.dtype)
+            return as_dtype(np.power(base, exponent), x.dtype)
+        if is_float(y.dtype):
+            # An integer base with a float exponent: compute in double, truncate like C's cast.
+            return as_dtype(np.trunc(np.power(x.astype(np.float64), widen(y).astype(np.float64))), x.dtype)
+        base = x.astype(np.int64)
+        exponent = y.astype(np.int64)
+        negative = exponent < 0
+        result = np.power(base, np.where(negative, 0, exponent))
+        if np.any(negative):
+            # x ** -n is a fraction that truncates to 0 except for x = 1 and x = -1.
+            odd = (exponent % 2) != 0
+            fraction = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+            result = np.where(negative, fraction, result)
+        return as_dtype(result, x.dtype)
+
+
+kernel("Pow", since=(7, 12, 13, 15))(power)
+
+
+@kernel("Pow", since=(1,))
+def power_legacy(x, y, *, axis=None, broadcast):
+    x, y = legacy_broadcast("Pow", x, y, broadcast, axis)
+    return power(x, y)
+
+
+@kernel("Mod", since=(10, 13, 28))
+def mod(a, b, *, fmod):
+    """``fmod=0``: the remainder takes the divisor's sign (floored); ``fmod=1``: the dividend's
+    (truncated, C's fmod)."""
+    _same_dtype("Mod", a, b)
+    if fmod not in (0, 1):
+        raise InvalidArgument(f"Mod: fmod must be 0 or 1, got {fmod}")
+    if a.dtype.kind in "iu" and np.any(b == 0):
+        raise InvalidArgument("Mod: integer modulo by zero")
+    with np.errstate(all="ignore"):
+        result = np.fmod(widen(a), widen(b)) if fmod else np.mod(widen(a), widen(b))
+    return as_dtype(result, a.dtype)
+
+
+def _variadic(op, inputs, combine, *, mean=False):
+    if not inputs:
+        raise Fail(f"{op}: needs at least one input")
+    _same_dtype(op, *inputs)
+    dtype = inputs[0].dtype
+    with np.errstate(all="ignore"):
+        result = functools.reduce(combine, [widen(x) for x in inputs])
+        if mean:
+            result = result / result.dtype.type(len(inputs))
+    return as_dtype(result, dtype)
+
+
+def maximum(*inputs):
+    return _variadic("Max", inputs, np.maximum)
+
+
+def minimum(*inputs):
+    return _variadic("Min", inputs, np.minimum)
+
+
+def total(*inputs):
+    return _variadic("Sum", inputs, np.add)
+
+
+def mean(*inputs):
+    return _variadic("Mean", inputs, np.add, mean=True)
+
+
+def _ignoring_consumed_inputs(fn):
+    def legacy(*inputs, consumed_inputs=None):
+        return fn(*inputs)
+
+    legacy.__qualname__ = legacy.__name__ = f"{fn.__name__}_legacy"
+    return legacy
+
+
+for _op, _fn, _modern in (
+    ("Max", maximum, (6, 8, 12, 13)),
+    ("Min", minimum, (6, 8, 12, 13)),
+    ("Sum", total, (6, 8, 13)),
+    ("Mean", mean, (6, 8, 13)),
+):
+    kernel(_op, since=_modern)(_fn)
+    kernel(_op, since=(1,))(_ignoring_consumed_inputs(_fn))
+
+
+@kernel("Where", since=(9, 16))
+def where(condition, x, y):
+    _same_dtype("Where", x, y)
+    if condition.dtype != np.bool_:
+        raise InvalidArgument(f"Where: condition must be bool, got {condition.dtype}")
+    return np.asarray(np.where(condition, x, y)).astype(x.dtype, copy=False)

@@ -1,5 +1,264 @@
-"""Nn kernels (to be filled)."""
+"""Convolutions and Dropout: Conv, ConvTranspose, DeformConv, Col2Im, Dropout.
+
+Conv is im2col over a strided ``sliding_window_view`` followed by one batched matmul per run
+(all groups at once); ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops
+over the kernel's offsets only.  When the weights are a constant initializer their reshaping is
+done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
+"""
 
 from __future__ import annotations
 
-from ._registry import kernel  # noqa: F401
+import math
+
+import numpy as np
+
+from onnxplug.errors import Fail, InvalidArgument
+
+from ._registry import kernel
+from .pool import pool_geometry, windows
+
+
+def _compute_dtype(dtype):
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _conv_weights(w, group):
+    """``(M, C/g, *k)`` weights as ``(g, C/g*K, M/g)`` for ``cols @ weights``."""
+    m = w.shape[0]
+    if group <= 0 or m % group:
+        raise InvalidArgument(f"Conv: {m} output channels cannot be split into group={group}")
+    w = w.astype(_compute_dtype(w.dtype))
+    return np.ascontiguousarray(w.reshape(group, m // group, -1).transpose(0, 2, 1))
+
+
+@kernel("Conv", since=(1, 11, 22), factory=True)
+def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
+    constant_w = ctx.constant(1)
+    packed = None if constant_w is None else _conv_weights(constant_w, group)
+
+    def run(x, w, b=None):
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise Fail(f"Conv: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
+        nd = x.ndim - 2
+        ks = tuple(kernel_shape) if kernel_shape else w.shape[2:]
+        if tuple(ks) != w.shape[2:]:
+            raise Fail(f"Conv: kernel_shape {list(ks)} differs from the weights' {list(w.shape[2:])}")
+        if x.shape[1] != w.shape[1] * group:
+            raise InvalidArgument(
+                f"Conv: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs "
+                f"{w.shape[1] * group}")
+        weights = packed if packed is not None else _conv_weights(w, group)
+        out, begin, end, _ = pool_geometry(x.shape[2:], ks, strides, dilations, pads, auto_pad, 0, "Conv")
+        ct = _compute_dtype(x.dtype)
+        n, c = x.shape[:2]
+        view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
+        # (N, C, *out, *k) -> (N, g, P, C/g*K): the im2col copy.
+        view = view.reshape((n, group, c // group) + view.shape[2:])
+        order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
+        cols = view.transpose(order).reshape(n, group, math.prod(out), -1)
+        y = np.matmul(cols, weights)                      # (N, g, P, M/g)
+        y = y.transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
+        if b is not None:
+            y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
+        return y.astype(x.dtype, copy=False)
+
+    return run
+
+
+def _scatter_add(cols, counts, kernel_shape, strides, dilations, full):
+    """Add ``cols`` ``(N, C, K, *counts)`` into ``full`` ``(N, C, *size)``: block ``k``'s cell
+    ``i`` lands at ``i*stride + k*dilation`` along each axis."""
+    nd = len(kernel_shape)
+    for k, offsets in enumerate(np.ndindex(*kernel_shape)):
+        index = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s)
+            for o, d, n, s in zip(offsets, dilations, counts, strides))
+        full[index] += cols[:, :, k]
+    del nd
+    return full
+
+
+def _transpose_weights(w, group):
+    """``(C, M/g, *k)`` weights as ``(g, C/g, M/g*K)`` for ``x @ weights``."""
+    c = w.shape[0]
+    if group <= 0 or c % group:
+        raise InvalidArgument(f"ConvTranspose: {c} input channels cannot be split into group={group}")
+    return w.astype(_compute_dtype(w.dtype)).reshape(group, c // group, -1)
+
+
+@kernel("ConvTranspose", since=(1, 11, 22), factory=True)
+def conv_transpose(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, output_padding=None,
+                   output_shape=None, pads=None, strides=None):
+    constant_w = ctx.constant(1)
+    packed = None if constant_w is None else _transpose_weights(constant_w, group)
+
+    def run(x, w, b=None):
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise Fail(f"ConvTranspose: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
+        nd = x.ndim - 2
+        n, c = x.shape[:2]
+        if c != w.shape[0]:
+            raise InvalidArgument(f"ConvTranspose: X has {c} channels but W has {w.shape[0]}")
+        ks = w.shape[2:]
+        st = tuple(strides) if strides else (1,) * nd
+        dl = tuple(dilations) if dilations else (1,) * nd
+        op = tuple(output_padding) if output_padding else (0,) * nd
+        pd = tuple(pads) if pads else (0,) * (2 * nd)
+        natural = tuple(st[i] * (x.shape[2 + i] - 1) + op[i] + (ks[i] - 1) * dl[i] + 1 for i in range(nd))
+        target = None
+        if output_shape:
+            target = tuple(output_shape)[-nd:]
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            target = tuple(x.shape[2 + i] * st[i] for i in range(nd))
+        if target is not None:
+            begin = []
+            for i in range(nd):
+                total = natural[i] - target[i]
+                begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+            out = target
+        elif auto_pad == "VALID":
+            begin, out = (0,) * nd, natural
+        else:
+            begin = pd[:nd]
+            out = tuple(natural[i] - pd[i] - pd[i + nd] for i in range(nd))
+        if any(o <= 0 for o in out):
+            raise Fail(f"ConvTranspose: computed output size {list(out)} is not positive")
+        weights = packed if packed is not None else _transpose_weights(w, group)
+        ct = _compute_dtype(x.dtype)
+        m = w.shape[1] * group
+        xs = x.astype(ct, copy=False).reshape(n, group, c // group, -1).transpose(0, 1, 3, 2)
+        cols = np.matmul(xs, weights)                     # (N, g, P, M/g*K)
+        k = math.prod(ks)
+        cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
+        cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
+        # The scatter buffer covers both the natural extent and the requested window.
+        lead = tuple(max(0, -bg) for bg in begin)
+        size = tuple(lead[i] + max(natural[i], begin[i] + out[i]) for i in range(nd))
+        full = np.zeros((n, m) + size, dtype=ct)
+        inner = full[(slice(None), slice(None)) + tuple(slice(lo, None) for lo in lead)]
+        _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
+        y = full[(slice(None), slice(None)) + tuple(
+            slice(lead[i] + begin[i], lead[i] + begin[i] + out[i]) for i in range(nd))]
+        if b is not None:
+            y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
+        return y.astype(x.dtype)
+
+    return run
+
+
+@kernel("Col2Im", since=(18,), host_inputs=(1, 2))
+def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    image = tuple(int(d) for d in image_shape)
+    block = tuple(int(d) for d in block_shape)
+    nd = len(image)
+    if len(block) != nd or x.ndim != 3:
+        raise InvalidArgument(
+            f"Col2Im: input {list(x.shape)}, image_shape {list(image)} and block_shape {list(block)} "
+            "are inconsistent")
+    st = tuple(strides) if strides else (1,) * nd
+    dl = tuple(dilations) if dilations else (1,) * nd
+    pd = tuple(pads) if pads else (0,) * (2 * nd)
+    k = math.prod(block)
+    n, ck, length = x.shape
+    if k == 0 or ck % k:
+        raise InvalidArgument(f"Col2Im: input dim 1 ({ck}) is not a multiple of the block size {k}")
+    counts = tuple((image[i] + pd[i] + pd[i + nd] - (block[i] - 1) * dl[i] - 1) // st[i] + 1
+                   for i in range(nd))
+    if math.prod(counts) != length:
+        raise InvalidArgument(f"Col2Im: input has {length} blocks but the geometry gives {list(counts)}")
+    ct = _compute_dtype(x.dtype)
+    cols = x.astype(ct, copy=False).reshape((n, ck // k, k) + counts)
+    full = np.zeros((n, ck // k) + tuple(image[i] + pd[i] + pd[i + nd] for i in range(nd)), dtype=ct)
+    _scatter_add(cols, counts, block, st, dl, full)
+    crop = tuple(slice(pd[i], pd[i] + image[i]) for i in range(nd))
+    return full[(slice(None), slice(None)) + crop].astype(x.dtype)
+
+
+def _bilinear_gather(x, ys, xs):
+    """Sample ``x`` ``(N, G, Cg, H, W)`` at float positions ``(N, G, S)``; cells outside are 0."""
+    n, g, cg, h, w = x.shape
+    flat = x.reshape(n, g, cg, h * w)
+    y0 = np.floor(ys)
+    x0 = np.floor(xs)
+    result = np.zeros((n, g, cg, ys.shape[-1]), dtype=x.dtype)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yi = y0 + dy
+            xi = x0 + dx
+            weight = (1 - np.abs(ys - yi)) * (1 - np.abs(xs - xi))
+            inside = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < w)
+            index = (np.clip(yi, 0, h - 1) * w + np.clip(xi, 0, w - 1)).astype(np.int64)
+            values = np.take_along_axis(flat, index[:, :, None, :], axis=-1)
+            result += values * np.where(inside, weight, 0).astype(x.dtype)[:, :, None, :]
+    return result
+
+
+@kernel("DeformConv", since=(19, 22))
+def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group, kernel_shape=None,
+                offset_group, pads=None, strides=None):
+    if x.ndim != 4:
+        raise Fail(f"DeformConv: only 2-D images are supported, got X shape {list(x.shape)}")
+    n, c, h, wd = x.shape
+    ks = tuple(kernel_shape) if kernel_shape else w.shape[2:]
+    out, begin, _, _ = pool_geometry((h, wd), ks, strides, dilations, pads, "NOTSET", 0, "DeformConv")
+    st = tuple(strides) if strides else (1, 1)
+    dl = tuple(dilations) if dilations else (1, 1)
+    k = math.prod(ks)
+    og = offset_group
+    if og <= 0 or c % og or offset.shape != (n, og * 2 * k) + out:
+        raise InvalidArgument(
+            f"DeformConv: offset shape {list(offset.shape)} does not match {[n, og * 2 * k, *out]}")
+    if mask is not None and mask.shape != (n, og * k) + out:
+        raise InvalidArgument(f"DeformConv: mask shape {list(mask.shape)} does not match {[n, og * k, *out]}")
+    ct = _compute_dtype(x.dtype)
+    ki, kj = np.unravel_index(np.arange(k), ks)
+    base_y = (np.arange(out[0]) * st[0] - begin[0])[None, :, None] + (ki * dl[0])[:, None, None]
+    base_x = (np.arange(out[1]) * st[1] - begin[1])[None, None, :] + (kj * dl[1])[:, None, None]
+    off = offset.astype(ct).reshape((n, og, k, 2) + out)
+    ys = (base_y + off[:, :, :, 0]).reshape(n, og, -1)
+    xs = (base_x + off[:, :, :, 1]).reshape(n, og, -1)
+    sampled = _bilinear_gather(x.astype(ct).reshape(n, og, c // og, h, wd), ys, xs)
+    sampled = sampled.reshape((n, og, c // og, k) + out)
+    if mask is not None:
+        sampled = sampled * mask.astype(ct).reshape((n, og, 1, k) + out)
+    # (N, C, K, P) -> (N, g, P, C/g*K) for the same matmul as Conv.
+    p = math.prod(out)
+    cols = sampled.reshape(n, group, (c // group) * k, p).transpose(0, 1, 3, 2)
+    y = np.matmul(cols, _conv_weights(w, group)).transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
+    if b is not None:
+        y = y + b.astype(ct).reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+# --- Dropout -----------------------------------------------------------------------------------
+
+@kernel("Dropout", since=(1, 6, 7, 10), factory=True)
+def dropout_legacy(ctx, *, ratio, **legacy):
+    # Inference is the identity, as every runtime does for these versions (is_test is ignored).
+    mask_bool = ctx.since_version >= 10
+
+    def run(data):
+        mask = np.ones(data.shape, dtype=bool if mask_bool else data.dtype)
+        return data, mask
+
+    return run
+
+
+@kernel("Dropout", since=(12, 13, 22), factory=True)
+def dropout(ctx, *, seed=None):
+    # A legacy RandomState drawing uniform [0, 1) samples: with the same seed it reproduces the
+    # masks that ONNX's own test data were generated with.  It persists across runs.
+    rng = np.random.RandomState(None if seed is None else int(seed) & 0xFFFFFFFF)
+
+    def run(data, ratio=None, training_mode=None):
+        training = bool(training_mode) if training_mode is not None else False
+        r = 0.5 if ratio is None else float(ratio)
+        if not training or r == 0:
+            return data, np.ones(data.shape, dtype=bool)
+        if not 0 <= r < 1:
+            raise InvalidArgument(f"Dropout: ratio must be in [0, 1), got {r}")
+        mask = rng.uniform(0.0, 1.0, data.shape) >= r
+        scale = 1.0 / (1.0 - r)
+        return (data * mask * scale).astype(data.dtype), mask
+
+    return run

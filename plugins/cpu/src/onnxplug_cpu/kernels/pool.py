@@ -156,6 +156,7 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
     ceil_mode = attrs.get("ceil_mode", 0)
     storage_order = attrs.get("storage_order", 0)
     want_indices = ctx.num_outputs > 1 and ctx.outputs_used[1]
+    multi_output = ctx.since_version >= 8   # the schema declares Indices from opset 8
 
     def run(x):
         out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
@@ -164,7 +165,7 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
         view = windows(x, out, begin, end, kernel_shape, strides, dilations, _lowest(x.dtype))
         y = view.max(axis=tuple(range(-nd, 0)))
         if not want_indices:
-            return (y, None) if ctx.num_outputs > 1 else y
+            return (y, None) if multi_output else y
         return y, _argmax_indices(x, view, out, begin, kernel_shape, strides, dilations, storage_order)
 
     return run
@@ -219,23 +220,29 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, s
     nd = x.ndim - 2
     strides = tuple(strides) if strides else (1,) * nd
     pads = tuple(pads) if pads else (0,) * (2 * nd)
-    if output_shape is not None:
-        shape = tuple(int(d) for d in output_shape)
-        if len(shape) != x.ndim:
-            raise InvalidArgument(f"MaxUnpool: output_shape {list(shape)} must have rank {x.ndim}")
-    else:
-        shape = x.shape[:2] + tuple(
-            (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nd] + kernel_shape[i] for i in range(nd))
-    shape = check_allocation(shape, x.dtype, "MaxUnpool output")
+    inferred = x.shape[:2] + tuple(
+        (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nd] + kernel_shape[i] for i in range(nd))
+    inferred = check_allocation(inferred, x.dtype, "MaxUnpool output")
     if indices.shape != x.shape:
         raise InvalidArgument(f"MaxUnpool: indices shape {list(indices.shape)} differs from X {list(x.shape)}")
-    total = math.prod(shape)
+    total = math.prod(inferred)
     flat_indices = indices.reshape(-1).astype(np.int64)
     if flat_indices.size and (flat_indices.min() < 0 or flat_indices.max() >= total):
-        raise InvalidArgument(f"MaxUnpool: an index is outside the output of {total} elements")
+        raise InvalidArgument(f"MaxUnpool: an index is outside the unpooled output of {total} elements")
     out = np.zeros(total, dtype=x.dtype)
     out[flat_indices] = x.reshape(-1)
-    return out.reshape(shape)
+    out = out.reshape(inferred)
+    if output_shape is None:
+        return out
+    # Indices address the inferred shape; a larger output_shape pads it at the end of each axis.
+    shape = tuple(int(d) for d in output_shape)
+    if len(shape) != x.ndim or any(s < i for s, i in zip(shape, inferred)):
+        raise InvalidArgument(
+            f"MaxUnpool: output_shape {list(shape)} must have rank {x.ndim} and be at least {list(inferred)}")
+    shape = check_allocation(shape, x.dtype, "MaxUnpool output")
+    result = np.zeros(shape, dtype=x.dtype)
+    result[tuple(slice(0, i) for i in inferred)] = out
+    return result
 
 
 @kernel("MaxRoiPool", since=(1, 22))

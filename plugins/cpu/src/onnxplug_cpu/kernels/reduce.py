@@ -1,37 +1,161 @@
-"""Reductions and index reductions: ArgMax, ArgMin."""
+"""Reductions (ReduceSum ... ReduceSumSquare) and index reductions (ArgMax, ArgMin).
+
+All reductions share one driver: axes come from the attribute (old versions) or the optional
+second input (new versions); missing or empty axes reduce everything unless
+``noop_with_empty_axes`` is set, in which case numpy's ``axis=()`` reduces nothing while the
+composite steps (log, exp, square, abs, sqrt) still run, as the spec requires.  Reducing an empty
+set gives the operation's identity: 0 for sums, 1 for products, -inf/+inf (or the type's
+lowest/highest value) for max/min, -inf for the log-sums.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from onnxplug.errors import InvalidArgument
+
 from ._registry import kernel
+from .shape import int_values, normalize_axes, normalize_axis
 
 
-def _arg_reduce(fn, x, axis, keepdims, select_last_index):
+def _extreme(dtype, lowest):
+    if dtype == np.bool_:
+        return np.bool_(not lowest)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if lowest else info.max
+    return dtype.type(-np.inf if lowest else np.inf)
+
+
+def _sum(x, axes, keepdims):
+    if x.dtype == np.bool_:
+        raise InvalidArgument("reduction of a boolean tensor by sum is not defined")
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(x, axes, keepdims):
+    if x.dtype.kind in "iu":
+        # Integer mean truncates toward zero, computed without a float round trip.
+        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64)) if axes != () else 1
+        total = np.sum(x, axis=axes, keepdims=keepdims, dtype=np.int64)
+        if count == 0:
+            return total.astype(x.dtype)
+        quotient = np.abs(total) // count
+        return np.where(total < 0, -quotient, quotient).astype(x.dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.mean(x, axis=axes, keepdims=keepdims).astype(x.dtype)
+
+
+def _max(x, axes, keepdims):
+    return np.max(x, axis=axes, keepdims=keepdims, initial=_extreme(x.dtype, True))
+
+
+def _min(x, axes, keepdims):
+    return np.min(x, axis=axes, keepdims=keepdims, initial=_extreme(x.dtype, False))
+
+
+def _prod(x, axes, keepdims):
+    return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _l1(x, axes, keepdims):
+    return _sum(np.abs(x), axes, keepdims)
+
+
+def _l2(x, axes, keepdims):
+    squares = _sum(np.square(x.astype(np.float64)) if x.dtype.kind in "iu" else np.square(x), axes, keepdims)
+    return np.sqrt(squares).astype(x.dtype)
+
+
+def _log_sum(x, axes, keepdims):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(_sum(x, axes, keepdims)).astype(x.dtype)
+
+
+def _log_sum_exp(x, axes, keepdims):
+    peak = np.max(x, axis=axes, keepdims=True, initial=_extreme(x.dtype, True))
+    # A slice of all -inf (or an empty one) has no finite peak to shift by; use 0 there.
+    shift = np.where(np.isfinite(peak), peak, np.zeros((), dtype=peak.dtype))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        total = np.sum(np.exp(x - shift), axis=axes, keepdims=True)
+        result = np.log(total) + shift
+    if not keepdims:
+        result = np.squeeze(result, axis=axes) if axes != () else result
+    return result.astype(x.dtype)
+
+
+def _sum_square(x, axes, keepdims):
+    return _sum(np.square(x), axes, keepdims)
+
+
+def _axes_to_reduce(x, axes, noop_with_empty_axes, op):
+    if axes is None or len(axes) == 0:
+        return () if noop_with_empty_axes else tuple(range(x.ndim))
+    return normalize_axes(axes, x.ndim, op, "axes")
+
+
+def _reduce(fn, op, x, axes, keepdims, noop_with_empty_axes):
+    if not isinstance(x, np.ndarray):
+        raise InvalidArgument(f"{op}: expected a tensor input")
+    reduce_axes = _axes_to_reduce(x, axes, noop_with_empty_axes, op)
+    return np.asarray(fn(x, reduce_axes, bool(keepdims)))
+
+
+def _register(op, fn, attr_versions, input_versions):
+    """Register ``op`` with axes as an attribute at ``attr_versions`` and as input 1 after."""
+
+    def with_attribute(x, *, axes=None, keepdims):
+        return _reduce(fn, op, x, axes, keepdims, 0)
+
+    def with_input(x, axes=None, *, keepdims, noop_with_empty_axes):
+        return _reduce(fn, op, x, None if axes is None else int_values(axes), keepdims, noop_with_empty_axes)
+
+    with_attribute.__qualname__ = with_attribute.__name__ = f"{op}_attribute_axes"
+    with_input.__qualname__ = with_input.__name__ = f"{op}_input_axes"
+    kernel(op, since=attr_versions)(with_attribute)
+    kernel(op, since=input_versions, host_inputs=(1,))(with_input)
+
+
+_register("ReduceSum", _sum, (1, 11), (13,))
+_register("ReduceMean", _mean, (1, 11, 13), (18,))
+_register("ReduceMax", _max, (1, 11, 12, 13), (18, 20))
+_register("ReduceMin", _min, (1, 11, 12, 13), (18, 20))
+_register("ReduceProd", _prod, (1, 11, 13), (18,))
+_register("ReduceL1", _l1, (1, 11, 13), (18,))
+_register("ReduceL2", _l2, (1, 11, 13), (18,))
+_register("ReduceLogSum", _log_sum, (1, 11, 13), (18, 28))
+_register("ReduceLogSumExp", _log_sum_exp, (1, 11, 13), (18, 28))
+_register("ReduceSumSquare", _sum_square, (1, 11, 13), (18,))
+
+
+def _arg_reduce(fn, op, x, axis, keepdims, select_last_index):
+    axis = normalize_axis(axis, x.ndim, op)
+    if x.shape[axis] == 0:
+        raise InvalidArgument(f"{op}: axis {axis} of shape {list(x.shape)} is empty")
     if select_last_index:
         flipped = np.flip(x, axis=axis)
         index = x.shape[axis] - 1 - fn(flipped, axis=axis)
     else:
         index = fn(x, axis=axis)
-    index = index.astype(np.int64)
+    index = np.asarray(index).astype(np.int64)
     return np.expand_dims(index, axis) if keepdims else index
 
 
 @kernel("ArgMax", since=(1, 11))
 def argmax_1(x, *, axis, keepdims):
-    return _arg_reduce(np.argmax, x, axis, keepdims, 0)
+    return _arg_reduce(np.argmax, "ArgMax", x, axis, keepdims, 0)
 
 
 @kernel("ArgMax", since=(12, 13))
 def argmax_12(x, *, axis, keepdims, select_last_index):
-    return _arg_reduce(np.argmax, x, axis, keepdims, select_last_index)
+    return _arg_reduce(np.argmax, "ArgMax", x, axis, keepdims, select_last_index)
 
 
 @kernel("ArgMin", since=(1, 11))
 def argmin_1(x, *, axis, keepdims):
-    return _arg_reduce(np.argmin, x, axis, keepdims, 0)
+    return _arg_reduce(np.argmin, "ArgMin", x, axis, keepdims, 0)
 
 
 @kernel("ArgMin", since=(12, 13))
 def argmin_12(x, *, axis, keepdims, select_last_index):
-    return _arg_reduce(np.argmin, x, axis, keepdims, select_last_index)
+    return _arg_reduce(np.argmin, "ArgMin", x, axis, keepdims, select_last_index)
