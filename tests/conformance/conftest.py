@@ -144,7 +144,7 @@ def _counts(outcomes: dict[str, str]) -> dict[str, int]:
     return counts
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 - hook signature
+def pytest_terminal_summary(terminalreporter) -> None:
     if not _OUTCOMES:
         return
     write = terminalreporter.write_line

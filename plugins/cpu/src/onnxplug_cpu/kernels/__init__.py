@@ -35,6 +35,7 @@ MODULES = (
     "quantization",
     "random",
     "reduce",
+    "resize",
     "rnn",
     "scatter",
     "sequence",

@@ -304,3 +304,53 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved,
     if x.ndim == 4:
         return out.transpose(0, 2, 1, 3)
     return out.reshape(x.shape)
+
+
+def _modify(runner, name, values, outer):
+    """Run a FlexAttention modifier subgraph on ``values``; it must keep shape and type."""
+    results = runner([values], outer)
+    if len(results) != 1:
+        raise Fail(f"{name} must produce exactly one output, got {len(results)}")
+    result = np.asarray(results[0])
+    if result.shape != values.shape:
+        raise Fail(f"{name} changed the shape {values.shape} to {result.shape}")
+    return result.astype(values.dtype, copy=False)
+
+
+@kernel("FlexAttention", since=(1,), domain="ai.onnx.preview", factory=True)
+def flex_attention(ctx, *, prob_mod=None, score_mod=None, scale=None, softmax_precision=None):
+    """Attention with optional score/probability modifier subgraphs (PyTorch flex_attention).
+
+    Scores, softmax and the modifiers run in ``softmax_precision`` (float32 for 16-bit inputs
+    by default), which is also the element type the modifier subgraphs are declared with.
+    """
+    score_runner = None if score_mod is None else ctx.subgraph("score_mod")
+    prob_runner = None if prob_mod is None else ctx.subgraph("prob_mod")
+    if softmax_precision is not None and softmax_precision not in (1, 10, 11, 16):
+        raise Fail(f"softmax_precision must be 1, 10, 11 or 16, got {softmax_precision}")
+
+    def run(q, k, v, *outer):
+        if not q.ndim == k.ndim == v.ndim == 4:
+            raise Fail(f"Q, K and V must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
+        _check_shapes(q, k, v)
+        batch, q_heads, q_len, head = q.shape
+        kv_heads, kv_len = k.shape[1:3]
+        group = q_heads // kv_heads
+        dtype = compute_dtype(q, k, v)
+        soft = compute_dtype(q) if softmax_precision is None else np_dtype(softmax_precision)
+        root = dtype.type(np.sqrt(np.float32(1 / np.sqrt(head) if scale is None else scale)))
+        scores = np.matmul((q.astype(dtype) * root).reshape(batch, kv_heads, group, q_len, head),
+                           np.swapaxes(k.astype(dtype) * root, -1, -2)[:, :, None])
+        scores = scores.reshape(batch, q_heads, q_len, kv_len).astype(soft)
+        if score_runner is not None:
+            scores = _modify(score_runner, "score_mod", scores, outer)
+        with np.errstate(invalid="ignore", over="ignore"):
+            exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
+            probs = exp / np.sum(exp, axis=-1, keepdims=True)
+        if prob_runner is not None:
+            probs = _modify(prob_runner, "prob_mod", probs, outer)
+        out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, kv_len),
+                        v.astype(soft)[:, :, None])
+        return out.reshape(batch, q_heads, q_len, -1).astype(q.dtype)
+
+    return run

@@ -1,0 +1,256 @@
+"""Resize and the deprecated Upsample.
+
+Resizing is separable: each resized axis gets a small tap table (for every output position, the
+input indices it reads and their weights), built once per axis from the coordinate transform
+and the interpolation filter, and is applied with ``take`` along that axis, one call per tap.
+Nearest uses a single tap and never leaves the input dtype; linear and cubic accumulate in
+float32 (float64 for float64) and cast back, rounding and saturating for integer images.
+Antialiasing (downscaling with a stretched filter) only widens the tap table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.kernels import check_allocation
+
+from ._registry import kernel
+
+
+def _source_coords(out_size, in_size, scale, mode, roi_start, roi_end):
+    """Input-space coordinate of every output index along one axis."""
+    i = np.arange(out_size, dtype=np.float64)
+    length = scale * in_size  # the unrounded output length, as the spec's formulas use it
+    if mode == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / length)
+        return offset + (i + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if length > 1 else np.full(out_size, -0.5)
+    if mode == "align_corners":
+        return i * (in_size - 1) / (length - 1) if length != 1 else np.zeros(out_size)
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (i + 0.5) / scale
+    if mode == "tf_crop_and_resize":
+        if length > 1:
+            x = i * (roi_end - roi_start) * (in_size - 1) / (length - 1)
+        else:
+            x = np.full(out_size, (roi_end - roi_start) * (in_size - 1) / 2)
+        return x + roi_start * (in_size - 1)
+    raise Fail(f"Resize: unknown coordinate_transformation_mode {mode!r}")
+
+
+def _nearest_index(x, nearest_mode, scale):
+    if nearest_mode == "round_prefer_floor":
+        return np.ceil(x - 0.5)
+    if nearest_mode == "round_prefer_ceil":
+        return np.floor(x + 0.5)
+    if nearest_mode == "floor":
+        return np.floor(x)
+    if nearest_mode == "ceil":
+        return np.ceil(x)
+    if nearest_mode == "simple":  # opset 10 and Upsample: truncate up-, round up downsampling
+        return np.floor(x) if scale >= 1 else np.ceil(x)
+    raise Fail(f"Resize: unknown nearest_mode {nearest_mode!r}")
+
+
+def _cubic(d, a):
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def axis_taps(in_size, out_size, scale, opts, roi_start=0.0, roi_end=1.0):
+    """``(indices (out, T), weights (out, T) or None, outside (out,) bool or None)``."""
+    x = _source_coords(out_size, in_size, scale, opts["ctm"], roi_start, roi_end)
+    outside = None
+    if opts["ctm"] == "tf_crop_and_resize":
+        outside = (x < 0) | (x > in_size - 1)
+    mode = opts["mode"]
+    if mode == "nearest":
+        index = _nearest_index(x, opts["nearest_mode"], scale)
+        return np.clip(index, 0, in_size - 1).astype(np.int64)[:, None], None, outside
+    support = 1.0 if mode == "linear" else 2.0
+    stretch = min(scale, 1.0) if opts["antialias"] else 1.0
+    reach = int(math.ceil(support / stretch))
+    base = np.floor(x)
+    taps = base[:, None] + np.arange(1 - reach, reach + 1)[None, :]
+    distance = (taps - x[:, None]) * stretch
+    if mode == "linear":
+        weights = np.clip(1 - np.abs(distance), 0, None)
+    else:
+        weights = _cubic(distance, opts["cubic_coeff_a"])
+    if opts["exclude_outside"]:
+        weights = np.where((taps < 0) | (taps > in_size - 1), 0.0, weights)
+    if opts["exclude_outside"] or opts["antialias"]:
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(taps, 0, in_size - 1).astype(np.int64), weights, outside
+
+
+def _apply_axis(x, axis, indices, weights, acc):
+    if weights is None:
+        return np.take(x, indices[:, 0], axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    result = None
+    for t in range(indices.shape[1]):
+        term = np.take(x, indices[:, t], axis=axis) * weights[:, t].astype(acc).reshape(shape)
+        result = term if result is None else result + term
+    return result
+
+
+def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
+    """Resize ``x`` to ``out_shape`` with per-axis ``scales`` (``roi``: starts + ends)."""
+    out_shape = check_allocation(out_shape, x.dtype, "Resize output")
+    rank = x.ndim
+    interpolating = opts["mode"] != "nearest"
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    y = x.astype(acc) if interpolating else x
+    outside_mask = None
+    for axis in range(rank):
+        in_size, out_size, scale = x.shape[axis], out_shape[axis], float(scales[axis])
+        crop = opts["ctm"] == "tf_crop_and_resize"
+        if in_size == out_size and scale == 1.0 and not crop:
+            continue
+        if in_size == 0:
+            raise InvalidArgument(f"Resize: cannot resize an empty axis {axis} to {out_size}")
+        start, end = (float(roi[axis]), float(roi[axis + rank])) if crop else (0.0, 1.0)
+        indices, weights, outside = axis_taps(in_size, out_size, scale, opts, start, end)
+        y = _apply_axis(y, axis, indices, weights, acc)
+        if outside is not None and outside.any():
+            shape = [1] * rank
+            shape[axis] = -1
+            mask = outside.reshape(shape)
+            outside_mask = mask if outside_mask is None else outside_mask | mask
+    if outside_mask is not None:
+        y = np.where(outside_mask, np.asarray(extrapolation_value, dtype=y.dtype), y)
+    if y.dtype == x.dtype:
+        return y
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        return np.clip(np.rint(y), info.min, info.max).astype(x.dtype)
+    return y.astype(x.dtype)
+
+
+def _present(t):
+    return t is not None and np.asarray(t).size > 0
+
+
+def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapolation_value=0.0):
+    rank = x.ndim
+    axes = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+    if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+        raise InvalidArgument(f"Resize: axes {list(axes)} are invalid for rank {rank}")
+    full_scales = [1.0] * rank
+    out_shape = list(x.shape)
+    if _present(scales) and _present(sizes):
+        raise InvalidArgument("Resize: only one of scales and sizes may be given")
+    if _present(scales):
+        scales = np.asarray(scales, dtype=np.float64).reshape(-1)
+        if len(scales) != len(axes):
+            raise InvalidArgument(f"Resize: {len(scales)} scales for {len(axes)} axes")
+        if np.any(scales <= 0):
+            raise InvalidArgument(f"Resize: scales must be positive, got {scales.tolist()}")
+        for a, s in zip(axes, scales):
+            full_scales[a] = float(s)
+            out_shape[a] = int(math.floor(x.shape[a] * s))
+    elif _present(sizes):
+        sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(sizes) != len(axes) or any(v < 0 for v in sizes):
+            raise InvalidArgument(f"Resize: sizes {sizes} do not fit axes {axes}")
+        ratios = [sizes[i] / x.shape[a] if x.shape[a] else 1.0 for i, a in enumerate(axes)]
+        if policy in ("not_larger", "not_smaller"):
+            common = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                full_scales[a] = common
+                out_shape[a] = int(math.floor(common * x.shape[a] + 0.5))
+        elif policy == "stretch":
+            for i, a in enumerate(axes):
+                full_scales[a] = ratios[i]
+                out_shape[a] = sizes[i]
+        else:
+            raise Fail(f"Resize: unknown keep_aspect_ratio_policy {policy!r}")
+    else:
+        raise InvalidArgument("Resize: one of scales and sizes must be given")
+    full_roi = None
+    if opts["ctm"] == "tf_crop_and_resize":
+        if not _present(roi):
+            raise InvalidArgument("Resize: tf_crop_and_resize needs a roi")
+        roi = np.asarray(roi, dtype=np.float64).reshape(-1)
+        if len(roi) == 2 * rank:
+            full_roi = roi
+        elif len(roi) == 2 * len(axes):
+            full_roi = np.array([0.0] * rank + [1.0] * rank)
+            for i, a in enumerate(axes):
+                full_roi[a], full_roi[a + rank] = roi[i], roi[i + len(axes)]
+        else:
+            raise InvalidArgument(f"Resize: roi has {len(roi)} values, expected {2 * len(axes)}")
+    return resize_nd(x, out_shape, full_scales, opts, full_roi, extrapolation_value)
+
+
+def _options(mode, ctm="half_pixel", nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75,
+             exclude_outside=0, antialias=0):
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Fail(f"Resize: unknown mode {mode!r}")
+    return {"mode": mode, "ctm": ctm, "nearest_mode": nearest_mode, "cubic_coeff_a": cubic_coeff_a,
+            "exclude_outside": exclude_outside, "antialias": antialias and mode != "nearest"}
+
+
+@kernel("Resize", since=(10,), host_inputs=(1,))
+def resize_10(x, scales, *, mode):
+    # Opset 10 predates the coordinate modes: it samples asymmetrically.
+    return _resize(x, None, scales, None, _options(mode, "asymmetric", "simple"))
+
+
+@kernel("Resize", since=(11, 13), host_inputs=(1, 2, 3))
+def resize_11(x, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode, cubic_coeff_a,
+              exclude_outside, extrapolation_value, mode, nearest_mode):
+    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside)
+    return _resize(x, roi, scales, sizes, opts, extrapolation_value=extrapolation_value)
+
+
+@kernel("Resize", since=(18, 19), host_inputs=(1, 2, 3))
+def resize_18(x, roi=None, scales=None, sizes=None, *, antialias, axes=None, coordinate_transformation_mode,
+              cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode,
+              nearest_mode):
+    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
+                    antialias)
+    return _resize(x, roi, scales, sizes, opts, axes=axes, policy=keep_aspect_ratio_policy,
+                   extrapolation_value=extrapolation_value)
+
+
+def _upsample(x, scales, mode):
+    mode = "linear" if mode in ("linear", "bilinear") else mode
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != x.ndim:
+        raise InvalidArgument(f"Upsample: {len(scales)} scales for rank {x.ndim}")
+    if any(s < 1 for s in scales):
+        raise InvalidArgument(f"Upsample: scales must be >= 1, got {scales}")
+    return _resize(x, None, scales, None, _options(mode, "asymmetric", "simple"))
+
+
+@kernel("Upsample", since=(1,))
+def upsample_1(x, *, height_scale=None, mode, width_scale=None):
+    if x.ndim != 4 or height_scale is None or width_scale is None:
+        raise Fail("Upsample-1: needs a 4-D input and both height_scale and width_scale")
+    return _upsample(x, [1.0, 1.0, height_scale, width_scale], mode)
+
+
+@kernel("Upsample", since=(7,))
+def upsample_7(x, *, mode, scales=None):
+    if scales is None:
+        raise Fail("Upsample-7: the scales attribute is required")
+    return _upsample(x, scales, mode)
+
+
+@kernel("Upsample", since=(9, 10), host_inputs=(1,))
+def upsample_9(x, scales, *, mode):
+    return _upsample(x, scales, mode)
