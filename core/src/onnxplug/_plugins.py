@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import importlib.metadata
+import importlib.util
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -29,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .api import API_VERSION, ProviderFactory
-from .errors import PluginError
+from .errors import Fail, PluginError
 
 __all__ = ["Environment", "PluginRecord", "default_environment", "ENTRY_POINT_GROUP"]
 
@@ -66,8 +68,6 @@ def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
-# onnx.defs is process-wide, so which distribution registered which custom schema is too.
-_SCHEMA_OWNERS: dict[tuple[str, str, int], str] = {}
 _SCHEMA_LOCK = threading.Lock()
 
 
@@ -95,6 +95,7 @@ class Environment:
         self._records: dict[str, PluginRecord] = {}
         self._factories: dict[str, ProviderFactory] = {}
         self._factory_owner: dict[str, str] = {}
+        self._schema_owners: dict[tuple[str, str, int], str] = {}
         self._lock = threading.RLock()
         if autoload is None:
             autoload = os.environ.get("ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
@@ -104,7 +105,10 @@ class Environment:
         if entry_points is None:
             entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         selected = None if only is None else set(only)
-        for entry_point in entry_points:
+        self._entry_points = list(entry_points)
+        self._settings = (blocked, selected)
+        self._extended: dict[tuple, Environment] = {}
+        for entry_point in self._entry_points:
             self._load_entry_point(entry_point, blocked, selected)
 
     # -- loading ---------------------------------------------------------------------------
@@ -152,6 +156,64 @@ class Environment:
                 raise PluginError(f"plugin '{name}' could not be registered: {record.error}")
             return record
 
+    def with_libraries(self, libraries: Iterable[Any]) -> Environment:
+        """This environment plus op libraries (``SessionOptions.register_custom_ops_library``).
+
+        Each library is a module (or object) with hookimpls, a module name, the path of a
+        ``.py`` file, or the entry-point or distribution name of an installed plugin (even a
+        blocked or unselected one).  Environments are cached per set of libraries.
+
+        :raises Fail: a library that cannot be found or loaded, or that implements no hook.
+        """
+        libraries = list(libraries)
+        if not libraries:
+            return self
+        key = tuple(lib if isinstance(lib, str) else id(lib) for lib in libraries)
+        with self._lock:
+            cached = self._extended.get(key)
+            if cached is not None:
+                return cached
+            blocked, selected = self._settings
+            child = Environment(autoload=True, block=blocked, only=selected, entry_points=self._entry_points)
+            for library in libraries:
+                child._add_library(library)
+            self._extended[key] = child
+            return child
+
+    def _add_library(self, library: Any) -> None:
+        if not isinstance(library, str):
+            name = getattr(library, "__name__", None) or f"library-{id(library)}"
+            self._register_library(library, name)
+            return
+        matching = [
+            ep for ep in self._entry_points
+            if library in (ep.name, getattr(getattr(ep, "dist", None), "name", None))
+        ]
+        for entry_point in matching:
+            record = self._records.get(entry_point.name)
+            if record is not None and record.status == "loaded":
+                continue
+            self._records.pop(entry_point.name, None)
+            self._load_entry_point(entry_point, set(), None)
+            record = self._records[entry_point.name]
+            if record.status != "loaded":
+                raise Fail(f"Failed to load library {library} with error: {record.error}")
+        if not matching:
+            module = _import_library(library)
+            self._register_library(module, getattr(module, "__name__", library))
+
+    def _register_library(self, module: Any, name: str) -> None:
+        if self._pm.is_registered(module):
+            return
+        try:
+            self.register(module, name=name)
+        except PluginError as error:
+            raise Fail(f"Failed to load library {name} with error: {error}") from error
+        if not self._pm.get_hookcallers(module):
+            self._pm.unregister(module)
+            self._records.pop(name, None)
+            raise Fail(f"Failed to load library {name}: it implements no onnxplug hook (see onnxplug.hookspecs)")
+
     def _register(self, plugin: Any, record: PluginRecord) -> None:
         try:
             self._pm.register(plugin, name=record.name)
@@ -187,21 +249,21 @@ class Environment:
         owner = record.distribution or record.name
         for schema in self._call_plugin(record, "onnxplug_op_schemas"):
             key = (schema.domain, schema.name, schema.since_version)
+            previous = self._schema_owners.get(key)
+            if previous is not None and previous != owner:
+                raise PluginError(
+                    f"op schema {schema.domain}::{schema.name}-{schema.since_version} is declared "
+                    f"by both '{previous}' and '{owner}'"
+                )
+            self._schema_owners[key] = owner
+            # onnx.defs is process-wide: the first environment to need a schema registers it.
             with _SCHEMA_LOCK:
-                previous = _SCHEMA_OWNERS.get(key)
-                if previous is not None and previous != owner:
-                    raise PluginError(
-                        f"op schema {schema.domain}::{schema.name}-{schema.since_version} is declared "
-                        f"by both '{previous}' and '{owner}'"
-                    )
-                if previous is None:
-                    try:
-                        existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)
-                    except onnx.defs.SchemaError:
-                        existing = None
-                    if existing is None or existing.since_version != schema.since_version:
-                        onnx.defs.register_schema(schema)
-                    _SCHEMA_OWNERS[key] = owner
+                try:
+                    existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)
+                except onnx.defs.SchemaError:
+                    existing = None
+                if existing is None or existing.since_version != schema.since_version:
+                    onnx.defs.register_schema(schema)
 
     def _collect_factories(self, record: PluginRecord) -> None:
         for factory in self._call_plugin(record, "onnxplug_provider_factories"):
@@ -300,6 +362,35 @@ class Environment:
                 "providers": providers,
             })
         return rows
+
+
+def _import_library(spec: str) -> ModuleType:
+    """Import an op library given as a module name or the path of a ``.py`` file."""
+    if spec.endswith((".py", ".so", ".dll", ".dylib")) or os.sep in spec:
+        if not os.path.isfile(spec):
+            raise Fail(f"Failed to load library {spec} with error: no such file")
+        if not spec.endswith(".py"):
+            raise Fail(
+                f"Failed to load library {spec}: onnxplug op libraries are Python plugins "
+                "(a module with @onnxplug.hookimpl functions), not native libraries"
+            )
+        module_name = "onnxplug_library_" + os.path.splitext(os.path.basename(spec))[0]
+        loader_spec = importlib.util.spec_from_file_location(module_name, spec)
+        if loader_spec is None or loader_spec.loader is None:
+            raise Fail(f"Failed to load library {spec}: not a loadable Python file")
+        module = importlib.util.module_from_spec(loader_spec)
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as error:  # noqa: BLE001 - reported with the path
+            raise Fail(f"Failed to load library {spec} with error: {type(error).__name__}: {error}") from error
+        return module
+    try:
+        return importlib.import_module(spec)
+    except ImportError as error:
+        raise Fail(
+            f"Failed to load library {spec} with error: {error} (give an installed op-library plugin's "
+            "entry-point or distribution name, a module name, or a .py file)"
+        ) from error
 
 
 def _safe_devices(factory: ProviderFactory) -> list[Any]:

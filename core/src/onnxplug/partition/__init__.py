@@ -1,5 +1,7 @@
-"""Deciding which provider runs each node: claims collected, validated, assigned."""
+"""Deciding which provider runs each node: claims collected, validated, assigned; function ops
+nobody claims inlined."""
 
 from ._assign import Assignment, PartitionResult, ProviderSlot, partition_graph
+from ._inline import FunctionInliner, node_opsets
 
-__all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
+__all__ = ["Assignment", "FunctionInliner", "PartitionResult", "ProviderSlot", "node_opsets", "partition_graph"]

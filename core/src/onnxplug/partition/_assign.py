@@ -2,8 +2,9 @@
 
 Providers are asked in priority order; the first valid claim on a node wins.  Every claim is
 checked: the node must exist and a KernelClaim must resolve to a kernel the provider may use.
-A provider whose ``capability`` raises is warned about and skipped.  A node nobody claims is an
-error that says, per provider, why it was declined.
+A provider whose ``capability`` raises is warned about and skipped.  A node nobody claims is
+replaced by its function body when it has one (see ``_inline``) and the new nodes are offered
+again; a node that still has no taker is an error that says, per provider, why it was declined.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import Fail, InvalidGraph, NotImplemented
 from ..graph import GraphView, NodeView
 from ..kernels import KernelDef
 from ..kernels._schema import STANDARD_DOMAINS
+from ._inline import CHAIN_KEY, FunctionInliner, FunctionKey, node_opsets
 
 __all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
 
@@ -45,6 +47,8 @@ class PartitionResult:
 
     assignments: dict[str, Assignment]
     declined: dict[str, dict[str, list[str]]]
+    #: How many function-op nodes were replaced by their bodies (the graph was edited).
+    inlined: int = 0
 
     def counts(self) -> dict[str, int]:
         """Nodes per provider (onnxruntime name)."""
@@ -60,41 +64,82 @@ def _warn(message: str) -> None:
 
 
 def partition_graph(
-    graph: ir.Graph, nodes: Sequence[ir.Node], opsets: Mapping[str, int], slots: Sequence[ProviderSlot]
+    graph: ir.Graph,
+    nodes: Sequence[ir.Node],
+    opsets: Mapping[str, int],
+    slots: Sequence[ProviderSlot],
+    *,
+    functions: Mapping[FunctionKey, ir.Function] | None = None,
 ) -> PartitionResult:
     """Assign every node of ``graph`` (given in execution order) to a provider.
 
+    Nodes nobody claims that have a function body (an ONNX schema function or one of the
+    model's ``functions``) are inlined into ``graph`` and their body nodes offered in turn, so the
+    graph may have changed when this returns (``PartitionResult.inlined``).
+
+    :param functions: the model's local functions by ``(domain, name, overload)``.
     :raises NotImplemented: a node no provider claims (with each provider's reason).
-    :raises InvalidGraph: an op unknown in a standard domain.
+    :raises InvalidGraph: an op unknown in a standard domain; a recursive function.
     :raises Fail: an op of a custom domain no installed library provides.
     """
-    view = GraphView(graph, opsets, list(nodes))
     assignments: dict[str, Assignment] = {}
     declined: dict[str, dict[str, list[str]]] = {}
-    for slot in slots:
-        provider = slot.provider
-        view._open_for(provider.name)
-        try:
-            claims = list(provider.capability(view, slot.kernels) or ())
-        except Exception as error:  # noqa: BLE001 - a faulty plugin must not stop the session
-            _warn(f"provider '{provider.name}' failed in capability() and is skipped: {type(error).__name__}: {error}")
-            claims = []
-        finally:
-            declined[provider.ort_name] = view._close()
-        for claim in claims:
-            if isinstance(claim, KernelClaim):
-                _accept_kernel_claim(view, slot, claim, assignments)
-            elif isinstance(claim, FuseClaim):
-                _warn(
-                    f"provider '{provider.name}' returned a FuseClaim over {len(claim.nodes)} nodes; fused "
-                    "partitions are not supported by this onnxplug version, the nodes stay unclaimed"
-                )
-            else:
-                _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
-    missing = [node for node in view._nodes if node.name not in assignments]
-    if missing:
-        raise _unclaimed_error(missing[0], opsets, declined)
-    return PartitionResult(assignments, declined)
+    inliner = FunctionInliner(graph, opsets, functions)
+    pending = list(nodes)
+    while pending:
+        _offer(graph, pending, opsets, slots, assignments, declined)
+        expanded: list[ir.Node] = []
+        for node in pending:
+            if node.name in assignments:
+                continue
+            body = inliner.expand(node)
+            if body is None:
+                view = GraphView(graph, node_opsets(node, opsets), [node])
+                raise _unclaimed_error(view._nodes[0], node, node_opsets(node, opsets), declined)
+            expanded.extend(body)
+        pending = expanded
+    return PartitionResult(assignments, declined, inliner.count)
+
+
+def _offer(
+    graph: ir.Graph,
+    nodes: Sequence[ir.Node],
+    opsets: Mapping[str, int],
+    slots: Sequence[ProviderSlot],
+    assignments: dict[str, Assignment],
+    declined: dict[str, dict[str, list[str]]],
+) -> None:
+    """Ask every provider about ``nodes``, one view per set of opsets (inlined bodies resolve
+    their ops with the opsets they were written for)."""
+    groups: dict[tuple[tuple[str, int], ...], tuple[Mapping[str, int], list[ir.Node]]] = {}
+    for node in nodes:
+        node_sets = node_opsets(node, opsets)
+        groups.setdefault(tuple(sorted(node_sets.items())), (node_sets, []))[1].append(node)
+    for group_opsets, group in groups.values():
+        view = GraphView(graph, group_opsets, group)
+        for slot in slots:
+            provider = slot.provider
+            view._open_for(provider.name)
+            try:
+                claims = list(provider.capability(view, slot.kernels) or ())
+            except Exception as error:  # noqa: BLE001 - a faulty plugin must not stop the session
+                _warn(f"provider '{provider.name}' failed in capability() and is skipped: "
+                      f"{type(error).__name__}: {error}")
+                claims = []
+            finally:
+                per_node = declined.setdefault(provider.ort_name, {})
+                for name, reasons in view._close().items():
+                    per_node.setdefault(name, []).extend(reasons)
+            for claim in claims:
+                if isinstance(claim, KernelClaim):
+                    _accept_kernel_claim(view, slot, claim, assignments)
+                elif isinstance(claim, FuseClaim):
+                    _warn(
+                        f"provider '{provider.name}' returned a FuseClaim over {len(claim.nodes)} nodes; fused "
+                        "partitions are not supported by this onnxplug version, the nodes stay unclaimed"
+                    )
+                else:
+                    _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
 
 
 def _accept_kernel_claim(
@@ -117,17 +162,25 @@ def _accept_kernel_claim(
     assignments[claim.node] = Assignment(provider, kernel)
 
 
-def _unclaimed_error(node: NodeView, opsets: Mapping[str, int], declined: dict[str, dict[str, list[str]]]) -> Exception:
+def _unclaimed_error(
+    node: NodeView, ir_node: ir.Node, opsets: Mapping[str, int], declined: dict[str, dict[str, list[str]]]
+) -> Exception:
     version = opsets.get(node.domain)
+    chain = ir_node.meta.get(CHAIN_KEY, ())
+    origin = ""
+    if chain:
+        domain, name, _ = chain[0]
+        origin = f" (inlined from the body of {domain or 'ai.onnx'}::{name})"
     if node.since_version is None:
         if node.domain in STANDARD_DOMAINS:
             return InvalidGraph(
                 f"No Op registered for {node.op_type} with domain_version of {version} "
-                f"(node '{node.name}', domain '{node.domain or 'ai.onnx'}')"
+                f"(node '{node.name}', domain '{node.domain or 'ai.onnx'}'){origin}"
             )
         if version is None:
             return InvalidGraph(
-                f"node '{node.name}' uses domain '{node.domain}', which the model does not import in opset_import"
+                f"node '{node.name}' uses domain '{node.domain}', which the model does not import in "
+                f"opset_import{origin}"
             )
         return Fail(
             f"{node.domain}:{node.op_type}({version}) is not a registered function/op (node '{node.name}'). "
@@ -140,5 +193,5 @@ def _unclaimed_error(node: NodeView, opsets: Mapping[str, int], declined: dict[s
         reasons.append(f"{provider}: {why}")
     return NotImplemented(
         f"Could not find an implementation for {node.op_type}({node.since_version}) node with name "
-        f"'{node.name}' ({node.key_string()}). " + " | ".join(reasons)
+        f"'{node.name}' ({node.key_string()}){origin}. " + " | ".join(reasons)
     )

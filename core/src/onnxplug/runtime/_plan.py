@@ -21,7 +21,7 @@ from ..errors import Fail, OnnxplugError
 from ..kernels import NodeContext
 from ..kernels._schema import find_schema
 from ..kernels._runstate import current_run
-from ..partition import PartitionResult, ProviderSlot, partition_graph
+from ..partition import PartitionResult, ProviderSlot, node_opsets, partition_graph
 
 __all__ = ["GraphPlan", "Step", "SubgraphRunner", "build_plan", "tensor_value"]
 
@@ -222,14 +222,22 @@ def build_plan(
     slots: Sequence[ProviderSlot],
     *,
     outer: Sequence[ir.Value] = (),
+    functions: Mapping[tuple[str, str, str], ir.Function] | None = None,
 ) -> GraphPlan:
     """Compile ``graph`` for the given providers.
 
+    Partitioning may inline function ops nobody claims, which edits ``graph``; the node order
+    is computed again afterwards.
+
     :param outer: values of enclosing scopes this graph may read (for subgraphs), in the order
         their values are passed to ``execute``.
+    :param functions: the model's local functions by ``(domain, name, overload)``, for inlining
+        (subgraphs are compiled with them too).
     """
     order = execution_order(graph)
-    partition = partition_graph(graph, order, opsets, slots)
+    partition = partition_graph(graph, order, opsets, slots, functions=functions)
+    if partition.inlined:
+        order = execution_order(graph)
     slot_of: dict[int, int] = {}
     template: list[Any] = [None, None]
 
@@ -261,18 +269,19 @@ def build_plan(
         implicit = [slot_of[id(v)] for v in outer_values]
         outputs = tuple(new_slot(v) if v.name else _DROP_SLOT for v in node.outputs)
         assignment = partition.assignments[node.name]
+        own_opsets = node_opsets(node, opsets)
         context = NodeContext(
             name=node.name,
             op_type=node.op_type,
             domain=assignment.kernel.key.domain,
             since_version=assignment.kernel.key.since_version,
-            opsets=opsets,
+            opsets=own_opsets,
             num_inputs=len(node.inputs),
             num_outputs=len(node.outputs),
             outputs_used=[bool(v.name) and (bool(v.uses()) or v.is_graph_output()) for v in node.outputs],
             input_types=[_type_of(v) for v in node.inputs],
             constants=[None if v is None else constants.get(id(v)) for v in node.inputs],
-            compile_subgraph=_subgraph_compiler(node, opsets, slots, outer_values),
+            compile_subgraph=_subgraph_compiler(node, own_opsets, slots, outer_values, functions),
             num_outer_inputs=len(outer_values),
         )
         attributes = {name: _attribute_value(attr) for name, attr in node.attributes.items()}
@@ -318,12 +327,13 @@ def _single_output(kernel: Any) -> bool:
 
 
 def _subgraph_compiler(node: ir.Node, opsets: Mapping[str, int], slots: Sequence[ProviderSlot],
-                       outer_values: list[ir.Value]) -> Callable[[str], SubgraphRunner]:
+                       outer_values: list[ir.Value],
+                       functions: Mapping[tuple[str, str, str], ir.Function] | None) -> Callable[[str], SubgraphRunner]:
     def compile_subgraph(attribute: str) -> SubgraphRunner:
         attr = node.attributes.get(attribute)
         if attr is None or attr.type is not ir.AttributeType.GRAPH:
             raise Fail(f"node '{node.name}' ({node.op_type}) has no graph attribute '{attribute}'")
-        return SubgraphRunner(build_plan(attr.value, opsets, slots, outer=outer_values))
+        return SubgraphRunner(build_plan(attr.value, opsets, slots, outer=outer_values, functions=functions))
 
     return compile_subgraph
 

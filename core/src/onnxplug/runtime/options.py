@@ -110,10 +110,11 @@ class SessionOptions(_ConfigEntries):
         self.__dict__.setdefault("_op_libraries", []).append(library)
 
     def __copy__(self) -> SessionOptions:
+        """A copy whose containers (config entries, overrides, libraries) are independent; the
+        values in them (OrtValues, library modules) are shared, as the caller keeps them alive."""
         clone = SessionOptions()
-        clone.__dict__.update(copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "_initializers"}))
-        if "_initializers" in self.__dict__:
-            clone.__dict__["_initializers"] = dict(self.__dict__["_initializers"])
+        for key, value in self.__dict__.items():
+            clone.__dict__[key] = copy.copy(value) if isinstance(value, (dict, list)) else value
         return clone
 
 

@@ -93,8 +93,9 @@ class InferenceSession:
         environment: Environment | None = None,
         **kwargs: Any,
     ) -> None:
-        self._environment = environment or default_environment()
         self._sess_options = copy.copy(sess_options) if sess_options is not None else SessionOptions()
+        libraries = self._sess_options.__dict__.get("_op_libraries", [])
+        self._environment = (environment or default_environment()).with_libraries(libraries)
         self._fallback = bool(int(kwargs.pop("enable_fallback", 1)))
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
@@ -121,7 +122,8 @@ class InferenceSession:
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             _name_nodes(self._loaded.model)
-            self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots)
+            self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots,
+                                    functions=self._loaded.model.functions)
         except BaseException:
             for provider in providers:
                 provider.close()

@@ -18,6 +18,7 @@ from ._registry import registry
 MODULES = (
     "activation",
     "attention",
+    "attention_linear",
     "bitwise",
     "cast",
     "construct",

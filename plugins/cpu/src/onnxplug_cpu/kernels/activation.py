@@ -1,51 +1,227 @@
-"""Activations: Relu, Sigmoid, Tanh, Softmax family."""
+"""Activations: the ReLU family, sigmoids, Softmax/LogSoftmax/Hardmax, GELU, Swish, SwiGLU, Shrink.
+
+Float kernels compute narrow floats (float16, bfloat16) in float32 and return the input's dtype
+(see :func:`float_unary`); ReLU-like kernels that also take integers (Relu, LeakyRelu, PRelu,
+Shrink) compute those exactly.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from onnxplug.errors import InvalidArgument
+
+from ._numeric import as_dtype, erf, float_unary, widen
 from ._registry import kernel
+
+
+def _legacy(fn, name):
+    """``fn`` for opset 1, which also carried the obsolete ``consumed_inputs`` attribute."""
+
+    def legacy(x, *, consumed_inputs=None, **attrs):
+        return fn(x, **attrs)
+
+    legacy.__qualname__ = legacy.__name__ = name
+    return legacy
 
 
 @kernel("Relu", since=(6, 13, 14))
 def relu(x):
-    return np.maximum(x, x.dtype.type(0))
+    return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 
-@kernel("Sigmoid", since=(6, 13))
-def sigmoid(x):
-    # Split by sign so that exp never overflows.
-    out = np.empty_like(x)
-    positive = x >= 0
-    out[positive] = 1 / (1 + np.exp(-x[positive]))
-    exp_x = np.exp(x[~positive])
-    out[~positive] = exp_x / (1 + exp_x)
-    return out
+kernel("Relu", since=(1,))(_legacy(relu, "relu_legacy"))
 
 
-@kernel("Tanh", since=(6, 13))
-def tanh(x):
-    return np.tanh(x)
+def _sigmoid(x):
+    # exp of a non-positive number never overflows; pick the form per sign.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-def _softmax_along(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    exp_x = np.exp(shifted)
+sigmoid = float_unary(_sigmoid)
+kernel("Sigmoid", since=(6, 13))(sigmoid)
+kernel("Sigmoid", since=(1,))(_legacy(sigmoid, "sigmoid_legacy"))
+
+tanh = float_unary(np.tanh)
+kernel("Tanh", since=(6, 13))(tanh)
+kernel("Tanh", since=(1,))(_legacy(tanh, "tanh_legacy"))
+
+
+def _axis(x, axis, op):
+    if not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
+        raise InvalidArgument(f"{op}: axis {axis} is out of range for rank {x.ndim}")
+    return axis + x.ndim if axis < 0 else axis
+
+
+def _softmax(x, axis):
+    exp_x = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return exp_x / np.sum(exp_x, axis=axis, keepdims=True)
 
 
-def _coerced_2d(x, axis, fn):
-    """Opsets before 13 flatten to 2-D at ``axis`` and normalise each row."""
-    axis = axis + x.ndim if axis < 0 else axis
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return fn(x.reshape(rows, -1), 1).reshape(x.shape)
+def _log_softmax(x, axis):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
-@kernel("Softmax", since=(1, 11))
-def softmax_1(x, *, axis):
-    return _coerced_2d(x, axis, _softmax_along)
+def _hardmax(x, axis):
+    out = np.zeros(x.shape, dtype=x.dtype)
+    if x.size:
+        np.put_along_axis(out, np.argmax(x, axis=axis, keepdims=True), 1, axis=axis)
+    return out
 
 
-@kernel("Softmax", since=(13,))
-def softmax_13(x, *, axis):
-    return _softmax_along(x, axis)
+def _normalizer(op, fn):
+    """Register ``fn(x, axis)`` for the three versions: opsets 1 and 11 flatten the input to 2-D
+    at ``axis`` and normalise each row; opset 13 normalises along the single ``axis``."""
+
+    def coerced(x, *, axis):
+        if x.ndim == 0:
+            return fn(x.reshape(1, 1), 1).reshape(())
+        axis = _axis(x, axis, op)
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return fn(x.reshape(rows, -1), 1).reshape(x.shape)
+
+    def single(x, *, axis):
+        if x.ndim == 0:
+            return fn(x.reshape(1), 0).reshape(())
+        return fn(x, _axis(x, axis, op))
+
+    for variant, since in ((coerced, (1, 11)), (single, (13,))):
+        wrapped = float_unary(variant)
+        wrapped.__qualname__ = wrapped.__name__ = f"{op.lower()}_{variant.__name__}"
+        kernel(op, since=since)(wrapped)
+
+
+_normalizer("Softmax", _softmax)
+_normalizer("LogSoftmax", _log_softmax)
+_normalizer("Hardmax", _hardmax)
+
+
+def _elu(x, *, alpha):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+elu = float_unary(_elu)
+kernel("Elu", since=(6, 22))(elu)
+kernel("Elu", since=(1,))(_legacy(elu, "elu_legacy"))
+
+
+def _selu(x, *, alpha, gamma):
+    return gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+selu = float_unary(_selu)
+kernel("Selu", since=(6, 22))(selu)
+kernel("Selu", since=(1,))(_legacy(selu, "selu_legacy"))
+
+
+@kernel("Celu", since=(12, 28))
+@float_unary
+def celu(x, *, alpha):
+    if alpha == 0:
+        raise InvalidArgument("Celu: alpha must not be 0")
+    return np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(np.minimum(x, 0) / alpha))
+
+
+def _leaky_relu(x, *, alpha):
+    if x.dtype.kind in "iu":
+        return as_dtype(np.where(x >= 0, x, alpha * x), x.dtype)
+    with np.errstate(all="ignore"):
+        return as_dtype(np.where(x >= 0, x, alpha * widen(x)), x.dtype)
+
+
+kernel("LeakyRelu", since=(6, 16))(_leaky_relu)
+kernel("LeakyRelu", since=(1,))(_legacy(_leaky_relu, "leaky_relu_legacy"))
+
+
+def prelu(x, slope):
+    """``slope`` broadcasts to ``x`` (unidirectionally: the output keeps ``x``'s shape)."""
+    if x.dtype != slope.dtype:
+        raise InvalidArgument(f"PRelu: input types differ ({x.dtype} and {slope.dtype})")
+    try:
+        slope = np.broadcast_to(slope, x.shape)
+    except ValueError:
+        raise InvalidArgument(f"PRelu: slope of shape {slope.shape} does not broadcast to {x.shape}") from None
+    with np.errstate(all="ignore"):
+        return as_dtype(np.where(x < 0, widen(slope) * widen(x), x), x.dtype)
+
+
+kernel("PRelu", since=(6, 7, 9, 16))(prelu)
+
+
+@kernel("PRelu", since=(1,))
+def prelu_legacy(x, slope, *, consumed_inputs=None):
+    return prelu(x, slope)
+
+
+@kernel("ThresholdedRelu", since=(10, 22))
+@float_unary
+def thresholded_relu(x, *, alpha):
+    return np.where(x > alpha, x, 0)
+
+
+def _hard_sigmoid(x, *, alpha, beta):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+hard_sigmoid = float_unary(_hard_sigmoid)
+kernel("HardSigmoid", since=(6, 22))(hard_sigmoid)
+kernel("HardSigmoid", since=(1,))(_legacy(hard_sigmoid, "hard_sigmoid_legacy"))
+
+
+@kernel("HardSwish", since=(14, 22))
+@float_unary
+def hard_swish(x):
+    return x * np.clip(x / 6 + 0.5, 0, 1)
+
+
+@kernel("Softplus", since=(1, 22))
+@float_unary
+def softplus(x):
+    return np.logaddexp(0, x)  # log(1 + exp(x)) without overflow
+
+
+@kernel("Softsign", since=(1, 22))
+@float_unary
+def softsign(x):
+    return x / (1 + np.abs(x))
+
+
+@kernel("Gelu", since=(20,))
+@float_unary
+def gelu(x, *, approximate):
+    if approximate == "none":
+        return 0.5 * x * (1 + erf(x / np.sqrt(2)).astype(x.dtype))
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    raise InvalidArgument(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+@kernel("Mish", since=(18, 22))
+@float_unary
+def mish(x):
+    return x * np.tanh(np.logaddexp(0, x))
+
+
+@kernel("Swish", since=(24,))
+@float_unary
+def swish(x, *, alpha):
+    return x * _sigmoid(alpha * x)
+
+
+@kernel("SwiGLU", since=(28,))
+def swiglu(a, b, *, alpha):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        raise InvalidArgument(f"SwiGLU: A ({a.dtype}{list(a.shape)}) and B ({b.dtype}{list(b.shape)}) must match")
+    with np.errstate(all="ignore"):
+        gate = widen(a)
+        return as_dtype(gate * _sigmoid(alpha * gate) * widen(b), a.dtype)
+
+
+@kernel("Shrink", since=(9,))
+def shrink(x, *, bias, lambd):
+    with np.errstate(all="ignore"):
+        wide = widen(x).astype(np.float64) if x.dtype.kind in "iu" else widen(x)
+        result = np.where(wide < -lambd, wide + bias, np.where(wide > lambd, wide - bias, 0))
+    return as_dtype(result, x.dtype)

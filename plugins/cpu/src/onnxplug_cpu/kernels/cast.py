@@ -76,7 +76,7 @@ def _to_e8m0(x, saturate, round_mode):
     used); 255 is NaN."""
     if round_mode not in ("up", "down", "nearest"):
         raise InvalidArgument(f"Cast: round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
-    bits = np.ascontiguousarray(widen(x).astype(np.float32)).view(np.uint32)
+    bits = widen(x).astype(np.float32).view(np.uint32)  # astype copies: contiguous, rank kept
     exponent = ((bits >> 23) & 0xFF).astype(np.int32)
     mantissa = bits & 0x7FFFFF
     special = exponent == 0xFF
@@ -191,6 +191,6 @@ def bitcast(ctx, *, to):
                 f"BitCast: {x.dtype} ({_bit_width(x.dtype)} bits) and {target} "
                 f"({_bit_width(target)} bits) differ in width"
             )
-        return np.ascontiguousarray(x).view(target).copy()
+        return np.array(x, order="C").view(target)  # a contiguous copy that keeps rank 0
 
     return run

@@ -17,10 +17,12 @@ from ._registry import kernel
 from .shape import int_values, normalize_axes, normalize_axis
 
 
-def checked_indices(indices, size, op, what="index", *, negative=True):
-    """``indices`` as int64 in ``[0, size)``; negative values count from the back when allowed.
+def checked_indices(indices, size, op, axis, *, negative=True):
+    """``indices`` as int64 in ``[0, size)`` for an axis of length ``size``; negative values count
+    from the back when allowed.
 
-    :raises InvalidArgument: a value outside ``[-size, size - 1]`` (or ``[0, size - 1]``).
+    :raises InvalidArgument: a value outside ``[-size, size - 1]`` (or ``[0, size - 1]``), naming
+        the first offending value, the axis and the valid range.
     """
     indices = np.asarray(indices)
     if indices.dtype.kind not in "iu":
@@ -30,7 +32,9 @@ def checked_indices(indices, size, op, what="index", *, negative=True):
     bad = (indices < low) | (indices >= size)
     if bad.any():
         value = int(indices[bad].reshape(-1)[0])
-        raise InvalidArgument(f"{op}: {what} {value} is out of range [{low}, {size - 1}]")
+        raise InvalidArgument(
+            f"{op}: index {value} on axis {axis} (length {size}) is out of range [{low}, {size - 1}]"
+        )
     return np.where(indices < 0, indices + size, indices) if negative else indices
 
 
@@ -83,7 +87,7 @@ def slice_10(x, starts, ends, axes=None, steps=None):
 @kernel("Gather", since=(1, 11, 13))
 def gather(x, indices, *, axis):
     axis = normalize_axis(axis, x.ndim, "Gather")
-    indices = checked_indices(indices, x.shape[axis], "Gather", f"index on axis {axis}")
+    indices = checked_indices(indices, x.shape[axis], "Gather", axis)
     return np.take(x, indices, axis=axis)
 
 
@@ -100,7 +104,7 @@ def gather_elements(x, indices, *, axis):
                 f"GatherElements: indices shape {list(indices.shape)} exceeds data shape "
                 f"{list(x.shape)} on axis {d}"
             )
-    indices = checked_indices(indices, x.shape[axis], "GatherElements", f"index on axis {axis}")
+    indices = checked_indices(indices, x.shape[axis], "GatherElements", axis)
     # Indices may be smaller than data outside `axis`; only that corner of data is read.
     corner = tuple(slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(x.ndim))
     return np.take_along_axis(x[corner], indices, axis=axis)
@@ -126,7 +130,7 @@ def _gather_nd(x, indices, batch_dims):
     data = x.reshape((batch,) + x.shape[b:])
     idx = indices.reshape(batch, -1, k)
     coords = tuple(
-        checked_indices(idx[..., j], x.shape[b + j], "GatherND", f"index on axis {b + j}") for j in range(k)
+        checked_indices(idx[..., j], x.shape[b + j], "GatherND", b + j) for j in range(k)
     )
     rows = np.arange(batch).reshape(batch, 1)
     out = data[(rows,) + coords]

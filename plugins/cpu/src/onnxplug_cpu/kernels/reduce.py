@@ -94,10 +94,16 @@ def _axes_to_reduce(x, axes, noop_with_empty_axes, op):
     return normalize_axes(axes, x.ndim, op, "axes")
 
 
+_WIDENED = (_sum, _mean, _prod, _l1, _l2, _log_sum, _log_sum_exp, _sum_square)
+
+
 def _reduce(fn, op, x, axes, keepdims, noop_with_empty_axes):
     if not isinstance(x, np.ndarray):
         raise InvalidArgument(f"{op}: expected a tensor input")
     reduce_axes = _axes_to_reduce(x, axes, noop_with_empty_axes, op)
+    if fn in _WIDENED and x.dtype.itemsize == 2 and x.dtype.kind not in "iu":
+        # float16/bfloat16 accumulate in float32: summing in 16 bits loses digits quickly.
+        return np.asarray(fn(x.astype(np.float32), reduce_axes, bool(keepdims))).astype(x.dtype)
     return np.asarray(fn(x, reduce_axes, bool(keepdims)))
 
 

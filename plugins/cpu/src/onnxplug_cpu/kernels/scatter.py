@@ -50,7 +50,7 @@ def _scatter_elements(x, indices, updates, axis, reduction, op):
             raise InvalidArgument(
                 f"{op}: indices shape {list(indices.shape)} exceeds data shape {list(x.shape)} on axis {d}"
             )
-    idx = checked_indices(indices, x.shape[axis], op, f"index on axis {axis}")
+    idx = checked_indices(indices, x.shape[axis], op, axis)
     # Every other coordinate is the element's own position in `indices`.
     grid = list(np.indices(indices.shape, sparse=True))
     grid[axis] = idx
@@ -85,7 +85,7 @@ def _scatter_nd(x, indices, updates, reduction):
             f"(indices {list(indices.shape)}, data {list(x.shape)})"
         )
     index = tuple(
-        checked_indices(indices[..., j], x.shape[j], "ScatterND", f"index on axis {j}") for j in range(k)
+        checked_indices(indices[..., j], x.shape[j], "ScatterND", j) for j in range(k)
     )
     return _write(np.array(x), index, updates.astype(x.dtype, copy=False), reduction, "ScatterND")
 
