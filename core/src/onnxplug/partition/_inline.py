@@ -56,14 +56,21 @@ def _describe(key: FunctionKey) -> str:
     return f"{domain or 'ai.onnx'}::{name}" + (f":{overload}" if overload else "")
 
 
+def _body_version(versions: list[int], opset: int) -> int | None:
+    """The body to use: the newest one written for an opset at or below the model's (a body for
+    a newer opset may use ops the model's opset does not have; onnx only answers exact ones)."""
+    usable = [v for v in versions if v <= opset]
+    return max(usable) if usable else None
+
+
 @functools.lru_cache(maxsize=512)
 def _schema_function_bytes(op_type: str, domain: str, since_version: int, opset: int) -> bytes:
-    """A context-independent schema body for ``opset`` (empty when none applies: onnx picks the
-    newest body written for an opset at or below the requested one)."""
+    """A context-independent schema body for ``opset``, or empty bytes when none applies."""
     schema = find_schema(op_type, since_version, domain)
     if schema is None or not schema.has_function:
         return b""
-    return schema.get_function_with_opset_version(opset) or b""
+    version = _body_version(list(schema.function_opset_versions), opset)
+    return b"" if version is None else schema.get_function_with_opset_version(version) or b""
 
 
 class FunctionInliner:
@@ -153,6 +160,7 @@ class FunctionInliner:
             value_map[formal] = node.inputs[index] if index < len(node.inputs) else None
         prefix = node.name or node.op_type
         self._value_map = value_map
+        self._prefix = prefix
 
         def rename(new: ir.Node) -> None:
             new.name = self._fresh(f"{prefix}/{new.name or new.op_type}", self._names("node"))
@@ -176,8 +184,7 @@ class FunctionInliner:
             raise InvalidGraph(f"function output '{function.outputs[index].name}' is never computed")
         opsets.setdefault("", onnx.defs.onnx_opset_version())
         identity = ir.Node("", "Identity", [value], num_outputs=1,
-                           name=self._fresh(f"{new_nodes[0].name if new_nodes else 'inlined'}/Identity",
-                                            self._names("node")))
+                           name=self._fresh(f"{self._prefix}/Identity", self._names("node")))
         identity.outputs[0].name = self._fresh(f"{identity.name}_out", self._names("value"))
         new_nodes.append(identity)
         return identity.outputs[0]
@@ -243,6 +250,9 @@ def _context_dependent_bytes(schema: onnx.defs.OpSchema, opset: int, node: ir.No
     for name, attr in attributes.items():
         if name not in present and not attr.is_ref():
             proto.attribute.append(ir.serde.serialize_attribute(attr))
+    version = _body_version(list(schema.context_dependent_function_opset_versions), opset)
+    if version is None:
+        return b""
     types = []
     for value in node.inputs:
         if value is None or value.type is None:
@@ -250,6 +260,6 @@ def _context_dependent_bytes(schema: onnx.defs.OpSchema, opset: int, node: ir.No
         else:
             types.append(ir.serde.serialize_value(value).type.SerializeToString())
     try:
-        return schema.get_context_dependent_function_with_opset_version(opset, proto.SerializeToString(), types) or b""
+        return schema.get_context_dependent_function_with_opset_version(version, proto.SerializeToString(), types) or b""
     except Exception:  # noqa: BLE001 - onnx refuses (unknown types, unsupported attributes)
         return b""

@@ -49,11 +49,26 @@ def constant_11(ctx, *, value=None, sparse_value=None):
 
 
 @kernel("Constant", since=(12, 13, 19) + _LATEST, factory=True)
-def constant(ctx, *, value=None, value_float=None, value_floats=None, value_int=None, value_ints=None,
-             value_string=None, value_strings=None, sparse_value=None):
+def constant(
+    ctx,
+    *,
+    value=None,
+    value_float=None,
+    value_floats=None,
+    value_int=None,
+    value_ints=None,
+    value_string=None,
+    value_strings=None,
+    sparse_value=None,
+):
     given = {
-        "value": value, "value_float": value_float, "value_floats": value_floats, "value_int": value_int,
-        "value_ints": value_ints, "value_string": value_string, "value_strings": value_strings,
+        "value": value,
+        "value_float": value_float,
+        "value_floats": value_floats,
+        "value_int": value_int,
+        "value_ints": value_ints,
+        "value_string": value_string,
+        "value_strings": value_strings,
         "sparse_value": sparse_value,
     }
     present = [name for name, v in given.items() if v is not None]
@@ -105,10 +120,10 @@ def _range(start, limit, delta, compute_dtype=None):
     if delta == 0:
         raise InvalidArgument("Range: delta must not be 0")
     if dtype.kind in "iu":
-        s, l, d = int(start), int(limit), int(delta)
-        count = max(-(-(l - s) // d), 0)  # exact ceil division on Python ints
+        first, stop, step = int(start), int(limit), int(delta)
+        count = max(-(-(stop - first) // step), 0)  # exact ceil division on Python ints
         check_allocation((count,), dtype, "Range output")
-        return (s + np.arange(count, dtype=np.int64) * d).astype(dtype)
+        return (first + np.arange(count, dtype=np.int64) * step).astype(dtype)
     count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
     check_allocation((count,), dtype, "Range output")
     work = compute_dtype or dtype
@@ -273,4 +288,3 @@ def center_crop_pad(x, shape, *, axes=None):
     out = np.zeros(out_shape, dtype=x.dtype)
     out[tuple(dst)] = x[tuple(src)]
     return out
-

@@ -32,9 +32,7 @@ def checked_indices(indices, size, op, axis, *, negative=True):
     bad = (indices < low) | (indices >= size)
     if bad.any():
         value = int(indices[bad].reshape(-1)[0])
-        raise InvalidArgument(
-            f"{op}: index {value} on axis {axis} (length {size}) is out of range [{low}, {size - 1}]"
-        )
+        raise InvalidArgument(f"{op}: index {value} on axis {axis} (length {size}) is out of range [{low}, {size - 1}]")
     return np.where(indices < 0, indices + size, indices) if negative else indices
 
 
@@ -45,9 +43,7 @@ def _slice(x, starts, ends, axes, steps):
     if steps is None:
         steps = [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise InvalidArgument(
-            f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length"
-        )
+        raise InvalidArgument(f"Slice: starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
     axes = normalize_axes(axes, rank, "Slice")
     index = [slice(None)] * rank
     for axis, start, end, step in zip(axes, starts, ends, steps):
@@ -95,14 +91,11 @@ def gather(x, indices, *, axis):
 def gather_elements(x, indices, *, axis):
     axis = normalize_axis(axis, x.ndim, "GatherElements")
     if indices.ndim != x.ndim:
-        raise InvalidArgument(
-            f"GatherElements: indices rank {indices.ndim} differs from data rank {x.ndim}"
-        )
+        raise InvalidArgument(f"GatherElements: indices rank {indices.ndim} differs from data rank {x.ndim}")
     for d in range(x.ndim):
         if d != axis and indices.shape[d] > x.shape[d]:
             raise InvalidArgument(
-                f"GatherElements: indices shape {list(indices.shape)} exceeds data shape "
-                f"{list(x.shape)} on axis {d}"
+                f"GatherElements: indices shape {list(indices.shape)} exceeds data shape {list(x.shape)} on axis {d}"
             )
     indices = checked_indices(indices, x.shape[axis], "GatherElements", axis)
     # Indices may be smaller than data outside `axis`; only that corner of data is read.
@@ -119,8 +112,7 @@ def _gather_nd(x, indices, batch_dims):
         raise InvalidArgument(f"GatherND: batch_dims {b} must be below the ranks of data and indices")
     if x.shape[:b] != indices.shape[:b]:
         raise InvalidArgument(
-            f"GatherND: batch dimensions of data {list(x.shape[:b])} and indices "
-            f"{list(indices.shape[:b])} differ"
+            f"GatherND: batch dimensions of data {list(x.shape[:b])} and indices {list(indices.shape[:b])} differ"
         )
     if k > x.ndim - b:
         raise InvalidArgument(
@@ -129,9 +121,7 @@ def _gather_nd(x, indices, batch_dims):
     batch = int(np.prod(x.shape[:b], dtype=np.int64))
     data = x.reshape((batch,) + x.shape[b:])
     idx = indices.reshape(batch, -1, k)
-    coords = tuple(
-        checked_indices(idx[..., j], x.shape[b + j], "GatherND", b + j) for j in range(k)
-    )
+    coords = tuple(checked_indices(idx[..., j], x.shape[b + j], "GatherND", b + j) for j in range(k))
     rows = np.arange(batch).reshape(batch, 1)
     out = data[(rows,) + coords]
     return out.reshape(indices.shape[:-1] + x.shape[b + k :])
@@ -200,18 +190,14 @@ def reverse_sequence(x, sequence_lens, *, batch_axis, time_axis):
     if x.ndim < 2:
         raise InvalidArgument(f"ReverseSequence: input must have rank >= 2, got shape {list(x.shape)}")
     if {batch_axis, time_axis} != {0, 1}:
-        raise InvalidArgument(
-            f"ReverseSequence: batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1"
-        )
+        raise InvalidArgument(f"ReverseSequence: batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1")
     batch, steps = x.shape[batch_axis], x.shape[time_axis]
     lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
     if lens.size != batch:
         raise InvalidArgument(f"ReverseSequence: {lens.size} sequence_lens for a batch of {batch}")
     bad = (lens < 0) | (lens > steps)
     if bad.any():
-        raise InvalidArgument(
-            f"ReverseSequence: sequence length {int(lens[bad][0])} is out of range [0, {steps}]"
-        )
+        raise InvalidArgument(f"ReverseSequence: sequence length {int(lens[bad][0])} is out of range [0, {steps}]")
     t = np.arange(steps).reshape(1, steps)
     ln = lens.reshape(batch, 1)
     source = np.where(t < ln, ln - 1 - t, t)  # (batch, time)

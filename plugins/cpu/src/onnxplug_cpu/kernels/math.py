@@ -1,24 +1,130 @@
-"""Matrix products: Gemm, MatMul."""
+"""Linear algebra and scans: Gemm, MatMul, Einsum, Det, CumSum, CumProd.
+
+Narrow floats (float16, bfloat16) are multiplied and accumulated in float32 and rounded back
+once, which is both faster (BLAS) and closer to what accelerators with wide accumulators produce.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from onnxplug.errors import InvalidArgument
+
+from ._numeric import as_dtype, widen
 from ._registry import kernel
 
 
-@kernel("Gemm", since=(7, 9, 11, 13))
+def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
+    if a.ndim != 2 or b.ndim != 2:
+        raise InvalidArgument(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+    if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
+        raise InvalidArgument("Gemm: A, B and C must have the same type")
+    dtype = a.dtype
+    left = widen(a).T if trans_a else widen(a)
+    right = widen(b).T if trans_b else widen(b)
+    if left.shape[1] != right.shape[0]:
+        raise InvalidArgument(
+            f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}"
+        )
+    with np.errstate(all="ignore"):
+        result = left @ right
+        if alpha != 1:
+            result = result * result.dtype.type(alpha)
+        if c is not None and beta != 0:
+            shape = result.shape
+            try:
+                bias = np.broadcast_to(widen(c), shape)
+            except ValueError:
+                raise InvalidArgument(f"Gemm: C of shape {c.shape} does not broadcast to {shape}") from None
+            result = result + (bias if beta == 1 else bias * result.dtype.type(beta))
+    return as_dtype(result, dtype)
+
+
+@kernel("Gemm", since=(11, 13))
 def gemm(a, b, c=None, *, alpha, beta, transA, transB):
-    a = a.T if transA else a
-    b = b.T if transB else b
-    result = a @ b
-    if alpha != 1:
-        result = result * a.dtype.type(alpha)
-    if c is not None and beta != 0:
-        result = result + (c if beta == 1 else c * c.dtype.type(beta))
-    return result.astype(a.dtype, copy=False)
+    return _gemm(a, b, c, alpha, beta, transA, transB)
+
+
+@kernel("Gemm", since=(7, 9))
+def gemm_7(a, b, c, *, alpha, beta, transA, transB):
+    return _gemm(a, b, c, alpha, beta, transA, transB)
+
+
+@kernel("Gemm", since=(1, 6))
+def gemm_1(a, b, c, *, alpha, beta, transA, transB, broadcast):
+    # Before opset 7, C had to match the output unless broadcast=1; numpy's rule is a superset.
+    return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
 @kernel("MatMul", since=(1, 9, 13))
 def matmul(a, b):
-    return np.matmul(a, b)
+    if a.dtype != b.dtype:
+        raise InvalidArgument(f"MatMul: input types differ ({a.dtype} and {b.dtype})")
+    if a.ndim == 0 or b.ndim == 0:
+        raise InvalidArgument(f"MatMul: inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    try:
+        with np.errstate(all="ignore"):
+            return as_dtype(np.matmul(widen(a), widen(b)), a.dtype)
+    except ValueError as error:
+        raise InvalidArgument(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
+
+
+@kernel("Einsum", since=(12, 28))
+def einsum(*inputs, equation):
+    if not inputs:
+        raise InvalidArgument("Einsum: needs at least one input")
+    dtype = inputs[0].dtype
+    if any(x.dtype != dtype for x in inputs):
+        raise InvalidArgument("Einsum: all inputs must have the same type")
+    try:
+        with np.errstate(all="ignore"):
+            result = np.einsum(
+                equation.replace(" ", ""), *[widen(x) for x in inputs], optimize=len(inputs) > 2
+            )
+    except ValueError as error:
+        raise InvalidArgument(f"Einsum: equation {equation!r} does not fit the inputs: {error}") from None
+    return as_dtype(result, dtype)
+
+
+@kernel("Det", since=(11, 22))
+def det(x):
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise InvalidArgument(f"Det: input must be [..., M, M], got shape {x.shape}")
+    work = widen(x)
+    return as_dtype(np.linalg.det(work), x.dtype)
+
+
+def _scan(op, ufunc, identity, x, axis, exclusive, reverse):
+    """Inclusive or exclusive running sum/product along ``axis``, optionally from the end."""
+    axis = np.asarray(axis)
+    if axis.size != 1 or axis.dtype.kind not in "iu":
+        raise InvalidArgument(f"{op}: axis must be a single integer, got {axis!r}")
+    axis = int(axis.reshape(()))
+    rank = max(x.ndim, 1)
+    if not -rank <= axis < rank:
+        raise InvalidArgument(f"{op}: axis {axis} is out of range for rank {x.ndim}")
+    if x.ndim == 0:
+        return _scan(op, ufunc, identity, x.reshape(1), 0, exclusive, reverse).reshape(())
+    axis %= x.ndim
+    work = widen(x)
+    if reverse:
+        work = np.flip(work, axis)
+    with np.errstate(all="ignore"):
+        result = ufunc.accumulate(work, axis=axis, dtype=work.dtype)
+    if exclusive:
+        # Shift by one along the axis, starting from the identity.
+        head = np.full(result.shape[:axis] + (1,) + result.shape[axis + 1:], identity, dtype=result.dtype)
+        result = np.concatenate([head, np.delete(result, -1, axis=axis)], axis=axis)
+    if reverse:
+        result = np.flip(result, axis)
+    return as_dtype(result, x.dtype)
+
+
+@kernel("CumSum", since=(11, 14))
+def cumsum(x, axis, *, exclusive, reverse):
+    return _scan("CumSum", np.add, 0, x, axis, exclusive, reverse)
+
+
+@kernel("CumProd", since=(26,))
+def cumprod(x, axis, *, exclusive, reverse):
+    return _scan("CumProd", np.multiply, 1, x, axis, exclusive, reverse)

@@ -67,6 +67,8 @@ class _Inputs:
         work = np.float32 if X.dtype.itemsize < 4 else X.dtype
         self.x = (np.swapaxes(X, 0, 1) if layout else X).astype(work, copy=False)
         self.layout = layout
+        if direction == "foward":  # GRU-1's schema default is misspelt
+            direction = "forward"
         self.directions = 2 if direction == "bidirectional" else 1
         if direction not in ("forward", "reverse", "bidirectional"):
             raise InvalidArgument(f"{op}: unknown direction {direction!r}")

@@ -84,9 +84,7 @@ def _scatter_nd(x, indices, updates, reduction):
             f"ScatterND: updates shape {list(updates.shape)} should be {list(expected)} "
             f"(indices {list(indices.shape)}, data {list(x.shape)})"
         )
-    index = tuple(
-        checked_indices(indices[..., j], x.shape[j], "ScatterND", j) for j in range(k)
-    )
+    index = tuple(checked_indices(indices[..., j], x.shape[j], "ScatterND", j) for j in range(k))
     return _write(np.array(x), index, updates.astype(x.dtype, copy=False), reduction, "ScatterND")
 
 
@@ -106,9 +104,7 @@ def tensor_scatter(past_cache, update, write_indices=None, *, axis, mode):
     axis = normalize_axis(axis, rank, "TensorScatter")
     if axis == 0:
         raise InvalidArgument("TensorScatter: axis must not be 0 (the batch axis)")
-    if update.ndim != rank or any(
-        u != p for d, (u, p) in enumerate(zip(update.shape, past_cache.shape)) if d != axis
-    ):
+    if update.ndim != rank or any(u != p for d, (u, p) in enumerate(zip(update.shape, past_cache.shape)) if d != axis):
         raise InvalidArgument(
             f"TensorScatter: update shape {list(update.shape)} must match past_cache shape "
             f"{list(past_cache.shape)} outside axis {axis}"

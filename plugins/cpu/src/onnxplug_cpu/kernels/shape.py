@@ -185,8 +185,9 @@ def _concat(inputs, axis):
     _same_dtypes("Concat", inputs)
     rank = inputs[0].ndim
     axis = normalize_axis(axis, rank, "Concat")
+    outside = inputs[0].shape[:axis] + inputs[0].shape[axis + 1 :]
     for i, a in enumerate(inputs):
-        if a.ndim != rank or a.shape[:axis] + a.shape[axis + 1 :] != inputs[0].shape[:axis] + inputs[0].shape[axis + 1 :]:
+        if a.ndim != rank or a.shape[:axis] + a.shape[axis + 1 :] != outside:
             raise InvalidArgument(
                 f"Concat: input {i} has shape {list(a.shape)}, which does not match "
                 f"{list(inputs[0].shape)} outside axis {axis}"
@@ -225,9 +226,7 @@ def _split(x, axis, sizes, num_outputs, *, uneven=False):
 @kernel("Split", since=(1,), factory=True, host_inputs=(1,))
 def split_1(ctx, *, axis=None, split=None):
     count = ctx.num_outputs
-    return lambda x, sizes=None: _split(
-        x, axis or 0, int_values(sizes) if sizes is not None else split, count
-    )
+    return lambda x, sizes=None: _split(x, axis or 0, int_values(sizes) if sizes is not None else split, count)
 
 
 @kernel("Split", since=(2, 11), factory=True)

@@ -47,13 +47,13 @@ def top_k_10(x, k, *, axis):
 
 
 @kernel("TopK", since=(11, 24), host_inputs=(1,))
-def top_k_11(x, k, *, axis, largest, sorted):
+def top_k_11(x, k, *, axis, largest, sorted):  # noqa: A002 (the schema's name)
     # sorted=0 leaves the order unspecified; returning it sorted satisfies that too.
     return _top_k(x, k, axis, largest)
 
 
 @kernel("Unique", since=(11, 28))
-def unique(x, *, axis=None, sorted):
+def unique(x, *, axis=None, sorted):  # noqa: A002 (the schema's name)
     if axis is None:
         data, axis_ = x.reshape(-1), None
     else:

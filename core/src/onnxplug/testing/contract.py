@@ -1,0 +1,224 @@
+"""The provider contract: checks every execution provider passes, runnable in a vendor's CI.
+
+A provider's test module needs three lines::
+
+    from onnxplug.testing.contract import ProviderContract
+
+    class TestCpuContract(ProviderContract):
+        provider = "cpu"                 # the entry-point name
+
+Capabilities differ between providers, so checks are grouped by :class:`Requirements`, in the
+manner of SQLAlchemy's compliance suite: a subclass opens or closes groups (``float16 = False``),
+and a closed group's checks are skipped with the requirement's name.  Nothing is skipped by
+provider name.  A provider with no device is skipped with the factory's own reason (missing
+hardware or library).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from .._plugins import Environment
+from ..api import API_VERSION, FuseClaim, KernelClaim, KernelLookup, Provider, ProviderFactory
+from ..errors import InvalidArgument
+from ..graph import GraphView, load_model
+from ..runtime import InferenceSession
+from . import make_model
+
+__all__ = ["ProviderContract", "Requirements"]
+
+
+class Requirements:
+    """What a provider claims to support.  Subclass and set attributes to ``False`` to close a
+    group of checks.
+
+    :cvar float32: runs float32 elementwise and matrix ops (Add, Relu, MatMul, Softmax).
+    :cvar float16: runs the same ops on float16.
+    :cvar float64: runs the same ops on float64.
+    :cvar transfer: owns device memory, so ``transfer()`` returns a DataTransfer.
+    :cvar fuse: answers with FuseClaims and compiles partitions.
+    """
+
+    float32: ClassVar[bool] = True
+    float16: ClassVar[bool] = True
+    float64: ClassVar[bool] = True
+    transfer: ClassVar[bool] = False
+    fuse: ClassVar[bool] = False
+
+
+def _requires(name: str):
+    def check(self: ProviderContract) -> None:
+        if not getattr(self.requirements, name):
+            pytest.skip(f"requirement '{name}' is closed for provider '{self.provider}'")
+
+    return check
+
+
+def _graph_model(elem_type: int) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Add", ["h", "b"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1),
+    ]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    rng = np.random.default_rng(7)
+    return make_model(
+        nodes, [("x", elem_type, [3, 4])], [("y", elem_type, [3, 5])],
+        {"w": rng.standard_normal((4, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype)},
+    )
+
+
+class ProviderContract:
+    """Checks of the provider contract; subclass with ``provider = "<entry-point name>"``."""
+
+    provider: ClassVar[str] = ""
+    requirements: ClassVar[type[Requirements]] = Requirements
+    #: Options passed to ``create`` (strings, as onnxruntime passes them).
+    provider_options: ClassVar[dict[str, str]] = {}
+
+    # -- fixtures ----------------------------------------------------------------------------
+
+    @pytest.fixture
+    def environment(self) -> Environment:
+        return Environment()
+
+    @pytest.fixture
+    def factory(self, environment: Environment) -> ProviderFactory:
+        record = next((r for r in environment.plugins if r.name == self.provider), None)
+        if record is None:
+            pytest.fail(f"no plugin with entry-point name '{self.provider}' is installed")
+        if record.status != "loaded":
+            pytest.fail(f"plugin '{self.provider}' did not load: {record.status} {record.error or ''}")
+        if not record.factories:
+            pytest.fail(f"plugin '{self.provider}' registers no provider factory")
+        return record.factories[0]
+
+    @pytest.fixture
+    def created(self, factory: ProviderFactory):
+        devices = factory.devices()
+        if not devices:
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        created = factory.create(devices[0], dict(self.provider_options))
+        yield created
+        created.close()
+
+    @pytest.fixture
+    def kernels(self, environment: Environment, created: Provider) -> KernelLookup:
+        return KernelLookup(environment.kernel_registries(created))
+
+    def _session(self, model: onnx.ModelProto, environment: Environment) -> InferenceSession:
+        return InferenceSession(model.SerializeToString(), providers=[(self._ort_name(environment), self.provider_options)],
+                                environment=environment)
+
+    def _ort_name(self, environment: Environment) -> str:
+        return environment.factory(self.provider).ort_name
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def test_factory_name_is_the_entry_point_name(self, factory: ProviderFactory) -> None:
+        assert factory.name == self.provider
+        assert factory.ort_name, "ort_name (onnxruntime's provider name) must be set"
+
+    def test_api_version(self, factory: ProviderFactory) -> None:
+        assert factory.api_version == API_VERSION
+
+    def test_devices_never_raises(self, factory: ProviderFactory) -> None:
+        devices = factory.devices()  # called directly: an exception fails the test
+        assert isinstance(devices, list)
+        if not devices:
+            assert factory.unavailable_reason(), "an empty device list needs a reason"
+
+    def test_unknown_option_is_rejected(self, factory: ProviderFactory) -> None:
+        devices = factory.devices()
+        if not devices:
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        with pytest.raises(InvalidArgument, match="no_such_option"):
+            factory.create(devices[0], {"no_such_option": "1"})
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def _claims(self, provider: Provider, kernels: KernelLookup, model: onnx.ModelProto) -> tuple[list[Any], GraphView]:
+        loaded = load_model(model.SerializeToString())
+        view = GraphView(loaded.model.graph, loaded.opsets)
+        view._open_for(provider.name)
+        try:
+            return list(provider.capability(view, kernels)), view
+        finally:
+            view._close()
+
+    def test_claims_are_valid_and_deterministic(self, created: Provider, kernels: KernelLookup) -> None:
+        model = _graph_model(TensorProto.FLOAT)
+        first, view = self._claims(created, kernels, model)
+        second, _ = self._claims(created, kernels, model)
+        assert first == second, "capability() must answer the same graph the same way"
+        names = {n.name for n in model.graph.node}
+        for claim in first:
+            assert isinstance(claim, (KernelClaim, FuseClaim)), claim
+            claimed = [claim.node] if isinstance(claim, KernelClaim) else list(claim.nodes)
+            assert set(claimed) <= names, f"claim {claim} names nodes not in the graph"
+            if isinstance(claim, KernelClaim):
+                node = view._by_name[claim.node]
+                assert kernels.resolve(node) is not None, f"{claim} has no kernel for {node.key_string()}"
+
+    def test_unsupported_dtype_is_not_claimed(self, created: Provider, kernels: KernelLookup) -> None:
+        closed = [name for name, elem in (("float16", TensorProto.FLOAT16), ("float64", TensorProto.DOUBLE))
+                  if not getattr(self.requirements, name)]
+        if not closed:
+            pytest.skip("every dtype group is open")
+        for name in closed:
+            elem = {"float16": TensorProto.FLOAT16, "float64": TensorProto.DOUBLE}[name]
+            claims, _ = self._claims(created, kernels, _graph_model(elem))
+            assert claims == [], f"requirement '{name}' is closed but the provider claimed {claims}"
+
+    # -- running -----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+    def test_small_graph_matches_reference(self, dtype: str, environment: Environment, factory: ProviderFactory) -> None:
+        _requires(dtype)(self)
+        if not factory.devices():
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "float64": TensorProto.DOUBLE}[dtype]
+        model = _graph_model(elem)
+        x = np.random.default_rng(3).standard_normal((3, 4)).astype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+        session = self._session(model, environment)
+        counts = session.partition_counts()
+        assert counts.get(self._ort_name(environment), 0) > 0, f"the provider ran no node: {counts}"
+        (got,) = session.run(None, {"x": x})
+        from onnx.reference import ReferenceEvaluator
+
+        (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+        tolerance = 1e-2 if dtype == "float16" else 1e-5
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+    def test_transfer_round_trip_is_identity(self, created: Provider) -> None:
+        _requires("transfer")(self)
+        transfer = created.transfer()
+        assert transfer is not None, "requirement 'transfer' is open but transfer() returned None"
+        for array in (np.arange(12, dtype=np.float32).reshape(3, 4), np.array([True, False]), np.zeros((0, 2), np.int64)):
+            back = transfer.to_host(transfer.to_device(array))
+            assert isinstance(back, np.ndarray) and back.dtype == array.dtype and back.shape == array.shape
+            np.testing.assert_array_equal(back, array)
+
+    def test_host_provider_has_no_transfer(self, created: Provider) -> None:
+        if self.requirements.transfer:
+            pytest.skip("requirement 'transfer' is open")
+        assert created.transfer() is None
+
+    def test_close_is_idempotent_and_session_close_releases(self, factory: ProviderFactory,
+                                                           environment: Environment) -> None:
+        devices = factory.devices()
+        if not devices:
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        provider = factory.create(devices[0], dict(self.provider_options))
+        provider.close()
+        provider.close()
+        session = self._session(_graph_model(TensorProto.FLOAT), environment)
+        session.close()
+        assert session.get_providers() == []

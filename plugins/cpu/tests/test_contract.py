@@ -1,0 +1,5 @@
+from onnxplug.testing.contract import ProviderContract
+
+
+class TestCpuContract(ProviderContract):
+    provider = "cpu"
