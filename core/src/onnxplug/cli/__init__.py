@@ -1,4 +1,4 @@
-"""The ``onnxplug`` command: ``run`` (the demo, or any model) and ``plugins``."""
+"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``plugins`` and ``partition``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import OnnxplugError
-from . import _plugins_cmd, _run
+from . import _partition, _plugins_cmd, _run
 
 __all__ = ["main"]
 
@@ -17,6 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _run.add_parser(commands)
     _plugins_cmd.add_parser(commands)
+    _partition.add_parser(commands)
     return parser
 
 
