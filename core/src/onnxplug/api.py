@@ -78,7 +78,8 @@ API_VERSION = 1
 class Device:
     """A device a provider can run on.
 
-    :param kind: ``"cpu"``, ``"gpu"`` or ``"npu"`` (onnxruntime's OrtDevice types).
+    :param kind: ``"cpu"``, ``"gpu"`` or ``"npu"`` (onnxruntime's OrtDevice types), or another word for
+        simulated or exotic devices (``"virtual"``).
     :param id: index among devices of that kind.
     :param vendor: free text, e.g. ``"Intel"``.
     :param name: free text shown by ``onnxplug plugins``.

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from ..api import FuseClaim, KernelClaim, KernelLookup, Provider
-from ..errors import Fail, InvalidGraph, NotImplemented
+from ..errors import Fail, InvalidGraph, NotImplemented  # noqa: A004 - onnxruntime's name
 from ..graph import GraphView, NodeView
 from ..kernels import KernelDef
 from ..kernels._schema import STANDARD_DOMAINS

@@ -260,6 +260,7 @@ def _context_dependent_bytes(schema: onnx.defs.OpSchema, opset: int, node: ir.No
         else:
             types.append(ir.serde.serialize_value(value).type.SerializeToString())
     try:
-        return schema.get_context_dependent_function_with_opset_version(version, proto.SerializeToString(), types) or b""
+        build = schema.get_context_dependent_function_with_opset_version
+        return build(version, proto.SerializeToString(), types) or b""
     except Exception:  # noqa: BLE001 - onnx refuses (unknown types, unsupported attributes)
         return b""

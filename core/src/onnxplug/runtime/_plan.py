@@ -19,8 +19,8 @@ import onnx_ir as ir
 
 from ..errors import Fail, OnnxplugError
 from ..kernels import NodeContext
-from ..kernels._schema import find_schema
 from ..kernels._runstate import current_run
+from ..kernels._schema import find_schema
 from ..partition import PartitionResult, ProviderSlot, node_opsets, partition_graph
 
 __all__ = ["GraphPlan", "Step", "SubgraphRunner", "build_plan", "tensor_value"]
@@ -289,7 +289,7 @@ def build_plan(
             call = assignment.kernel.build(context, attributes)
         except OnnxplugError:
             raise
-        except Exception as error:  # noqa: BLE001 - a kernel factory rejecting its node
+        except Exception as error:  # a kernel factory rejecting its node
             raise Fail(f"{context.describe()}: cannot be prepared: {type(error).__name__}: {error}") from error
         single = len(node.outputs) == 1 and _single_output(assignment.kernel)
         step = Step(call, tuple(formal + implicit), outputs, single, node.name, node.op_type,

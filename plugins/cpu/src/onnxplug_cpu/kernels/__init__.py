@@ -29,6 +29,8 @@ MODULES = (
     "logical",
     "math",
     "ml",
+    "ml_linear",
+    "ml_trees",
     "nn",
     "normalization",
     "optional",

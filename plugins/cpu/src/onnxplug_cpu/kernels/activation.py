@@ -71,7 +71,24 @@ def _hardmax(x, axis):
     return out
 
 
-def _normalizer(op, fn):
+def _in_own_dtype(fn):
+    """Like :func:`float_unary` but computing float16/bfloat16 in their own arithmetic.
+
+    Softmax feeds attention, and ONNX's expected attention outputs for float16/bfloat16 are
+    computed step by step in the narrow dtype; a float32 softmax differs from them by an ulp,
+    which their rtol of 1e-3 does not absorb. numpy's float16 exp and sums are correctly
+    rounded from float32 internally, so the narrow result is still within an ulp or two.
+    """
+
+    def wrapper(x, **attrs):
+        with np.errstate(all="ignore"):
+            return as_dtype(fn(x, **attrs), x.dtype)
+
+    wrapper.__qualname__ = wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _normalizer(op, fn, *, narrow=float_unary):
     """Register ``fn(x, axis)`` for the three versions: opsets 1 and 11 flatten the input to 2-D
     at ``axis`` and normalise each row; opset 13 normalises along the single ``axis``."""
 
@@ -88,13 +105,13 @@ def _normalizer(op, fn):
         return fn(x, _axis(x, axis, op))
 
     for variant, since in ((coerced, (1, 11)), (single, (13,))):
-        wrapped = float_unary(variant)
+        wrapped = narrow(variant)
         wrapped.__qualname__ = wrapped.__name__ = f"{op.lower()}_{variant.__name__}"
         kernel(op, since=since)(wrapped)
 
 
-_normalizer("Softmax", _softmax)
-_normalizer("LogSoftmax", _log_softmax)
+_normalizer("Softmax", _softmax, narrow=_in_own_dtype)
+_normalizer("LogSoftmax", _log_softmax, narrow=_in_own_dtype)
 _normalizer("Hardmax", _hardmax)
 
 

@@ -1,7 +1,7 @@
 """Scaled dot-product attention (Attention-23/24/25) and RotaryEmbedding.
 
-Attention is computed in float32 (float64 when an input or ``softmax_precision`` asks for double)
-and cast back to the query's type, so float16 models do not lose precision in the QK product or
+Attention is computed in float32 (float64 for double inputs; the softmax in ``softmax_precision``
+when given) and cast back to the query's type, so float16 models do not lose precision in the QK product or
 the softmax.  bfloat16 is the exception: the spec's function body runs every step in T1, and with
 only 8 mantissa bits the expected results carry that step-by-step rounding (a float32 pipeline is
 off by one bfloat16 ulp in a quarter of the outputs), so bfloat16 inputs are computed in bfloat16
@@ -18,6 +18,7 @@ of NaN, as the 1.23 errata require.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
@@ -28,10 +29,8 @@ _QK_RAW, _QK_SOFTCAPPED, _QK_BIASED, _QK_SOFTMAX = 0, 1, 2, 3
 _BFLOAT16 = np_dtype(16)
 
 
-def compute_dtype(*arrays, precision=None):
-    """float64 when an input (or the requested softmax precision) is double, else float32."""
-    if precision is not None and np_dtype(precision) == np.float64:
-        return np.dtype(np.float64)
+def compute_dtype(*arrays):
+    """float64 when an input is double, else float32 (16-bit types are widened)."""
     if any(a.dtype == np.float64 for a in arrays):
         return np.dtype(np.float64)
     return np.dtype(np.float32)
@@ -191,7 +190,8 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
                        np.swapaxes(ks, -1, -2)[:, :, None]).reshape(full).astype(dtype, copy=False)
     qk = scores if qk_matmul_output_mode == _QK_RAW else None
     if softcap > 0:
-        scores = softcap * np.tanh(scores / softcap)
+        cap = dtype.type(softcap)  # a float32 scalar would promote bfloat16 scores
+        scores = cap * np.tanh(scores / cap)
     if qk_matmul_output_mode == _QK_SOFTCAPPED:
         qk = scores
     if bias is not None:

@@ -9,6 +9,7 @@ back.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail
 
 from ._registry import kernel

@@ -39,8 +39,8 @@ def _dense_from_sparse(sparse):
 
 
 @kernel("Constant", since=(1, 9), factory=True)
-def constant_1(ctx, *, value):
-    return lambda: value
+def constant_1(ctx, *, value=None):
+    return constant(ctx, value=value)
 
 
 @kernel("Constant", since=(11,), factory=True)
@@ -124,7 +124,10 @@ def _range(start, limit, delta, compute_dtype=None):
         count = max(-(-(stop - first) // step), 0)  # exact ceil division on Python ints
         check_allocation((count,), dtype, "Range output")
         return (first + np.arange(count, dtype=np.int64) * step).astype(dtype)
-    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    span = (float(limit) - float(start)) / float(delta)
+    if not math.isfinite(span):
+        raise InvalidArgument(f"Range: start {start}, limit {limit} and delta {delta} give no finite length")
+    count = max(math.ceil(span), 0)
     check_allocation((count,), dtype, "Range output")
     work = compute_dtype or dtype
     return (np.arange(count).astype(work) * delta.astype(work) + start.astype(work)).astype(dtype)
@@ -230,8 +233,9 @@ def _pad(x, pads, mode, value, axes=None):
     for a, (b, e) in enumerate(widths):
         if (b or e) and x.shape[a] == 0:
             raise InvalidArgument(f"Pad: {mode} padding of axis {a}, which is empty")
-        if mode == "reflect" and (b or e) and x.shape[a] == 1:
-            raise InvalidArgument(f"Pad: reflect padding of axis {a}, which has a single element")
+        if mode == "reflect" and max(b, e) > x.shape[a] - 1:
+            # Reflection cannot reach past the far edge; numpy would reflect again, ORT refuses.
+            raise InvalidArgument(f"Pad: reflect pads {[b, e]} on axis {a} exceed its length {x.shape[a]} minus 1")
     return np.pad(x, widths, mode=mode)
 
 

@@ -41,8 +41,9 @@ def _blank_output(graph, index, leading, what):
 def _stack(values, what):
     # Elementwise kernels may hand back numpy scalars for 0-d results.
     values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
-    if any(not isinstance(v, np.ndarray) for v in values):
-        raise Fail(f"{what}: scan outputs must be tensors, got {type(values[0]).__name__}")
+    for value in values:
+        if not isinstance(value, np.ndarray):
+            raise Fail(f"{what}: scan outputs must be tensors, got {type(value).__name__}")
     shapes = {v.shape for v in values}
     if len(shapes) > 1:
         raise Fail(f"{what}: the body produced scan output slices of different shapes {sorted(shapes)}")

@@ -235,8 +235,12 @@ def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampli
         xa = x.astype(acc)
         for b in np.unique(batch):
             sel = np.nonzero(batch == b)[0]
-            tmp = np.einsum("rih,chw->rciw", ay[sel].astype(acc), xa[b])
-            out[sel] = np.einsum("rciw,rjw->rcij", tmp, ax[sel].astype(acc)) / count[sel, None, None, None]
+            # Rows first: (R*ph, H) @ (H, C*W), then columns: (R, ph*C, W) @ (R, W, pw).
+            rows = ay[sel].astype(acc).reshape(-1, height) @ xa[b].transpose(1, 0, 2).reshape(height, -1)
+            rows = rows.reshape(len(sel), ph * c, width)
+            pooled = rows @ ax[sel].astype(acc).transpose(0, 2, 1)           # (R, ph*C, pw)
+            pooled = pooled.reshape(len(sel), ph, c, pw).transpose(0, 2, 1, 3)
+            out[sel] = pooled / count[sel, None, None, None]
         return out.astype(x.dtype)
     # max: the largest weighted corner over every sample point of the bin.
     best = np.full((r, ph, grid_h.max(initial=1), pw, grid_w.max(initial=1), c), -np.inf, dtype=acc)

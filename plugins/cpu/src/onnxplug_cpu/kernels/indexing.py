@@ -119,11 +119,14 @@ def _gather_nd(x, indices, batch_dims):
             f"GatherND: index tuples of length {k} address more than the {x.ndim - b} non-batch axes of data"
         )
     batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    count = int(np.prod(indices.shape[b:-1], dtype=np.int64))
     data = x.reshape((batch,) + x.shape[b:])
-    idx = indices.reshape(batch, -1, k)
+    idx = indices.reshape(batch, count, k)
     coords = tuple(checked_indices(idx[..., j], x.shape[b + j], "GatherND", b + j) for j in range(k))
     rows = np.arange(batch).reshape(batch, 1)
     out = data[(rows,) + coords]
+    if k == 0:  # empty index tuples select whole slices, once per tuple
+        out = np.repeat(out, count, axis=1)
     return out.reshape(indices.shape[:-1] + x.shape[b + k :])
 
 
@@ -176,6 +179,7 @@ def one_hot(indices, depth, values, *, axis):
     axis = axis + rank if axis < 0 else axis
     out_shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
     check_allocation(out_shape, values.dtype, "OneHot output")
+    check_allocation((depth,), np.int64, "OneHot depth")  # the positions compared against
     # Float indices truncate; negatives count from the back; anything else out of range
     # selects nothing (all off_value), as the spec says.
     idx = np.trunc(indices).astype(np.int64) if indices.dtype.kind == "f" else indices.astype(np.int64)

@@ -49,7 +49,7 @@ def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ce
             pb, pe = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
         elif auto_pad == "VALID":
             pb = pe = 0
-            o = (size - ek) // s + 1
+            o = (-(-(size - ek) // s) if ceil_mode else (size - ek) // s) + 1
         elif auto_pad in ("NOTSET", "", None):
             pb, pe = pads[i], pads[i + nd]
             span = size + pb + pe - ek
@@ -71,11 +71,15 @@ def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ce
     return tuple(out), tuple(begin), tuple(end), tuple(declared)
 
 
+def _padded(x, nd, begin, end, fill):
+    padding = [(0, 0)] * (x.ndim - nd) + list(zip(begin, end))
+    return np.pad(x, padding, constant_values=fill) if any(begin) or any(end) else x
+
+
 def windows(x, out, begin, end, kernel_shape, strides, dilations, fill):
     """A view ``(N, C, *out, *kernel)`` of the input padded with ``fill``."""
     nd = len(out)
-    padding = [(0, 0)] * (x.ndim - nd) + list(zip(begin, end))
-    padded = np.pad(x, padding, constant_values=fill) if any(begin) or any(end) else x
+    padded = _padded(x, nd, begin, end, fill)
     strides = tuple(strides) if strides else (1,) * nd
     dilations = tuple(dilations) if dilations else (1,) * nd
     spans = tuple((k - 1) * d + 1 for k, d in zip(kernel_shape, dilations))
@@ -85,6 +89,19 @@ def windows(x, out, begin, end, kernel_shape, strides, dilations, fill):
     index += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
     index += tuple(slice(None, None, d) for d in dilations)
     return view[index]
+
+
+def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
+    """Yield ``(k, view)`` per kernel offset: the ``(N, C, *out)`` cells that offset ``k``
+    (row-major over the kernel) reads; reductions fold these without a window copy."""
+    nd = len(out)
+    padded = _padded(x, nd, begin, end, fill)
+    strides = tuple(strides) if strides else (1,) * nd
+    dilations = tuple(dilations) if dilations else (1,) * nd
+    lead = (slice(None),) * (x.ndim - nd)
+    for k, offsets in enumerate(np.ndindex(*kernel_shape)):
+        yield k, padded[lead + tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                                     for o, d, n, s in zip(offsets, dilations, out, strides))]
 
 
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad):
@@ -124,9 +141,9 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
     out, begin, end, declared = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
                                                ceil_mode, "AveragePool")
     acc = _accumulator(x.dtype)
-    view = windows(x.astype(acc), out, begin, end, kernel_shape, strides, dilations, 0)
-    nd = len(out)
-    sums = view.sum(axis=tuple(range(-nd, 0)))
+    sums = None
+    for _, view in offset_views(x.astype(acc), out, begin, end, kernel_shape, strides, dilations, 0):
+        sums = view.copy() if sums is None else np.add(sums, view, out=sums)
     counts = _window_counts(x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations,
                             attrs.get("count_include_pad", 0))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -139,9 +156,11 @@ def lp_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, p, **att
     out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
                                         attrs.get("ceil_mode", 0), "LpPool")
     acc = _accumulator(x.dtype)
-    view = windows(np.abs(x.astype(acc)), out, begin, end, kernel_shape, strides, dilations, 0)
-    nd = len(out)
-    return ((view ** acc(p)).sum(axis=tuple(range(-nd, 0))) ** acc(1.0 / p)).astype(x.dtype)
+    total = None
+    for _, view in offset_views(np.abs(x.astype(acc)), out, begin, end, kernel_shape, strides, dilations, 0):
+        term = view ** acc(p)
+        total = term if total is None else np.add(total, term, out=total)
+    return (total ** acc(1.0 / p)).astype(x.dtype)
 
 
 def _lowest(dtype):
@@ -161,37 +180,40 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
     def run(x):
         out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
                                             ceil_mode, "MaxPool")
-        nd = len(out)
-        view = windows(x, out, begin, end, kernel_shape, strides, dilations, _lowest(x.dtype))
-        y = view.max(axis=tuple(range(-nd, 0)))
+        best = arg = None
+        for k, view in offset_views(x, out, begin, end, kernel_shape, strides, dilations, _lowest(x.dtype)):
+            if best is None:
+                best = view.copy()
+                arg = np.zeros(best.shape, dtype=np.int64) if want_indices else None
+            elif want_indices:
+                better = view > best   # strict: the first maximum wins
+                np.copyto(best, view, where=better)
+                np.copyto(arg, k, where=better)
+            else:
+                np.maximum(best, view, out=best)
         if not want_indices:
-            return (y, None) if multi_output else y
-        return y, _argmax_indices(x, view, out, begin, kernel_shape, strides, dilations, storage_order)
+            return (best, None) if multi_output else best
+        return best, _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order)
 
     return run
 
 
-def _argmax_indices(x, view, out, begin, kernel_shape, strides, dilations, storage_order):
-    """Flat indices into the unpadded input of each window's (first) maximum."""
+def _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order):
+    """Flat indices into the unpadded input of each window's (first) maximum, from the
+    row-major kernel offset ``arg`` of that maximum."""
     nd = len(out)
     strides = tuple(strides) if strides else (1,) * nd
     dilations = tuple(dilations) if dilations else (1,) * nd
-    flat = view.reshape(view.shape[:-nd] + (-1,))
-    offsets = np.unravel_index(np.argmax(flat, axis=-1), tuple(kernel_shape))
+    offsets = np.unravel_index(arg, tuple(kernel_shape))
     spatial = x.shape[2:]
     positions = []
     for i in range(nd):
         grid = np.arange(out[i]).reshape((-1,) + (1,) * (nd - 1 - i)) * strides[i] - begin[i]
         positions.append(grid + offsets[i] * dilations[i])
-    if storage_order:
-        # Column-major over the spatial axes (the last spatial axis varies slowest).
-        index = np.zeros_like(positions[0])
-        for i in reversed(range(nd)):
-            index = index * spatial[i] + positions[i]
-    else:
-        index = np.zeros_like(positions[0])
-        for i in range(nd):
-            index = index * spatial[i] + positions[i]
+    index = np.zeros_like(positions[0])
+    # Row-major over the spatial axes, or column-major (last axis slowest) for storage_order 1.
+    for i in (reversed(range(nd)) if storage_order else range(nd)):
+        index = index * spatial[i] + positions[i]
     plane = math.prod(spatial)
     nc = np.arange(x.shape[0] * x.shape[1]).reshape((x.shape[0], x.shape[1]) + (1,) * nd) * plane
     return (index + nc).astype(np.int64)

@@ -38,11 +38,15 @@ def _source_coords(out_size, in_size, scale, mode, roi_start, roi_end):
     if mode == "tf_half_pixel_for_nn":
         return (i + 0.5) / scale
     if mode == "tf_crop_and_resize":
+        # The roi products stay in the roi's own precision (float32 usually), as other runtimes
+        # compute them: 0.1f * 5 is then exactly 0.5, which decides a nearest tie.
+        last = roi_start.dtype.type(in_size - 1)
+        span = float((roi_end - roi_start) * last)
         if length > 1:
-            x = i * (roi_end - roi_start) * (in_size - 1) / (length - 1)
+            x = i * span / (length - 1)
         else:
-            x = np.full(out_size, (roi_end - roi_start) * (in_size - 1) / 2)
-        return x + roi_start * (in_size - 1)
+            x = np.full(out_size, span / 2)
+        return x + float(roi_start * last)
     raise Fail(f"Resize: unknown coordinate_transformation_mode {mode!r}")
 
 
@@ -67,7 +71,7 @@ def _cubic(d, a):
     return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
-def axis_taps(in_size, out_size, scale, opts, roi_start=0.0, roi_end=1.0):
+def axis_taps(in_size, out_size, scale, opts, roi_start=np.float64(0), roi_end=np.float64(1)):
     """``(indices (out, T), weights (out, T) or None, outside (out,) bool or None)``."""
     x = _source_coords(out_size, in_size, scale, opts["ctm"], roi_start, roi_end)
     outside = None
@@ -122,7 +126,7 @@ def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
             continue
         if in_size == 0:
             raise InvalidArgument(f"Resize: cannot resize an empty axis {axis} to {out_size}")
-        start, end = (float(roi[axis]), float(roi[axis + rank])) if crop else (0.0, 1.0)
+        start, end = (roi[axis], roi[axis + rank]) if crop else (np.float64(0), np.float64(1))
         indices, weights, outside = axis_taps(in_size, out_size, scale, opts, start, end)
         y = _apply_axis(y, axis, indices, weights, acc)
         if outside is not None and outside.any():
@@ -184,11 +188,13 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
     if opts["ctm"] == "tf_crop_and_resize":
         if not _present(roi):
             raise InvalidArgument("Resize: tf_crop_and_resize needs a roi")
-        roi = np.asarray(roi, dtype=np.float64).reshape(-1)
+        roi = np.asarray(roi).reshape(-1)
+        if roi.dtype.kind != "f":
+            roi = roi.astype(np.float64)
         if len(roi) == 2 * rank:
             full_roi = roi
         elif len(roi) == 2 * len(axes):
-            full_roi = np.array([0.0] * rank + [1.0] * rank)
+            full_roi = np.array([0.0] * rank + [1.0] * rank, dtype=roi.dtype)
             for i, a in enumerate(axes):
                 full_roi[a], full_roi[a + rank] = roi[i], roi[i + len(axes)]
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import InvalidArgument
+from onnxplug.errors import Fail, InvalidArgument
 
 from ._registry import kernel
 
@@ -39,6 +39,7 @@ def int_values(tensor) -> list[int]:
 
 
 def _reshape(x, shape, allowzero):
+    # Fail, as onnxruntime raises for a shape that does not fit (not InvalidArgument).
     requested = int_values(shape)
     target = list(requested)
     if not allowzero:
@@ -46,21 +47,21 @@ def _reshape(x, shape, allowzero):
         for i, d in enumerate(target):
             if d == 0:
                 if i >= x.ndim:
-                    raise InvalidArgument(
+                    raise Fail(
                         f"Reshape: 0 at position {i} of the requested shape {requested} has no "
                         f"input dimension to copy (input shape {list(x.shape)})"
                     )
                 target[i] = x.shape[i]
     elif 0 in target and -1 in target:
-        raise InvalidArgument(f"Reshape: with allowzero=1 the shape {requested} cannot hold both 0 and -1")
+        raise Fail(f"Reshape: with allowzero=1 the shape {requested} cannot hold both 0 and -1")
     if target.count(-1) > 1:
-        raise InvalidArgument(f"Reshape: more than one -1 in the requested shape {requested}")
+        raise Fail(f"Reshape: more than one -1 in the requested shape {requested}")
     if any(d < -1 for d in target):
-        raise InvalidArgument(f"Reshape: negative dimension in the requested shape {requested}")
+        raise Fail(f"Reshape: negative dimension in the requested shape {requested}")
     try:
         return x.reshape(target)
     except ValueError:
-        raise InvalidArgument(
+        raise Fail(
             f"Reshape: the input tensor cannot be reshaped to the requested shape. "
             f"Input shape:{list(x.shape)}, requested shape:{requested}"
         ) from None

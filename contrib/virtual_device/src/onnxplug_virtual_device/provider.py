@@ -1,0 +1,106 @@
+"""The provider and its factory: node-by-node kernels, fused partitions, copies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import onnxplug
+from onnxplug.api import CompiledPartition, Device, FuseClaim, KernelClaim, Provider, ProviderFactory
+
+from .memory import DeviceArray, VirtualTransfer, device_data
+
+DEFAULT_OPS = "Relu,Add,Mul,Sigmoid"
+FLOAT_TYPES = frozenset({"tensor(float)", "tensor(double)", "tensor(float16)"})
+
+
+def _op_set(text: str) -> frozenset[str]:
+    return frozenset(op.strip() for op in text.split(",") if op.strip())
+
+
+class VirtualDeviceProvider(Provider):
+    """Claims the ops named in its options; fuses connected runs of the ``fuse`` ops."""
+
+    def __init__(self, factory: ProviderFactory, device: Device, ops: frozenset[str], fuse: frozenset[str]):
+        super().__init__(factory, device)
+        self.kernel_ops = ops
+        self.fuse_ops = fuse
+        self._transfer = VirtualTransfer()
+        self._compiled: list[Any] = []
+
+    def capability(self, graph, kernels):
+        claims: list[KernelClaim | FuseClaim] = []
+        fusable = []
+        for node in graph.nodes:
+            floats = all(t is None or t in FLOAT_TYPES for t in node.input_types if t is not None)
+            if not floats:
+                graph.decline(node, "only float tensors live on the virtual device")
+            elif node.op_type in self.fuse_ops:
+                fusable.append(node)
+            elif node.op_type in self.kernel_ops and kernels.resolve(node) is not None:
+                claims.append(KernelClaim(node.name))
+            else:
+                graph.decline(node, f"{node.op_type} is not in this provider's 'ops' or 'fuse' options")
+        claims.extend(FuseClaim(tuple(group)) for group in _connected_groups(fusable))
+        return claims
+
+    def compile(self, partition) -> CompiledPartition:
+        # The partition runs as a standalone ONNX model through onnxplug's public API on the CPU
+        # provider, which is how a real compiler would receive it (as a model to compile).
+        session = onnxplug.InferenceSession(partition.model_bytes(), providers=["CPUExecutionProvider"])
+        self._compiled.append(session)
+        names = list(partition.inputs)
+
+        def run(*values: Any) -> list[DeviceArray]:
+            feeds = {name: device_data(value, f"partition {partition.name} input '{name}'")
+                     for name, value in zip(names, values)}
+            return [DeviceArray(np.asarray(out)) for out in session.run(list(partition.outputs), feeds)]
+
+        return CompiledPartition(partition.inputs, partition.outputs, run)
+
+    def transfer(self) -> VirtualTransfer:
+        return self._transfer
+
+    def close(self) -> None:
+        for session in self._compiled:
+            session.close()
+        self._compiled.clear()
+
+
+def _connected_groups(nodes: list) -> list[list[str]]:
+    """Node names grouped by producer→consumer edges among ``nodes`` (in graph order)."""
+    parent = {node.name: node.name for node in nodes}
+
+    def find(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    produced_by = {out: node.name for node in nodes for out in node.outputs if out}
+    for node in nodes:
+        for value in node.inputs:
+            source = produced_by.get(value)
+            if source is not None:
+                parent[find(source)] = find(node.name)
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        groups.setdefault(find(node.name), []).append(node.name)
+    return list(groups.values())
+
+
+class VirtualDeviceFactory(ProviderFactory):
+    name = "virtual_device"
+    ort_name = "VirtualDeviceExecutionProvider"
+    priority = 50
+    option_names = frozenset({"ops", "fuse"})
+
+    def devices(self) -> list[Device]:
+        return [Device("virtual", 0, vendor="onnxplug", name="virtual device (CPU-simulated)")]
+
+    def create(self, device: Device, options: Mapping[str, str]) -> VirtualDeviceProvider:
+        self.check_options(options)
+        return VirtualDeviceProvider(self, device, _op_set(options.get("ops", DEFAULT_OPS)),
+                                     _op_set(options.get("fuse", "")))

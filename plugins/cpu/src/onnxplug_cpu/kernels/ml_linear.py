@@ -1,0 +1,296 @@
+"""ai.onnx.ml linear models and SVMs: LinearClassifier, LinearRegressor, SVMClassifier, SVMRegressor.
+
+Also home of the score post-transforms shared with the tree ensembles.  ONNX describes the
+binary-classification corner cases only loosely; these kernels follow onnxruntime, whose
+behaviour converted models (skl2onnx, onnxmltools) are validated against:
+
+* one score column with two class labels is expanded to two columns, ``[1 - s, s]`` (linear
+  models) or ``[-s, s]`` (SVMs and trees with mixed-sign weights);
+* the probit transform uses the Winitzki approximation of ``erfinv``, like onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnxplug.errors import Fail, InvalidArgument
+
+from ._registry import kernel
+
+ML = "ai.onnx.ml"
+POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+
+
+def logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def probit(x):
+    """sqrt(2) * erfinv(2x - 1), with Winitzki's closed-form erfinv (a = 0.147)."""
+    y = 2.0 * x - 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_term = np.log((1.0 - y) * (1.0 + y))
+        first = 2.0 / (np.pi * 0.147) + 0.5 * log_term
+        inverse = np.sign(y) * np.sqrt(-first + np.sqrt(first * first - log_term / 0.147))
+    return np.sqrt(2.0) * np.where(y == 0, 0.0, inverse)
+
+
+def softmax_zero(scores):
+    """Softmax over the non-zero entries of each row; zeros stay zero, an all-zero row is 0.5."""
+    nonzero = np.abs(scores) > 1e-7
+    top = np.max(scores, axis=1, keepdims=True)
+    exp = np.where(nonzero, np.exp(scores - top), 0.0)
+    total = exp.sum(axis=1, keepdims=True)
+    return np.where(total == 0, 0.5, exp / np.where(total == 0, 1.0, total))
+
+
+def post_transform(scores, name):
+    """Apply a post_transform (given by name) row-wise to ``[N, C]`` float64 scores."""
+    if name == "NONE":
+        return scores
+    if name == "LOGISTIC":
+        return logistic(scores)
+    if name == "SOFTMAX":
+        exp = np.exp(scores - np.max(scores, axis=1, keepdims=True))
+        return exp / exp.sum(axis=1, keepdims=True)
+    if name == "SOFTMAX_ZERO":
+        return softmax_zero(scores)
+    if name == "PROBIT":
+        return probit(scores)
+    raise Fail(f"unknown post_transform {name!r}")
+
+
+def class_labels(ints, strings):
+    """The class labels as an int64 or object array (strings win when both are set)."""
+    if strings:
+        labels = np.empty(len(strings), dtype=object)
+        labels[:] = list(strings)
+        return labels
+    return np.asarray(ints or (), dtype=np.int64)
+
+
+def _features(x, width, what):
+    table = x.reshape(1, -1) if x.ndim == 1 else x
+    if table.ndim != 2 or table.shape[1] != width:
+        raise InvalidArgument(f"{what} expects [N, {width}] features, got shape {x.shape}")
+    return table.astype(np.float64)
+
+
+# --- linear models ---------------------------------------------------------------------------
+
+
+@kernel("LinearClassifier", since=(1,), domain=ML, factory=True)
+def linear_classifier(ctx, *, coefficients, intercepts=None, classlabels_ints=None, classlabels_strings=None,
+                      multi_class, post_transform):
+    labels = class_labels(classlabels_ints, classlabels_strings)
+    weights = np.asarray(coefficients, np.float64)
+    bias = np.asarray(intercepts or (), np.float64)
+    targets = bias.size if bias.size else max(len(labels), 1)
+    if weights.size % targets:
+        raise Fail(f"{weights.size} coefficients do not split into {targets} classes")
+    weights = weights.reshape(targets, -1)
+    binary = targets == 1
+    if binary and len(labels) != 2:
+        raise Fail(f"a single-score LinearClassifier needs exactly 2 class labels, got {len(labels)}")
+    if not binary and len(labels) != targets:
+        raise Fail(f"{targets} score columns but {len(labels)} class labels")
+
+    def run(x):
+        scores = _features(x, weights.shape[1], "LinearClassifier") @ weights.T
+        if bias.size:
+            scores = scores + bias
+        if binary:
+            s = scores[:, 0]
+            label = labels[np.where(s > 0, 1, 0)]
+            if post_transform == "PROBIT":
+                out = probit(scores)
+            else:
+                s = logistic(s) if post_transform == "LOGISTIC" else s
+                out = np.stack([1.0 - s, s], axis=1)
+        else:
+            label = labels[np.argmax(scores, axis=1)]
+            out = _post(scores, post_transform)
+        return label, out.astype(np.float32)
+
+    return run
+
+
+def _post(scores, name):
+    if name not in POST_TRANSFORMS:
+        raise Fail(f"unknown post_transform {name!r}")
+    return post_transform(scores, name)
+
+
+@kernel("LinearRegressor", since=(1,), domain=ML, factory=True)
+def linear_regressor(ctx, *, coefficients=None, intercepts=None, post_transform, targets):
+    weights = np.asarray(coefficients or (), np.float64)
+    if targets <= 0 or weights.size % targets:
+        raise Fail(f"{weights.size} coefficients do not split into {targets} targets")
+    weights = weights.reshape(targets, -1)
+    bias = np.asarray(intercepts or (0.0,) * targets, np.float64)
+    if bias.size != targets:
+        raise Fail(f"{bias.size} intercepts for {targets} targets")
+
+    def run(x):
+        scores = _features(x, weights.shape[1], "LinearRegressor") @ weights.T + bias
+        return _post(scores, post_transform).astype(np.float32)
+
+    return run
+
+
+# --- SVMs ------------------------------------------------------------------------------------
+
+
+def _kernel_function(kernel_type, kernel_params):
+    params = tuple(kernel_params or ()) + (0.0, 0.0, 0.0)
+    gamma, coef0, degree = float(params[0]), float(params[1]), float(params[2])
+
+    def apply(x, vectors):
+        """Kernel matrix [N, V] between samples and (support) vectors."""
+        if kernel_type == "LINEAR":
+            return x @ vectors.T
+        if kernel_type == "POLY":
+            return np.power(gamma * (x @ vectors.T) + coef0, degree)
+        if kernel_type == "SIGMOID":
+            return np.tanh(gamma * (x @ vectors.T) + coef0)
+        if kernel_type == "RBF":
+            sq = (x * x).sum(axis=1)[:, None] + (vectors * vectors).sum(axis=1)[None, :] - 2.0 * (x @ vectors.T)
+            return np.exp(-gamma * np.maximum(sq, 0.0))
+        raise Fail(f"unknown kernel_type {kernel_type!r}")
+
+    return apply
+
+
+def _pair_probabilities(pair_scores, prob_a, prob_b, classes):
+    """libsvm's pairwise coupling, iterated for all samples at once (converged rows freeze)."""
+    n = pair_scores.shape[0]
+    r = np.zeros((n, classes, classes))
+    index = 0
+    for i in range(classes):
+        for j in range(i + 1, classes):
+            p = logistic(-(pair_scores[:, index] * prob_a[index] + prob_b[index]))
+            p = np.clip(p, 1e-7, 1 - 1e-7)
+            r[:, i, j] = p
+            r[:, j, i] = 1 - p
+            index += 1
+    q = -r.transpose(0, 2, 1) * r  # q[t, u] = -r[u, t] * r[t, u]
+    diagonal = (r * r).sum(axis=1)  # sum over u != t of r[u, t]^2 (r[t, t] is 0)
+    idx = np.arange(classes)
+    q[:, idx, idx] = diagonal
+    p = np.full((n, classes), 1.0 / classes)
+    eps = 0.005 / classes
+    active = np.ones(n, dtype=bool)
+    for _ in range(max(100, classes)):
+        qp = np.einsum("ntu,nu->nt", q, p)
+        pqp = (p * qp).sum(axis=1)
+        active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
+        if not active.any():
+            break
+        for t in range(classes):
+            diff = np.where(active, (pqp - qp[:, t]) / q[:, t, t], 0.0)
+            p[:, t] += diff
+            pqp = (pqp + diff * (diff * q[:, t, t] + 2 * qp[:, t])) / (1 + diff) ** 2
+            p /= (1 + diff)[:, None]
+            qp = (qp + diff[:, None] * q[:, t, :]) / (1 + diff)[:, None]
+    return p
+
+
+@kernel("SVMClassifier", since=(1,), domain=ML, factory=True)
+def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coefficients=None, kernel_params=None,
+                   kernel_type, post_transform, prob_a=None, prob_b=None, rho=None, support_vectors=None,
+                   vectors_per_class=None):
+    labels = class_labels(classlabels_ints, classlabels_strings)
+    classes = max(len(labels), 1)
+    coefs = np.asarray(coefficients or (), np.float64)
+    rhos = np.asarray(rho or (0.0,), np.float64)
+    per_class = np.asarray(vectors_per_class or (), np.int64)
+    n_vectors = int(per_class.sum()) if per_class.size else 0
+    all_positive = bool(coefs.size) and coefs.min() >= 0
+    use_proba = bool(prob_a) and n_vectors > 0
+    if n_vectors > 0:
+        if per_class.size != classes:
+            raise Fail(f"vectors_per_class has {per_class.size} entries for {classes} classes")
+        vectors = np.asarray(support_vectors or (), np.float64)
+        if vectors.size % n_vectors:
+            raise Fail(f"{vectors.size} support vector values do not split into {n_vectors} vectors")
+        vectors = vectors.reshape(n_vectors, -1)
+        coefs = coefs.reshape(-1, n_vectors)
+        starts = np.concatenate([[0], np.cumsum(per_class)[:-1]])
+        pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+        if rhos.size < len(pairs):
+            raise Fail(f"rho has {rhos.size} values for {len(pairs)} class pairs")
+        kernel_of = _kernel_function(kernel_type, kernel_params)
+        width = vectors.shape[1]
+    else:
+        coefs = coefs.reshape(classes, -1)
+        kernel_of = _kernel_function("LINEAR", None)
+        width = coefs.shape[1]
+
+    def run(x):
+        table = _features(x, width, "SVMClassifier")
+        n = table.shape[0]
+        if n_vectors > 0:
+            k = kernel_of(table, vectors)
+            scores = np.empty((n, len(pairs)))
+            votes = np.zeros((n, classes))
+            rows = np.arange(n)
+            for p, (i, j) in enumerate(pairs):
+                si, sj = slice(starts[i], starts[i] + per_class[i]), slice(starts[j], starts[j] + per_class[j])
+                s = rhos[p] + k[:, si] @ coefs[j - 1, si] + k[:, sj] @ coefs[i, sj]
+                scores[:, p] = s
+                winner = np.where(s > 0, i, j)
+                np.add.at(votes, (rows, winner), 1)
+            decision = votes
+            if use_proba:
+                scores = _pair_probabilities(scores, np.asarray(prob_a), np.asarray(prob_b or ()), classes)
+        else:
+            scores = rhos[0] + table @ coefs.T
+            decision = scores
+        best = np.argmax(decision, axis=1)
+        label = labels[best] if len(labels) else best.astype(np.int64)
+        if rhos.size == 1 and len(labels) == 2 and not use_proba and all_positive:
+            top = decision[np.arange(n), best]
+            label = np.where(top >= 0.5, labels[1], labels[best])
+        if scores.shape[1] == 1:
+            s = scores[:, 0]
+            if post_transform == "PROBIT":
+                out = probit(scores)
+            elif post_transform == "LOGISTIC":
+                out = np.stack([logistic(-s), logistic(s)], axis=1)
+            elif post_transform in ("SOFTMAX", "SOFTMAX_ZERO"):
+                out = _post(np.stack([-s, s], axis=1), post_transform)
+            else:
+                out = np.stack([-s, s], axis=1)
+        else:
+            out = _post(scores, post_transform)
+        return label, out.astype(np.float32)
+
+    return run
+
+
+@kernel("SVMRegressor", since=(1,), domain=ML, factory=True)
+def svm_regressor(ctx, *, coefficients=None, kernel_params=None, kernel_type, n_supports, one_class,
+                  post_transform, rho=None, support_vectors=None):
+    coefs = np.asarray(coefficients or (), np.float64)
+    bias = float((rho or (0.0,))[0])
+    if n_supports > 0:
+        vectors = np.asarray(support_vectors or (), np.float64)
+        if vectors.size % n_supports or coefs.size < n_supports:
+            raise Fail(f"{vectors.size} support vector values / {coefs.size} coefficients for {n_supports} supports")
+        vectors = vectors.reshape(n_supports, -1)
+        kernel_of = _kernel_function(kernel_type, kernel_params)
+        width = vectors.shape[1]
+    else:
+        width = coefs.size
+
+    def run(x):
+        table = _features(x, width, "SVMRegressor")
+        if n_supports > 0:
+            scores = kernel_of(table, vectors) @ coefs[:n_supports] + bias
+        else:
+            scores = table @ coefs + bias
+        scores = scores[:, None]
+        if one_class:
+            scores = np.where(scores > 0, 1.0, -1.0)
+        return _post(scores, post_transform).astype(np.float32)
+
+    return run
