@@ -67,13 +67,12 @@ def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacke
     if weight_prepacked:
         raise Fail(f"{op}: weight_prepacked={weight_prepacked} is a CUDA layout; the CPU needs plain packed weights")
     geometry = dict(K=K, N=N, bits=bits, block_size=block_size)
+    # Constant weights are dequantized once; a run uses them when it is handed those same
+    # arrays (a feed overriding one of them takes the slow path).
+    sources = tuple(ctx.constant(i) for i in range(1, 5))
     constant = None
-    b_c, s_c = ctx.constant(1), ctx.constant(2)
-    if b_c is not None and s_c is not None and 0 not in b_c.shape and (ctx.num_inputs <= 3 or ctx.constant(3) is not None
-                                                                         or _absent(ctx, 3)):
-        g_c = ctx.constant(4) if ctx.num_inputs > 4 else None
-        if ctx.num_inputs <= 4 or g_c is not None or _absent(ctx, 4):
-            constant = dequantize_nbits(b_c, s_c, ctx.constant(3), g_c, **geometry)
+    if sources[0] is not None and sources[1] is not None and 0 not in sources[0].shape:
+        constant = dequantize_nbits(*sources, **geometry)
 
     def run(a, b, scales, zero_points=None, g_idx=None, bias=None):
         if a.shape[-1:] != (K,):
@@ -84,19 +83,17 @@ def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacke
         if 0 in b.shape:
             y = np.zeros(a.shape[:-1] + (N,), dtype=dtype)
         else:
-            weights = constant if constant is not None else dequantize_nbits(b, scales, zero_points, g_idx, **geometry)
+            given = (b, scales, zero_points, g_idx)
+            if constant is not None and all(x is y for x, y in zip(given, sources)):
+                weights = constant
+            else:
+                weights = dequantize_nbits(*given, **geometry)
             y = np.matmul(a.astype(np.float32, copy=False), weights).astype(dtype, copy=False)
         if bias is not None:
             y = y + bias.astype(dtype)
         return y.astype(a.dtype, copy=False)
 
     return run
-
-
-def _absent(ctx, index):
-    """Whether optional input ``index`` is missing (no type recorded for it)."""
-    types = ctx.input_types
-    return index >= len(types) or types[index] is None
 
 
 def _per_column(value, name, columns, default, op):

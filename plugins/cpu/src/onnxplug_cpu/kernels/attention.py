@@ -46,7 +46,7 @@ def _work_dtype(q, v):
 def softmax_rows(x):
     """Softmax over the last axis; a row that is entirely ``-inf`` becomes zeros, not NaN."""
     with np.errstate(invalid="ignore", over="ignore"):
-        peak = np.max(x, axis=-1, keepdims=True)
+        peak = np.max(x, axis=-1, keepdims=True, initial=-np.inf)  # initial: no keys at all
         peak = np.where(np.isneginf(peak), 0, peak)
         exp = np.exp(x - peak)
         total = np.sum(exp, axis=-1, keepdims=True)
@@ -345,7 +345,7 @@ def flex_attention(ctx, *, prob_mod=None, score_mod=None, scale=None, softmax_pr
         if score_runner is not None:
             scores = _modify(score_runner, "score_mod", scores, outer)
         with np.errstate(invalid="ignore", over="ignore"):
-            exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
+            exp = np.exp(scores - np.max(scores, axis=-1, keepdims=True, initial=-np.inf))
             probs = exp / np.sum(exp, axis=-1, keepdims=True)
         if prob_runner is not None:
             probs = _modify(prob_runner, "prob_mod", probs, outer)

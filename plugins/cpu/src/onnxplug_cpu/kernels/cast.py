@@ -99,11 +99,19 @@ def _to_e8m0(x, saturate, round_mode):
 
 
 def _to_string(x):
-    """Numbers as numpy prints them in their own dtype (shortest round-trip form), like ONNX's
-    reference; ml_dtypes' narrow floats print through float32."""
-    if x.dtype in NARROW_FLOATS:
-        x = x.astype(np.float32)
-    return x.astype(np.str_).astype(object)
+    """Numbers spelled as onnxruntime spells them: floats with ``%.8g`` and ``NaN``/``INF``/``-INF``,
+    integers in decimal, booleans as ``1``/``0`` (ONNX's node tests have no string casts to pin
+    this down, so the reference runtime's spelling is the one users can compare against)."""
+    if x.dtype.kind in "iu" or x.dtype in _SUB_BYTE_INTS:
+        return x.astype(np.int64 if x.dtype.kind != "u" else np.uint64).astype(np.str_).astype(object)
+    if x.dtype == np.bool_:
+        return x.astype(np.uint8).astype(np.str_).astype(object)
+    wide = x.astype(np.float64)
+    text = np.char.mod("%.8g", wide).astype(object)
+    text[np.isnan(wide)] = "NaN"
+    text[wide == np.inf] = "INF"
+    text[wide == -np.inf] = "-INF"
+    return text
 
 
 def _from_string(x, target):

@@ -291,8 +291,9 @@ def _iou_matrix(y1, x1, y2, x2):
     inter_w = np.clip(np.minimum(x2[:, None], x2[None, :]) - np.maximum(x1[:, None], x1[None, :]), 0, None)
     inter = inter_h * inter_w
     union = area[:, None] + area[None, :] - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    # Degenerate boxes (no area) never suppress anything.
+    usable = (union > 0) & (area[:, None] > 0) & (area[None, :] > 0)
+    return np.where(usable, inter / np.where(usable, union, 1), 0.0)
 
 
 @kernel("NonMaxSuppression", since=(10, 11), host_inputs=(2, 3, 4))
@@ -308,6 +309,8 @@ def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_thre
         else float(np.asarray(iou_threshold).reshape(-1)[0])
     min_score = None if score_threshold is None or np.asarray(score_threshold).size == 0 \
         else float(np.asarray(score_threshold).reshape(-1)[0])
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidArgument(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {threshold}")
     selected = []
     if limit > 0:
         corners = _corners(boxes, center_point_box)

@@ -221,6 +221,8 @@ def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coef
         kernel_of = _kernel_function(kernel_type, kernel_params)
         width = vectors.shape[1]
     else:
+        if coefs.size == 0 or coefs.size % classes:
+            raise Fail(f"{coefs.size} coefficients do not split into {classes} classes")
         coefs = coefs.reshape(classes, -1)
         kernel_of = _kernel_function("LINEAR", None)
         width = coefs.shape[1]
@@ -247,9 +249,14 @@ def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coef
             decision = scores
         best = np.argmax(decision, axis=1)
         label = labels[best] if len(labels) else best.astype(np.int64)
-        if rhos.size == 1 and len(labels) == 2 and not use_proba and all_positive:
+        if rhos.size == 1 and len(labels) == 2 and not use_proba:
+            # onnxruntime's two-class labels: the best score decides between the second label
+            # and the winner (votes in SVC mode, scores in linear mode).
             top = decision[np.arange(n), best]
-            label = np.where(top >= 0.5, labels[1], labels[best])
+            if all_positive:
+                label = np.where(top >= 0.5, labels[1], labels[best])
+            elif n_vectors == 0:
+                label = np.where(top > 0, labels[1], labels[best])
         if scores.shape[1] == 1:
             s = scores[:, 0]
             if post_transform == "PROBIT":
@@ -257,7 +264,7 @@ def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coef
             elif post_transform == "LOGISTIC":
                 out = np.stack([logistic(-s), logistic(s)], axis=1)
             elif post_transform in ("SOFTMAX", "SOFTMAX_ZERO"):
-                out = _post(np.stack([-s, s], axis=1), post_transform)
+                out = np.stack([1.0 - s, s], axis=1)  # onnxruntime's expansion; no softmax is applied
             else:
                 out = np.stack([-s, s], axis=1)
         else:

@@ -28,7 +28,8 @@ def _conv_weights(w, group):
     if group <= 0 or m % group:
         raise InvalidArgument(f"Conv: {m} output channels cannot be split into group={group}")
     w = w.astype(_compute_dtype(w.dtype))
-    return np.ascontiguousarray(w.reshape(group, m // group, -1).transpose(0, 2, 1))
+    per_group = math.prod(w.shape[1:])
+    return np.ascontiguousarray(w.reshape(group, m // group, per_group).transpose(0, 2, 1))
 
 
 @kernel("Conv", since=(1, 11, 22), factory=True)
@@ -55,7 +56,7 @@ def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, 
         # (N, C, *out, *k) -> (N, g, P, C/g*K): the im2col copy.
         view = view.reshape((n, group, c // group) + view.shape[2:])
         order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-        cols = view.transpose(order).reshape(n, group, math.prod(out), -1)
+        cols = view.transpose(order).reshape(n, group, math.prod(out), (c // group) * math.prod(ks))
         y = np.matmul(cols, weights)                      # (N, g, P, M/g)
         y = y.transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
         if b is not None:
@@ -83,7 +84,7 @@ def _transpose_weights(w, group):
     c = w.shape[0]
     if group <= 0 or c % group:
         raise InvalidArgument(f"ConvTranspose: {c} input channels cannot be split into group={group}")
-    return w.astype(_compute_dtype(w.dtype)).reshape(group, c // group, -1)
+    return w.astype(_compute_dtype(w.dtype)).reshape(group, c // group, math.prod(w.shape[1:]))
 
 
 @kernel("ConvTranspose", since=(1, 11, 22), factory=True)
@@ -126,7 +127,7 @@ def conv_transpose(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, o
         weights = packed if packed is not None else _transpose_weights(w, group)
         ct = _compute_dtype(x.dtype)
         m = w.shape[1] * group
-        xs = x.astype(ct, copy=False).reshape(n, group, c // group, -1).transpose(0, 1, 3, 2)
+        xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
         cols = np.matmul(xs, weights)                     # (N, g, P, M/g*K)
         k = math.prod(ks)
         cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
@@ -215,8 +216,8 @@ def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group, kerne
     base_y = (np.arange(out[0]) * st[0] - begin[0])[None, :, None] + (ki * dl[0])[:, None, None]
     base_x = (np.arange(out[1]) * st[1] - begin[1])[None, None, :] + (kj * dl[1])[:, None, None]
     off = offset.astype(ct).reshape((n, og, k, 2) + out)
-    ys = (base_y + off[:, :, :, 0]).reshape(n, og, -1)
-    xs = (base_x + off[:, :, :, 1]).reshape(n, og, -1)
+    ys = (base_y + off[:, :, :, 0]).reshape(n, og, k * math.prod(out))
+    xs = (base_x + off[:, :, :, 1]).reshape(n, og, k * math.prod(out))
     sampled = _bilinear_gather(x.astype(ct).reshape(n, og, c // og, h, wd), ys, xs)
     sampled = sampled.reshape((n, og, c // og, k) + out)
     if mask is not None:
