@@ -36,6 +36,18 @@ def ort():
     return pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for com.microsoft ops")
 
 
+def run_onnxplug(op, inputs, outputs, *, initializers=(), domain=MS, opset=17, **attrs):
+    model = one_node_model(op, inputs, outputs, domain=domain, opset=opset, initializers=initializers, **attrs)
+    feeds = {n: a for n, a in inputs if n and n not in initializers}
+    return onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.fixture
+def run_ours():
+    """``run_ours(op, inputs, outputs, **attrs) -> onnxplug results`` (for ops onnxruntime's CPU lacks)."""
+    return run_onnxplug
+
+
 @pytest.fixture
 def run_both(ort):
     """``run_both(op, inputs, outputs, **attrs) -> (onnxplug results, onnxruntime results)``."""

@@ -204,13 +204,32 @@ def test_svm_classifier_three_classes(kernel, proba):
     _same(_run(model, {"X": X}), _ort(model, {"X": X}), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
-def test_svm_classifier_binary(post):
-    attrs = {"kernel_type": "RBF", "kernel_params": [0.3, 0.0, 3.0], "support_vectors": SV[:9],
-             "vectors_per_class": [2, 1], "coefficients": [0.5, -0.5, 1.0], "rho": [0.1],
-             "classlabels_strings": ["no", "yes"], "post_transform": post}
-    model = _model("SVMClassifier", attrs, [("X", FLOAT)], [("Y", STRING), ("Z", FLOAT)])
-    _same(_run(model, {"X": X}), _ort(model, {"X": X}))
+SVM_LAYOUTS = {
+    "linear_3": {"kernel_type": "LINEAR", "kernel_params": [0.1, 0.0, 1.0], "rho": [0.1], "classlabels_ints": [0, 1, 2],
+                 "coefficients": [0.5, -0.5, 1.0, 0.2, 0.1, -0.3, -1.0, 0.4, 0.2]},
+    "linear_2_mixed": {"kernel_type": "LINEAR", "kernel_params": [0.1, 0.0, 1.0], "rho": [0.1],
+                       "classlabels_ints": [0, 1], "coefficients": [0.5, -0.5, 1.0, 0.3, 0.2, -0.1]},
+    "linear_2_positive": {"kernel_type": "LINEAR", "kernel_params": [0.1, 0.0, 1.0], "rho": [-0.1],
+                          "classlabels_ints": [3, 4], "coefficients": [0.5, 0.5, 1.0, 0.1, 0.2, 0.3]},
+    "svc_2_mixed": {"kernel_type": "RBF", "kernel_params": [0.3, 0.0, 3.0], "support_vectors": SV[:9],
+                    "vectors_per_class": [2, 1], "coefficients": [0.5, -0.5, 1.0], "rho": [0.1],
+                    "classlabels_strings": ["no", "yes"]},
+    "svc_2_positive": {"kernel_type": "RBF", "kernel_params": [0.3, 0.0, 3.0], "support_vectors": SV[:9],
+                       "vectors_per_class": [2, 1], "coefficients": [0.5, 0.5, 1.0], "rho": [-0.6],
+                       "classlabels_ints": [0, 1]},
+    "svc_2_proba": {"kernel_type": "RBF", "kernel_params": [0.3, 0.0, 3.0], "support_vectors": SV[:9],
+                    "vectors_per_class": [2, 1], "coefficients": [0.5, -0.5, 1.0], "rho": [0.1], "prob_a": [-1.2],
+                    "prob_b": [0.3], "classlabels_ints": [0, 1]},
+}
+
+
+@pytest.mark.parametrize("post", POST)
+@pytest.mark.parametrize("layout", sorted(SVM_LAYOUTS))
+def test_svm_classifier_layouts(post, layout):
+    attrs = dict(SVM_LAYOUTS[layout], post_transform=post)
+    label_type = STRING if "classlabels_strings" in attrs else INT64
+    model = _model("SVMClassifier", attrs, [("X", FLOAT)], [("Y", label_type), ("Z", FLOAT)])
+    _same(_run(model, {"X": X}), _ort(model, {"X": X}), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("kernel", ["LINEAR", "RBF"])

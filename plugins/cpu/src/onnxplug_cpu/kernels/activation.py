@@ -96,13 +96,16 @@ def _normalizer(op, fn, *, narrow=float_unary):
         if x.ndim == 0:
             return fn(x.reshape(1, 1), 1).reshape(())
         axis = _axis(x, axis, op)
+        if x.size == 0:
+            return x.copy()
         rows = int(np.prod(x.shape[:axis], dtype=np.int64))
         return fn(x.reshape(rows, -1), 1).reshape(x.shape)
 
     def single(x, *, axis):
         if x.ndim == 0:
             return fn(x.reshape(1), 0).reshape(())
-        return fn(x, _axis(x, axis, op))
+        axis = _axis(x, axis, op)
+        return x.copy() if x.size == 0 else fn(x, axis)
 
     for variant, since in ((coerced, (1, 11)), (single, (13,))):
         wrapped = narrow(variant)

@@ -69,13 +69,11 @@ def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, 
 def _scatter_add(cols, counts, kernel_shape, strides, dilations, full):
     """Add ``cols`` ``(N, C, K, *counts)`` into ``full`` ``(N, C, *size)``: block ``k``'s cell
     ``i`` lands at ``i*stride + k*dilation`` along each axis."""
-    nd = len(kernel_shape)
     for k, offsets in enumerate(np.ndindex(*kernel_shape)):
         index = (slice(None), slice(None)) + tuple(
             slice(o * d, o * d + (n - 1) * s + 1, s)
             for o, d, n, s in zip(offsets, dilations, counts, strides))
         full[index] += cols[:, :, k]
-    del nd
     return full
 
 

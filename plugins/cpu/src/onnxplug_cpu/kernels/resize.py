@@ -71,8 +71,10 @@ def _cubic(d, a):
     return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
-def axis_taps(in_size, out_size, scale, opts, roi_start=np.float64(0), roi_end=np.float64(1)):
+def axis_taps(in_size, out_size, scale, opts, roi_start=None, roi_end=None):
     """``(indices (out, T), weights (out, T) or None, outside (out,) bool or None)``."""
+    roi_start = np.float64(0) if roi_start is None else roi_start
+    roi_end = np.float64(1) if roi_end is None else roi_end
     x = _source_coords(out_size, in_size, scale, opts["ctm"], roi_start, roi_end)
     outside = None
     if opts["ctm"] == "tf_crop_and_resize":
