@@ -19,13 +19,19 @@ def _value_info(name, array):
 
 
 def one_node_model(op, inputs, outputs, *, domain=MS, opset=17, initializers=(), **attrs):
-    """``inputs``: list of (name, array) — name "" for an absent optional input; arrays whose
+    """A model of one node.
+
+    ``inputs``: list of (name, array) — name "" for an absent optional input; arrays whose
     name is in ``initializers`` become constant initializers."""
+    """``outputs``: names, or (name, element type) pairs for outputs onnxruntime cannot infer."""
     names = [name for name, _ in inputs]
-    node = oh.make_node(op, names, list(outputs), domain=domain, **attrs)
+    typed = [o if isinstance(o, tuple) else (o, None) for o in outputs]
+    node = oh.make_node(op, names, [o for o, _ in typed], domain=domain, **attrs)
     graph_inputs = [_value_info(n, a) for n, a in inputs if n and n not in initializers]
     inits = [onnx.numpy_helper.from_array(a, n) for n, a in inputs if n in initializers]
-    graph = oh.make_graph([node], "test", graph_inputs, [oh.make_value_info(o, onnx.TypeProto()) for o in outputs],
+    graph = oh.make_graph([node], "test", graph_inputs, [
+        oh.make_tensor_value_info(o, t, None) if t else oh.make_value_info(o, onnx.TypeProto()) for o, t in typed if o
+    ],
                           initializer=inits)
     opsets = [oh.make_opsetid("", opset), oh.make_opsetid(MS, 1)]
     return oh.make_model(graph, opset_imports=opsets, ir_version=9).SerializeToString()

@@ -31,7 +31,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir import _cloner  # the cloner behind onnx_ir.passes.common.InlinePass
 
-from ..errors import InvalidGraph
+from ..errors import Fail, InvalidGraph
 from ..kernels._schema import attribute_defaults, find_schema, normalize_domain
 
 __all__ = ["CHAIN_KEY", "OPSETS_KEY", "MAX_DEPTH", "FunctionInliner", "node_opsets"]
@@ -120,7 +120,13 @@ class FunctionInliner:
             return None
         proto = onnx.FunctionProto()
         proto.ParseFromString(data)
-        return key, ir.serde.deserialize_function(proto), attributes
+        _drop_unproduced_outputs(proto)
+        try:
+            function = ir.serde.deserialize_function(proto)
+        except Exception as error:
+            raise Fail(f"the function body of {_describe(key)} for node '{node.name}' cannot be read: "
+                       f"{type(error).__name__}: {error}") from error
+        return key, function, attributes
 
     # -- expanding -------------------------------------------------------------------------
 
@@ -138,7 +144,8 @@ class FunctionInliner:
         if key in chain or len(chain) >= MAX_DEPTH:
             path = " -> ".join(_describe(k) for k in (*chain, key))
             raise InvalidGraph(f"function {_describe(key)} calls itself ({path}); node '{node.name}' cannot be run")
-        if len(node.inputs) > len(function.inputs) or len(node.outputs) > len(function.outputs):
+        extra_outputs = node.outputs[len(function.outputs):]
+        if len(node.inputs) > len(function.inputs) or any(_is_used(v) for v in extra_outputs):
             raise InvalidGraph(
                 f"node '{node.name}' calls {_describe(key)} with {len(node.inputs)} inputs and "
                 f"{len(node.outputs)} outputs; the function has {len(function.inputs)} and {len(function.outputs)}"
@@ -146,7 +153,9 @@ class FunctionInliner:
         opsets = {**node_opsets(node, self._opsets), **function.opset_imports}
         opsets = {normalize_domain(d): v for d, v in opsets.items()}
         new_nodes = self._instantiate(node, function, attributes)
-        outputs = [self._output_value(function, i, new_nodes, opsets) for i in range(len(node.outputs))]
+        count = min(len(node.outputs), len(function.outputs))
+        outputs = [self._output_value(function, i, new_nodes, opsets) for i in range(count)]
+        _infer_types(new_nodes, opsets)
         for new in new_nodes:
             new.meta[OPSETS_KEY] = opsets
             new.meta[CHAIN_KEY] = (*chain, key)
@@ -191,9 +200,9 @@ class FunctionInliner:
 
     def _splice(self, node: ir.Node, new_nodes: list[ir.Node], outputs: list[ir.Value]) -> None:
         for old, new in zip(node.outputs, outputs):
-            if new.type is None:
+            if old.type is not None:  # the model's inference saw the whole graph: prefer it
                 new.type = old.type
-            if new.shape is None and old.shape is not None:
+            if old.shape is not None:
                 new.shape = old.shape
             if old.name:  # an unnamed output is unused; the copy keeps its fresh name
                 new.name = old.name
@@ -222,6 +231,51 @@ class FunctionInliner:
             name = f"{base}_{suffix}"
         taken.add(name)
         return name
+
+
+def _infer_types(nodes: list[ir.Node], opsets: Mapping[str, int]) -> None:
+    """Give the values an inlined body computes their types, node by node with onnx's schema
+    inference: bodies of nested function ops built from context (CastLike, the *Loss ops) need
+    their inputs' types, and kernel factories read them too.  Best effort: a node onnx cannot
+    infer leaves its outputs untyped."""
+    opset_ids = [onnx.helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    for node in nodes:
+        domain = normalize_domain(node.domain)
+        version = opsets.get(domain)
+        schema = None if version is None else find_schema(node.op_type, version, domain)
+        if schema is None or not schema.has_type_and_shape_inference_function:
+            continue
+        if any(v is not None and (v.type is None or not v.name) for v in node.inputs):
+            continue
+        types = {v.name: ir.serde.serialize_value(v).type for v in node.inputs if v is not None}
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, ir.serde.serialize_node(node), types, opset_imports=opset_ids
+            )
+        except Exception:  # noqa: BLE001 - inference is best effort
+            continue
+        for value in node.outputs:
+            type_proto = inferred.get(value.name or "")
+            if type_proto is None or value.type is not None:
+                continue
+            value.type = ir.serde.deserialize_type_proto_for_type(type_proto)
+            value.shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+
+
+def _is_used(value: ir.Value) -> bool:
+    return bool(value.uses()) or value.is_graph_output()
+
+
+def _drop_unproduced_outputs(proto: onnx.FunctionProto) -> None:
+    """Drop trailing outputs the body never computes.  onnx builds some context-dependent
+    bodies (SoftmaxCrossEntropyLoss) for the outputs the node asks for, yet lists them all."""
+    produced = set(proto.input) | {name for inner in proto.node for name in inner.output if name}
+    outputs = list(proto.output)
+    while outputs and outputs[-1] not in produced:
+        outputs.pop()
+    if len(outputs) != len(proto.output):
+        del proto.output[:]
+        proto.output.extend(outputs)
 
 
 @functools.lru_cache(maxsize=1024)

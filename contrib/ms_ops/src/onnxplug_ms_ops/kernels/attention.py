@@ -99,6 +99,7 @@ def attention(ctx, *, num_heads, qkv_hidden_sizes=None, unidirectional, scale=No
         raise NotImplementedError_(f"{op}: do_rotary=1 is not supported (onnxruntime's CPU kernel has no rotary "
                                    "either); use RotaryEmbedding + MultiHeadAttention")
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
+    want_present = ctx.num_outputs > 1 and ctx.outputs_used[1]
 
     def run(x, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_sequence_length=None):
         if x.ndim != 3 or weights.ndim != 2 or weights.shape[0] != x.shape[2]:
@@ -149,8 +150,12 @@ def attention(ctx, *, num_heads, qkv_hidden_sizes=None, unidirectional, scale=No
             present = np.array(past, copy=True)
             present[0, :, :, past_len:total] = k[:, :, past_len:]
             present[1, :, :, past_len:total] = v[:, :, past_len:]
-        else:
+        elif k.shape == v.shape:
             present = np.stack([k, v]).astype(x.dtype, copy=False)
+        elif want_present:
+            raise Fail(f"{op}: present needs equal K and V hidden sizes, got qkv_hidden_sizes {sizes}")
+        else:
+            present = None
         return output, present
 
     return run

@@ -204,7 +204,8 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
         if causal:
             valid = valid & (key_pos <= query_pos[:, :, None])
             if local_window_size >= 0:
-                valid = valid & (key_pos >= query_pos[:, :, None] - local_window_size)
+                # the window holds local_window_size keys, the query's own position included
+                valid = valid & (key_pos > query_pos[:, :, None] - local_window_size)
         valid = valid[:, None]  # (B, 1, S, L)
         sink = None
         if head_sink is not None:
@@ -213,10 +214,8 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
             sink = np.zeros((1, 1, 1, 1), dtype=dtype)
         probs = _sink_softmax(scores, valid, sink)
         out = np.matmul(probs, values).transpose(0, 2, 1, 3).reshape(batch, seq, num_heads * head)
-        if qk_output == 2:
-            qk = probs
-        else:
-            qk = scores
+        # onnxruntime reports masked-out scores as 0 (not -inf) before the softmax
+        qk = probs if qk_output == 2 else np.where(valid, scores, 0)
         return (out.astype(query.dtype, copy=False), present[0].astype(query.dtype, copy=False),
                 present[1].astype(query.dtype, copy=False), qk[..., :total_max].astype(query.dtype, copy=False))
 

@@ -8,6 +8,8 @@ are, never widened in the result.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -55,15 +57,13 @@ def float_unary(fn):
     return wrapper
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, to about double precision, in float64 (numpy has none).
+def _erf_slow(x: np.ndarray) -> np.ndarray:
+    """erf(x) for x >= 0 to about double precision, but with ~140 passes over the array.
 
-    Below |x| = 3 the series ``erf(x) = 2/sqrt(pi) exp(-x^2) sum 2^n x^(2n+1) / (2n+1)!!`` is used
-    (all terms positive, so no cancellation); above it the continued fraction of ``erfc``.
+    Below 3 the series ``erf(x) = 2/sqrt(pi) exp(-x^2) sum 2^n x^(2n+1) / (2n+1)!!`` (all terms
+    positive, so no cancellation); from 3 on the continued fraction of ``erfc``.
     """
-    x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    small = np.minimum(a, 3.0)
+    small = np.minimum(x, 3.0)
     sq = small * small
     term = small.copy()
     total = small.copy()
@@ -71,11 +71,44 @@ def erf(x: np.ndarray) -> np.ndarray:
         term = term * (2.0 * sq) / (2 * n + 1)
         total = total + term
     series = (2.0 / np.sqrt(np.pi)) * np.exp(-sq) * total
-    big = np.maximum(a, 3.0)
+    big = np.maximum(x, 3.0)
     fraction = big.copy()
     for k in range(60, 0, -1):  # erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))
         fraction = big + (k / 2.0) / fraction
     tail = 1.0 - np.exp(-big * big) / (np.sqrt(np.pi) * fraction)
-    result = np.where(a < 3.0, series, tail)
-    result = np.where(np.isnan(x), np.nan, result)
+    return np.where(x < 3.0, series, tail)
+
+
+# Beyond 6, erf rounds to 1 in double precision.
+_ERF_PIECES = ((1.0, 2.0), (2.0, 3.0), (3.0, 4.0), (4.0, 6.0))
+
+
+@functools.cache
+def _erf_interpolants():
+    """Degree-24 Chebyshev interpolants of erf on each piece of [1, 6], built once from the slow
+    evaluation: a few dozen flops per element instead of ~140 passes."""
+    return tuple(np.polynomial.chebyshev.Chebyshev.interpolate(_erf_slow, 24, domain=piece) for piece in _ERF_PIECES)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function in float64, to about double precision (numpy has none).
+
+    Below 1 the Taylor series (20 terms reach 1e-17 there, and keep the relative accuracy of
+    tiny arguments); on [1, 6] piecewise Chebyshev interpolants; beyond, 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    sq = np.minimum(a, 1.0) ** 2
+    term = np.ones_like(a)
+    total = np.ones_like(a)
+    for n in range(1, 22):  # sum (-1)^n x^(2n) / (n! (2n+1))
+        term = term * (-sq) / n
+        total = total + term / (2 * n + 1)
+    result = np.array((2.0 / np.sqrt(np.pi)) * a * total)  # an ndarray even at rank 0
+    for (low, high), piece in zip(_ERF_PIECES, _erf_interpolants()):
+        inside = (a >= low) & (a < high)
+        if inside.any():
+            result[inside] = piece(a[inside])
+    result[a >= _ERF_PIECES[-1][1]] = 1.0
+    result[np.isnan(a)] = np.nan
     return np.copysign(result, x)

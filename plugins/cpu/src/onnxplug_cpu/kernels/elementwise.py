@@ -28,14 +28,12 @@ def legacy_broadcast(op, a, b, broadcast, axis):
     """``(a, b)`` aligned by the pre-opset-7 rule (see the module docstring)."""
     if not broadcast:
         if a.shape != b.shape and b.size != 1:
-            raise InvalidArgument(
-                f"{op}: shapes {a.shape} and {b.shape} differ and broadcast is 0 (opset < 7)"
-            )
+            raise InvalidArgument(f"{op}: shapes {a.shape} and {b.shape} differ and broadcast is 0 (opset < 7)")
         return a, b
     if axis is None:
         return a, b
     start = axis + a.ndim if axis < 0 else axis
-    if start < 0 or start + b.ndim > a.ndim or a.shape[start:start + b.ndim] != b.shape:
+    if start < 0 or start + b.ndim > a.ndim or a.shape[start : start + b.ndim] != b.shape:
         raise InvalidArgument(f"{op}: shape {b.shape} cannot broadcast into {a.shape} at axis {axis}")
     return a, b.reshape((1,) * start + b.shape + (1,) * (a.ndim - start - b.ndim))
 

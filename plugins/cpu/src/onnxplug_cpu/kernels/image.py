@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
 
@@ -26,6 +27,7 @@ def _compute_dtype(dtype):
 
 
 # --- GridSample --------------------------------------------------------------------------------
+
 
 def _reflect(x, low, high):
     """Fold coordinates into ``[low, high]`` by mirroring at the borders (repeatedly)."""
@@ -44,6 +46,7 @@ def _reflect(x, low, high):
 
 def _cubic_weights(t, a=-0.75):
     """Weights of taps at offsets -1, 0, 1, 2 from ``floor(x)``, ``t`` the fractional part."""
+
     def near(d):
         return ((a + 2) * d - (a + 3)) * d * d + 1
 
@@ -80,8 +83,7 @@ def _axis_taps(coord, size, mode, padding_mode, low, high):
 
 def _grid_sample(x, grid, mode, padding_mode, align_corners):
     if x.ndim < 3 or grid.ndim != x.ndim or grid.shape[-1] != x.ndim - 2 or grid.shape[0] != x.shape[0]:
-        raise InvalidArgument(f"GridSample: X shape {list(x.shape)} and grid shape {list(grid.shape)} "
-                              "do not match")
+        raise InvalidArgument(f"GridSample: X shape {list(x.shape)} and grid shape {list(grid.shape)} do not match")
     if padding_mode not in ("zeros", "border", "reflection"):
         raise Fail(f"GridSample: unknown padding_mode {padding_mode!r}")
     n, c = x.shape[:2]
@@ -107,7 +109,7 @@ def _grid_sample(x, grid, mode, padding_mode, align_corners):
         elif padding_mode == "reflection":
             coord = np.where(outside, _reflect(coord, low, high), coord)
         per_axis.append(_axis_taps(coord, size, mode, padding_mode, low, high))
-    strides = [math.prod(spatial[d + 1:]) for d in range(nd)]
+    strides = [math.prod(spatial[d + 1 :]) for d in range(nd)]
     flat = x.reshape(n, c, -1)
     acc = _compute_dtype(x.dtype)
     result = None
@@ -146,12 +148,14 @@ def grid_sample_20(x, grid, *, align_corners, mode, padding_mode):
 
 # --- AffineGrid --------------------------------------------------------------------------------
 
+
 @kernel("AffineGrid", since=(20,), host_inputs=(1,))
 def affine_grid(theta, size, *, align_corners):
     size = [int(v) for v in np.asarray(size).reshape(-1)]
     nd = len(size) - 2
     if nd not in (2, 3) or theta.shape != (size[0], nd, nd + 1):
         raise InvalidArgument(f"AffineGrid: theta shape {list(theta.shape)} does not fit size {size}")
+    check_allocation([size[0], *size[2:], nd], theta.dtype, "AffineGrid output")
     acc = _compute_dtype(theta.dtype)
     axes = []
     for extent in size[2:]:
@@ -163,11 +167,12 @@ def affine_grid(theta, size, *, align_corners):
     # Homogeneous base points ordered (x, y[, z], 1) with the last axis varying fastest.
     mesh = np.meshgrid(*axes, indexing="ij")
     points = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size, acc)], axis=-1)
-    grid = points @ theta.astype(acc).transpose(0, 2, 1)   # (N, P, nd)
+    grid = points @ theta.astype(acc).transpose(0, 2, 1)  # (N, P, nd)
     return grid.reshape([size[0]] + size[2:] + [nd]).astype(theta.dtype)
 
 
 # --- RoiAlign ----------------------------------------------------------------------------------
+
 
 def _roi_samples(start, extent, pooled, grid, limit):
     """Per roi, bin and sample: the two corner indices and weights along one axis.
@@ -178,8 +183,11 @@ def _roi_samples(start, extent, pooled, grid, limit):
     most = max(int(grid.max()) if grid.size else 1, 1)
     bins = extent / pooled
     sample = np.arange(most)
-    pos = (start[:, None, None] + np.arange(pooled)[None, :, None] * bins[:, None, None]
-           + (sample[None, None, :] + 0.5) * (bins / np.maximum(grid, 1))[:, None, None])
+    pos = (
+        start[:, None, None]
+        + np.arange(pooled)[None, :, None] * bins[:, None, None]
+        + (sample[None, None, :] + 0.5) * (bins / np.maximum(grid, 1))[:, None, None]
+    )
     valid = np.broadcast_to(sample[None, None, :] < grid[:, None, None], pos.shape)
     outside = (pos < -1.0) | (pos > limit)
     pos = np.maximum(pos, 0)
@@ -193,11 +201,12 @@ def _roi_samples(start, extent, pooled, grid, limit):
     return low, high, np.where(zero, 0, 1 - frac), np.where(zero, 0, frac), valid
 
 
-def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
-               spatial_scale, half_pixel):
+def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio, spatial_scale, half_pixel):
     if x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
-        raise InvalidArgument(f"RoiAlign: X {list(x.shape)}, rois {list(rois.shape)} and batch_indices "
-                              f"{list(batch_indices.shape)} are inconsistent")
+        raise InvalidArgument(
+            f"RoiAlign: X {list(x.shape)}, rois {list(rois.shape)} and batch_indices "
+            f"{list(batch_indices.shape)} are inconsistent"
+        )
     n, c, height, width = x.shape
     batch = batch_indices.astype(np.int64)
     if batch.size and (batch.min() < 0 or batch.max() >= n):
@@ -224,10 +233,11 @@ def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampli
     if r == 0:
         return out.astype(x.dtype)
     if mode == "avg":
+
         def matrix(low, high, w_low, w_high, valid, limit):
             cells = np.arange(limit)
-            m = ((low[..., None] == cells) * w_low[..., None] + (high[..., None] == cells) * w_high[..., None])
-            return (m * valid[..., None]).sum(axis=2)            # (R, pooled, limit)
+            m = (low[..., None] == cells) * w_low[..., None] + (high[..., None] == cells) * w_high[..., None]
+            return (m * valid[..., None]).sum(axis=2)  # (R, pooled, limit)
 
         ay = matrix(*ys, height)
         ax = matrix(*xs, width)
@@ -238,7 +248,7 @@ def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampli
             # Rows first: (R*ph, H) @ (H, C*W), then columns: (R, ph*C, W) @ (R, W, pw).
             rows = ay[sel].astype(acc).reshape(-1, height) @ xa[b].transpose(1, 0, 2).reshape(height, -1)
             rows = rows.reshape(len(sel), ph * c, width)
-            pooled = rows @ ax[sel].astype(acc).transpose(0, 2, 1)           # (R, ph*C, pw)
+            pooled = rows @ ax[sel].astype(acc).transpose(0, 2, 1)  # (R, ph*C, pw)
             pooled = pooled.reshape(len(sel), ph, c, pw).transpose(0, 2, 1, 3)
             out[sel] = pooled / count[sel, None, None, None]
         return out.astype(x.dtype)
@@ -251,29 +261,47 @@ def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampli
             weight = wy[:, :, :, None, None] * wx[:, None, None, :, :]
             np.maximum(best, values * weight[..., None].astype(acc), out=best)
     valid = ys[4][:, :, :, None, None] & xs[4][:, None, None, :, :]
-    best = np.where(valid[..., None], best, -np.inf).max(axis=(2, 4))     # (R, ph, pw, C)
+    best = np.where(valid[..., None], best, -np.inf).max(axis=(2, 4))  # (R, ph, pw, C)
     best = np.where(np.isneginf(best), 0, best)
     return best.transpose(0, 3, 1, 2).astype(x.dtype)
 
 
 @kernel("RoiAlign", since=(10,))
-def roi_align_10(x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio,
-                 spatial_scale):
+def roi_align_10(x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio, spatial_scale):
     # Opset 10 had no coordinate mode; its behaviour is what 16 calls output_half_pixel.
-    return _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
-                      spatial_scale, False)
+    return _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio, spatial_scale, False)
 
 
 @kernel("RoiAlign", since=(16, 22))
-def roi_align_16(x, rois, batch_indices, *, coordinate_transformation_mode, mode, output_height,
-                 output_width, sampling_ratio, spatial_scale):
+def roi_align_16(
+    x,
+    rois,
+    batch_indices,
+    *,
+    coordinate_transformation_mode,
+    mode,
+    output_height,
+    output_width,
+    sampling_ratio,
+    spatial_scale,
+):
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
         raise Fail(f"RoiAlign: unknown coordinate_transformation_mode {coordinate_transformation_mode!r}")
-    return _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
-                      spatial_scale, coordinate_transformation_mode == "half_pixel")
+    return _roi_align(
+        x,
+        rois,
+        batch_indices,
+        mode,
+        output_height,
+        output_width,
+        sampling_ratio,
+        spatial_scale,
+        coordinate_transformation_mode == "half_pixel",
+    )
 
 
 # --- NonMaxSuppression -------------------------------------------------------------------------
+
 
 def _corners(boxes, center_point_box):
     """``(y1, x1, y2, x2)`` with ``y1 <= y2`` and ``x1 <= x2``."""
@@ -281,8 +309,12 @@ def _corners(boxes, center_point_box):
     if center_point_box:
         xc, yc, w, h = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
         return yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2
-    return (np.minimum(b[..., 0], b[..., 2]), np.minimum(b[..., 1], b[..., 3]),
-            np.maximum(b[..., 0], b[..., 2]), np.maximum(b[..., 1], b[..., 3]))
+    return (
+        np.minimum(b[..., 0], b[..., 2]),
+        np.minimum(b[..., 1], b[..., 3]),
+        np.maximum(b[..., 0], b[..., 2]),
+        np.maximum(b[..., 1], b[..., 3]),
+    )
 
 
 def _iou_matrix(y1, x1, y2, x2):
@@ -297,18 +329,34 @@ def _iou_matrix(y1, x1, y2, x2):
 
 
 @kernel("NonMaxSuppression", since=(10, 11), host_inputs=(2, 3, 4))
-def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
-                        score_threshold=None, *, center_point_box):
-    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or \
-            scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
-        raise InvalidArgument(f"NonMaxSuppression: boxes {list(boxes.shape)} and scores "
-                              f"{list(scores.shape)} are inconsistent")
-    limit = 0 if max_output_boxes_per_class is None or np.asarray(max_output_boxes_per_class).size == 0 \
+def non_max_suppression(
+    boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None, *, center_point_box
+):
+    if (
+        boxes.ndim != 3
+        or boxes.shape[2] != 4
+        or scores.ndim != 3
+        or scores.shape[0] != boxes.shape[0]
+        or scores.shape[2] != boxes.shape[1]
+    ):
+        raise InvalidArgument(
+            f"NonMaxSuppression: boxes {list(boxes.shape)} and scores {list(scores.shape)} are inconsistent"
+        )
+    limit = (
+        0
+        if max_output_boxes_per_class is None or np.asarray(max_output_boxes_per_class).size == 0
         else int(np.asarray(max_output_boxes_per_class).reshape(-1)[0])
-    threshold = 0.0 if iou_threshold is None or np.asarray(iou_threshold).size == 0 \
+    )
+    threshold = (
+        0.0
+        if iou_threshold is None or np.asarray(iou_threshold).size == 0
         else float(np.asarray(iou_threshold).reshape(-1)[0])
-    min_score = None if score_threshold is None or np.asarray(score_threshold).size == 0 \
+    )
+    min_score = (
+        None
+        if score_threshold is None or np.asarray(score_threshold).size == 0
         else float(np.asarray(score_threshold).reshape(-1)[0])
+    )
     if not 0.0 <= threshold <= 1.0:
         raise InvalidArgument(f"NonMaxSuppression: iou_threshold must be in [0, 1], got {threshold}")
     selected = []

@@ -23,9 +23,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     left = widen(a).T if trans_a else widen(a)
     right = widen(b).T if trans_b else widen(b)
     if left.shape[1] != right.shape[0]:
-        raise InvalidArgument(
-            f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}"
-        )
+        raise InvalidArgument(f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}")
     with np.errstate(all="ignore"):
         result = left @ right
         if alpha != 1:
@@ -78,9 +76,7 @@ def einsum(*inputs, equation):
         raise InvalidArgument("Einsum: all inputs must have the same type")
     try:
         with np.errstate(all="ignore"):
-            result = np.einsum(
-                equation.replace(" ", ""), *[widen(x) for x in inputs], optimize=len(inputs) > 2
-            )
+            result = np.einsum(equation.replace(" ", ""), *[widen(x) for x in inputs], optimize=len(inputs) > 2)
     except ValueError as error:
         raise InvalidArgument(f"Einsum: equation {equation!r} does not fit the inputs: {error}") from None
     return as_dtype(result, dtype)
@@ -113,7 +109,7 @@ def _scan(op, ufunc, identity, x, axis, exclusive, reverse):
         result = ufunc.accumulate(work, axis=axis, dtype=work.dtype)
     if exclusive:
         # Shift by one along the axis, starting from the identity.
-        head = np.full(result.shape[:axis] + (1,) + result.shape[axis + 1:], identity, dtype=result.dtype)
+        head = np.full(result.shape[:axis] + (1,) + result.shape[axis + 1 :], identity, dtype=result.dtype)
         result = np.concatenate([head, np.delete(result, -1, axis=axis)], axis=axis)
     if reverse:
         result = np.flip(result, axis)

@@ -95,7 +95,10 @@ def array_feature_extractor(x, y):
 
 @kernel("Binarizer", since=(1,), domain=ML)
 def binarizer(x, *, threshold):
-    # NaN is not above the threshold, so it maps to 0 like every other comparison failure.
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        if nan.any():  # onnxruntime rejects NaN rather than guessing a class for it
+            raise InvalidArgument(f"Binarizer input is NaN at flat index {int(np.argmax(nan.reshape(-1)))}")
     return np.where(x > threshold, 1, 0).astype(x.dtype)
 
 
@@ -274,18 +277,20 @@ def label_encoder_4(ctx, *, default_float, default_int64, default_string, defaul
 
 @kernel("Normalizer", since=(1,), domain=ML)
 def normalizer(x, *, norm):
-    table = _rows(x).astype(np.float32 if x.dtype != np.float64 else np.float64)
+    table = _rows(x).astype(np.float64 if x.dtype == np.float64 else np.float32)
+    if table.shape[1] == 0:
+        return table.astype(np.float32).reshape(x.shape)
     if norm == "MAX":
-        scale = np.max(table, axis=1, keepdims=True)
+        scale = np.fmax.reduce(table, axis=1, keepdims=True)  # NaN entries do not win the max
     elif norm == "L1":
         scale = np.sum(np.abs(table), axis=1, keepdims=True)
     elif norm == "L2":
         scale = np.sqrt(np.sum(table * table, axis=1, keepdims=True))
     else:
         raise Fail(f"unknown norm {norm!r}")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(scale != 0, table / np.where(scale != 0, scale, 1), table)
-    return out.astype(np.float32).reshape(x.shape if x.ndim == 2 else (1, -1))
+    # A row whose norm is 0 is left as it is (all zeros) instead of dividing by zero.
+    out = table / np.where(scale != 0, scale, 1)
+    return out.astype(np.float32).reshape(x.shape)
 
 
 @kernel("OneHotEncoder", since=(1,), domain=ML, factory=True)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
 from .pool import pool_geometry, windows
@@ -46,19 +47,24 @@ def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, 
             raise Fail(f"Conv: kernel_shape {list(ks)} differs from the weights' {list(w.shape[2:])}")
         if x.shape[1] != w.shape[1] * group:
             raise InvalidArgument(
-                f"Conv: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs "
-                f"{w.shape[1] * group}")
+                f"Conv: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs {w.shape[1] * group}"
+            )
         weights = packed if packed is not None else _conv_weights(w, group)
         out, begin, end, _ = pool_geometry(x.shape[2:], ks, strides, dilations, pads, auto_pad, 0, "Conv")
         ct = _compute_dtype(x.dtype)
         n, c = x.shape[:2]
-        view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
-        # (N, C, *out, *k) -> (N, g, P, C/g*K): the im2col copy.
-        view = view.reshape((n, group, c // group) + view.shape[2:])
-        order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-        cols = view.transpose(order).reshape(n, group, math.prod(out), (c // group) * math.prod(ks))
-        y = np.matmul(cols, weights)                      # (N, g, P, M/g)
-        y = y.transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
+        if out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
+            # A pointwise convolution is a plain matmul over channels: no im2col copy.
+            pixels = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(out))
+            y = np.matmul(weights.transpose(0, 2, 1), pixels).reshape((n, w.shape[0]) + out)
+        else:
+            view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
+            # (N, C, *out, *k) -> (N, g, P, C/g*K): the im2col copy.
+            view = view.reshape((n, group, c // group) + view.shape[2:])
+            order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
+            cols = view.transpose(order).reshape(n, group, math.prod(out), (c // group) * math.prod(ks))
+            y = np.matmul(cols, weights)  # (N, g, P, M/g)
+            y = y.transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
         if b is not None:
             y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
         return y.astype(x.dtype, copy=False)
@@ -71,8 +77,8 @@ def _scatter_add(cols, counts, kernel_shape, strides, dilations, full):
     ``i`` lands at ``i*stride + k*dilation`` along each axis."""
     for k, offsets in enumerate(np.ndindex(*kernel_shape)):
         index = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + (n - 1) * s + 1, s)
-            for o, d, n, s in zip(offsets, dilations, counts, strides))
+            slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offsets, dilations, counts, strides)
+        )
         full[index] += cols[:, :, k]
     return full
 
@@ -86,8 +92,18 @@ def _transpose_weights(w, group):
 
 
 @kernel("ConvTranspose", since=(1, 11, 22), factory=True)
-def conv_transpose(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, output_padding=None,
-                   output_shape=None, pads=None, strides=None):
+def conv_transpose(
+    ctx,
+    *,
+    auto_pad,
+    dilations=None,
+    group,
+    kernel_shape=None,
+    output_padding=None,
+    output_shape=None,
+    pads=None,
+    strides=None,
+):
     constant_w = ctx.constant(1)
     packed = None if constant_w is None else _transpose_weights(constant_w, group)
 
@@ -126,7 +142,7 @@ def conv_transpose(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, o
         ct = _compute_dtype(x.dtype)
         m = w.shape[1] * group
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
-        cols = np.matmul(xs, weights)                     # (N, g, P, M/g*K)
+        cols = np.matmul(xs, weights)  # (N, g, P, M/g*K)
         k = math.prod(ks)
         cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
         cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
@@ -136,8 +152,10 @@ def conv_transpose(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, o
         full = np.zeros((n, m) + size, dtype=ct)
         inner = full[(slice(None), slice(None)) + tuple(slice(lo, None) for lo in lead)]
         _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
-        y = full[(slice(None), slice(None)) + tuple(
-            slice(lead[i] + begin[i], lead[i] + begin[i] + out[i]) for i in range(nd))]
+        y = full[
+            (slice(None), slice(None))
+            + tuple(slice(lead[i] + begin[i], lead[i] + begin[i] + out[i]) for i in range(nd))
+        ]
         if b is not None:
             y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
         return y.astype(x.dtype)
@@ -152,8 +170,8 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     nd = len(image)
     if len(block) != nd or x.ndim != 3:
         raise InvalidArgument(
-            f"Col2Im: input {list(x.shape)}, image_shape {list(image)} and block_shape {list(block)} "
-            "are inconsistent")
+            f"Col2Im: input {list(x.shape)}, image_shape {list(image)} and block_shape {list(block)} are inconsistent"
+        )
     st = tuple(strides) if strides else (1,) * nd
     dl = tuple(dilations) if dilations else (1,) * nd
     pd = tuple(pads) if pads else (0,) * (2 * nd)
@@ -161,13 +179,13 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     n, ck, length = x.shape
     if k == 0 or ck % k:
         raise InvalidArgument(f"Col2Im: input dim 1 ({ck}) is not a multiple of the block size {k}")
-    counts = tuple((image[i] + pd[i] + pd[i + nd] - (block[i] - 1) * dl[i] - 1) // st[i] + 1
-                   for i in range(nd))
+    counts = tuple((image[i] + pd[i] + pd[i + nd] - (block[i] - 1) * dl[i] - 1) // st[i] + 1 for i in range(nd))
     if math.prod(counts) != length:
         raise InvalidArgument(f"Col2Im: input has {length} blocks but the geometry gives {list(counts)}")
     ct = _compute_dtype(x.dtype)
     cols = x.astype(ct, copy=False).reshape((n, ck // k, k) + counts)
-    full = np.zeros((n, ck // k) + tuple(image[i] + pd[i] + pd[i + nd] for i in range(nd)), dtype=ct)
+    padded = (n, ck // k) + tuple(image[i] + pd[i] + pd[i + nd] for i in range(nd))
+    full = np.zeros(check_allocation(padded, ct, "Col2Im output"), dtype=ct)
     _scatter_add(cols, counts, block, st, dl, full)
     crop = tuple(slice(pd[i], pd[i] + image[i]) for i in range(nd))
     return full[(slice(None), slice(None)) + crop].astype(x.dtype)
@@ -193,8 +211,9 @@ def _bilinear_gather(x, ys, xs):
 
 
 @kernel("DeformConv", since=(19, 22))
-def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group, kernel_shape=None,
-                offset_group, pads=None, strides=None):
+def deform_conv(
+    x, w, offset, b=None, mask=None, *, dilations=None, group, kernel_shape=None, offset_group, pads=None, strides=None
+):
     if x.ndim != 4:
         raise Fail(f"DeformConv: only 2-D images are supported, got X shape {list(x.shape)}")
     n, c, h, wd = x.shape
@@ -205,8 +224,7 @@ def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group, kerne
     k = math.prod(ks)
     og = offset_group
     if og <= 0 or c % og or offset.shape != (n, og * 2 * k) + out:
-        raise InvalidArgument(
-            f"DeformConv: offset shape {list(offset.shape)} does not match {[n, og * 2 * k, *out]}")
+        raise InvalidArgument(f"DeformConv: offset shape {list(offset.shape)} does not match {[n, og * 2 * k, *out]}")
     if mask is not None and mask.shape != (n, og * k) + out:
         raise InvalidArgument(f"DeformConv: mask shape {list(mask.shape)} does not match {[n, og * k, *out]}")
     ct = _compute_dtype(x.dtype)
@@ -230,6 +248,7 @@ def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group, kerne
 
 
 # --- Dropout -----------------------------------------------------------------------------------
+
 
 @kernel("Dropout", since=(1, 6, 7, 10), factory=True)
 def dropout_legacy(ctx, *, ratio, **legacy):

@@ -36,6 +36,7 @@ def _check_axis(axis, ndim, op):
 
 # --- BatchNormalization --------------------------------------------------------------------------
 
+
 def _batchnorm_inference(x, scale, b, mean, var, epsilon):
     ct = _compute_dtype(x.dtype)
     n = x.ndim
@@ -89,6 +90,7 @@ def batchnorm_14(x, scale, b, mean, var, *, epsilon, momentum, training_mode):
 
 # --- Layer / RMS / Group / Instance normalisation ---------------------------------------------------
 
+
 @kernel("LayerNormalization", since=(17,))
 def layer_normalization(x, scale, b=None, *, axis, epsilon, stash_type):
     axis = _check_axis(axis, x.ndim, "LayerNormalization")
@@ -133,8 +135,7 @@ def instance_normalization(x, scale, b, *, epsilon, **legacy):
 def _group_normalized(x, num_groups, epsilon, ct):
     n, c = x.shape[:2]
     if num_groups <= 0 or c % num_groups:
-        raise InvalidArgument(
-            f"GroupNormalization: {c} channels cannot be split into num_groups={num_groups}")
+        raise InvalidArgument(f"GroupNormalization: {c} channels cannot be split into num_groups={num_groups}")
     grouped = x.astype(ct).reshape((n, num_groups, -1))
     return _normalize_over(grouped, (2,), ct(epsilon))
 
@@ -169,6 +170,7 @@ def mean_variance_normalization(x, *, axes):
 
 # --- LRN, LpNormalization --------------------------------------------------------------------------
 
+
 @kernel("LRN", since=(1, 13))
 def lrn(x, *, alpha, beta, bias, size):
     if size is None or size <= 0:
@@ -182,7 +184,7 @@ def lrn(x, *, alpha, beta, bias, size):
     squares = np.pad(xc * xc, padding)
     window = np.zeros_like(xc)
     for offset in range(size):
-        window += squares[:, offset:offset + channels]
+        window += squares[:, offset : offset + channels]
     return (xc / (ct(bias) + ct(alpha / size) * window) ** ct(beta)).astype(x.dtype)
 
 

@@ -34,8 +34,10 @@ def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ce
     dilations = tuple(dilations) if dilations else (1,) * nd
     pads = tuple(pads) if pads else (0,) * (2 * nd)
     if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
-        raise Fail(f"{op}: strides {list(strides)}, dilations {list(dilations)} or pads {list(pads)} "
-                   f"do not match {nd} spatial dims")
+        raise Fail(
+            f"{op}: strides {list(strides)}, dilations {list(dilations)} or pads {list(pads)} "
+            f"do not match {nd} spatial dims"
+        )
     if any(s <= 0 for s in strides) or any(d <= 0 for d in dilations) or any(k <= 0 for k in kernel_shape):
         raise InvalidArgument(f"{op}: kernel_shape, strides and dilations must be positive")
     out, begin, end, declared = [], [], [], []
@@ -100,8 +102,15 @@ def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
     dilations = tuple(dilations) if dilations else (1,) * nd
     lead = (slice(None),) * (x.ndim - nd)
     for k, offsets in enumerate(np.ndindex(*kernel_shape)):
-        yield k, padded[lead + tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
-                                     for o, d, n, s in zip(offsets, dilations, out, strides))]
+        yield (
+            k,
+            padded[
+                lead
+                + tuple(
+                    slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offsets, dilations, out, strides)
+                )
+            ],
+        )
 
 
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad):
@@ -113,11 +122,11 @@ def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, d
     for i in range(nd):
         valid = np.zeros(begin[i] + in_shape[i] + end[i], dtype=np.float64)
         if include_pad:
-            valid[:begin[i] + in_shape[i] + declared[i]] = 1
+            valid[: begin[i] + in_shape[i] + declared[i]] = 1
         else:
-            valid[begin[i]:begin[i] + in_shape[i]] = 1
+            valid[begin[i] : begin[i] + in_shape[i]] = 1
         ek = (kernel_shape[i] - 1) * dilations[i] + 1
-        w = sliding_window_view(valid, ek)[: (out[i] - 1) * strides[i] + 1: strides[i], ::dilations[i]]
+        w = sliding_window_view(valid, ek)[: (out[i] - 1) * strides[i] + 1 : strides[i], :: dilations[i]]
         counts = np.multiply.outer(counts, w.sum(axis=-1))
     return counts
 
@@ -138,14 +147,16 @@ def _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mod
 def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
     dilations = attrs.get("dilations")
     ceil_mode = attrs.get("ceil_mode", 0)
-    out, begin, end, declared = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
-                                               ceil_mode, "AveragePool")
+    out, begin, end, declared = _spatial_setup(
+        x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "AveragePool"
+    )
     acc = _accumulator(x.dtype)
     sums = None
     for _, view in offset_views(x.astype(acc), out, begin, end, kernel_shape, strides, dilations, 0):
         sums = view.copy() if sums is None else np.add(sums, view, out=sums)
-    counts = _window_counts(x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations,
-                            attrs.get("count_include_pad", 0))
+    counts = _window_counts(
+        x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0)
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         return (sums / counts).astype(x.dtype)
 
@@ -153,8 +164,9 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
 @kernel("LpPool", since=(1, 2, 11, 18, 22))
 def lp_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, p, **attrs):
     dilations = attrs.get("dilations")
-    out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
-                                        attrs.get("ceil_mode", 0), "LpPool")
+    out, begin, end, _ = _spatial_setup(
+        x, kernel_shape, strides, dilations, pads, auto_pad, attrs.get("ceil_mode", 0), "LpPool"
+    )
     acc = _accumulator(x.dtype)
     total = None
     for _, view in offset_views(np.abs(x.astype(acc)), out, begin, end, kernel_shape, strides, dilations, 0):
@@ -175,18 +187,17 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
     ceil_mode = attrs.get("ceil_mode", 0)
     storage_order = attrs.get("storage_order", 0)
     want_indices = ctx.num_outputs > 1 and ctx.outputs_used[1]
-    multi_output = ctx.since_version >= 8   # the schema declares Indices from opset 8
+    multi_output = ctx.since_version >= 8  # the schema declares Indices from opset 8
 
     def run(x):
-        out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad,
-                                            ceil_mode, "MaxPool")
+        out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
         best = arg = None
         for k, view in offset_views(x, out, begin, end, kernel_shape, strides, dilations, _lowest(x.dtype)):
             if best is None:
                 best = view.copy()
                 arg = np.zeros(best.shape, dtype=np.int64) if want_indices else None
             elif want_indices:
-                better = view > best   # strict: the first maximum wins
+                better = view > best  # strict: the first maximum wins
                 np.copyto(best, view, where=better)
                 np.copyto(arg, k, where=better)
             else:
@@ -212,7 +223,7 @@ def _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storag
         positions.append(grid + offsets[i] * dilations[i])
     index = np.zeros_like(positions[0])
     # Row-major over the spatial axes, or column-major (last axis slowest) for storage_order 1.
-    for i in (reversed(range(nd)) if storage_order else range(nd)):
+    for i in reversed(range(nd)) if storage_order else range(nd):
         index = index * spatial[i] + positions[i]
     plane = math.prod(spatial)
     nc = np.arange(x.shape[0] * x.shape[1]).reshape((x.shape[0], x.shape[1]) + (1,) * nd) * plane
@@ -243,7 +254,8 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, s
     strides = tuple(strides) if strides else (1,) * nd
     pads = tuple(pads) if pads else (0,) * (2 * nd)
     inferred = x.shape[:2] + tuple(
-        (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nd] + kernel_shape[i] for i in range(nd))
+        (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nd] + kernel_shape[i] for i in range(nd)
+    )
     inferred = check_allocation(inferred, x.dtype, "MaxUnpool output")
     if indices.shape != x.shape:
         raise InvalidArgument(f"MaxUnpool: indices shape {list(indices.shape)} differs from X {list(x.shape)}")
@@ -260,7 +272,8 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, s
     shape = tuple(int(d) for d in output_shape)
     if len(shape) != x.ndim or any(s < i for s, i in zip(shape, inferred)):
         raise InvalidArgument(
-            f"MaxUnpool: output_shape {list(shape)} must have rank {x.ndim} and be at least {list(inferred)}")
+            f"MaxUnpool: output_shape {list(shape)} must have rank {x.ndim} and be at least {list(inferred)}"
+        )
     shape = check_allocation(shape, x.dtype, "MaxUnpool output")
     result = np.zeros(shape, dtype=x.dtype)
     result[tuple(slice(0, i) for i in inferred)] = out
@@ -289,11 +302,11 @@ def max_roi_pool(x, rois, *, pooled_shape=None, spatial_scale):
         cells = np.arange(size)
         return (cells >= lo[..., None]) & (cells < hi[..., None])
 
-    mask_h = bins(box[:, 1], box[:, 3], ph, height)   # (R, ph, H)
-    mask_w = bins(box[:, 0], box[:, 2], pw, width)    # (R, pw, W)
+    mask_h = bins(box[:, 1], box[:, 3], ph, height)  # (R, ph, H)
+    mask_w = bins(box[:, 0], box[:, 2], pw, width)  # (R, pw, W)
     low = _lowest(x.dtype)
-    picked = x[batch]                                  # (R, C, H, W)
+    picked = x[batch]  # (R, C, H, W)
     over_w = np.where(mask_w[:, None, None, :, :], picked[:, :, :, None, :], low).max(axis=-1)  # R,C,H,pw
-    over_h = np.where(mask_h[:, None, :, :, None], over_w[:, :, None, :, :], low).max(axis=3)   # R,C,ph,pw
+    over_h = np.where(mask_h[:, None, :, :, None], over_w[:, :, None, :, :], low).max(axis=3)  # R,C,ph,pw
     empty = ~mask_h.any(axis=-1)[:, :, None] | ~mask_w.any(axis=-1)[:, None, :]
     return np.where(empty[:, None], x.dtype.type(0), over_h).astype(x.dtype)

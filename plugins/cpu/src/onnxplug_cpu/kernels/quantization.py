@@ -178,12 +178,10 @@ def dynamic_quantize_linear(x):
     high = max(float(x32.max()) if x32.size else 0.0, 0.0)
     low = min(float(x32.min()) if x32.size else 0.0, 0.0)
     scale = np.float32((high - low) / 255.0)
-    if scale == 0:
-        zero = np.uint8(0)
-        y = np.zeros(x.shape, np.uint8)
-    else:
-        zero = np.uint8(np.clip(np.rint(np.float32(0 - low) / scale), 0, 255))
-        y = np.clip(np.rint(x32 / scale) + float(zero), 0, 255).astype(np.uint8)
+    if scale == 0:  # an all-zero input: onnxruntime reports scale 1 rather than a zero scale
+        scale = np.float32(1.0)
+    zero = np.uint8(np.clip(np.rint(np.float32(0 - low) / scale), 0, 255))
+    y = np.clip(np.rint(x32 / scale) + float(zero), 0, 255).astype(np.uint8)
     return y, np.array(scale, np.float32), np.array(zero, np.uint8)
 
 

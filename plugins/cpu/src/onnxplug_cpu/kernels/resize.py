@@ -204,12 +204,19 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
     return resize_nd(x, out_shape, full_scales, opts, full_roi, extrapolation_value)
 
 
-def _options(mode, ctm="half_pixel", nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75,
-             exclude_outside=0, antialias=0):
+def _options(
+    mode, ctm="half_pixel", nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75, exclude_outside=0, antialias=0
+):
     if mode not in ("nearest", "linear", "cubic"):
         raise Fail(f"Resize: unknown mode {mode!r}")
-    return {"mode": mode, "ctm": ctm, "nearest_mode": nearest_mode, "cubic_coeff_a": cubic_coeff_a,
-            "exclude_outside": exclude_outside, "antialias": antialias and mode != "nearest"}
+    return {
+        "mode": mode,
+        "ctm": ctm,
+        "nearest_mode": nearest_mode,
+        "cubic_coeff_a": cubic_coeff_a,
+        "exclude_outside": exclude_outside,
+        "antialias": antialias and mode != "nearest",
+    }
 
 
 @kernel("Resize", since=(10,), host_inputs=(1,))
@@ -219,20 +226,44 @@ def resize_10(x, scales, *, mode):
 
 
 @kernel("Resize", since=(11, 13), host_inputs=(1, 2, 3))
-def resize_11(x, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode, cubic_coeff_a,
-              exclude_outside, extrapolation_value, mode, nearest_mode):
+def resize_11(
+    x,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    coordinate_transformation_mode,
+    cubic_coeff_a,
+    exclude_outside,
+    extrapolation_value,
+    mode,
+    nearest_mode,
+):
     opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside)
     return _resize(x, roi, scales, sizes, opts, extrapolation_value=extrapolation_value)
 
 
 @kernel("Resize", since=(18, 19), host_inputs=(1, 2, 3))
-def resize_18(x, roi=None, scales=None, sizes=None, *, antialias, axes=None, coordinate_transformation_mode,
-              cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode,
-              nearest_mode):
-    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
-                    antialias)
-    return _resize(x, roi, scales, sizes, opts, axes=axes, policy=keep_aspect_ratio_policy,
-                   extrapolation_value=extrapolation_value)
+def resize_18(
+    x,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    antialias,
+    axes=None,
+    coordinate_transformation_mode,
+    cubic_coeff_a,
+    exclude_outside,
+    extrapolation_value,
+    keep_aspect_ratio_policy,
+    mode,
+    nearest_mode,
+):
+    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias)
+    return _resize(
+        x, roi, scales, sizes, opts, axes=axes, policy=keep_aspect_ratio_policy, extrapolation_value=extrapolation_value
+    )
 
 
 def _upsample(x, scales, mode):
