@@ -55,10 +55,11 @@ def test_dynamic_quantize_matmul(run_both, close, rng, b_type, per_column, with_
     a = rng.standard_normal((2, 5, k)).astype(np.float32)
     info = np.iinfo(b_type)
     b = rng.integers(info.min, info.max, size=(k, n)).astype(b_type)
-    scale = (rng.random(n if per_column else ()) * 0.05 + 0.01).astype(np.float32)
+    scale = np.asarray(rng.random(n if per_column else ()) * 0.05 + 0.01, dtype=np.float32)
     inputs = [("a", a), ("b", b), ("b_scale", np.atleast_1d(scale) if per_column else np.array(scale))]
     zero = rng.integers(info.min // 4 + 64 * (info.min == 0), info.max // 4 + 64 * (info.min == 0),
-                        size=n if per_column else ()).astype(b_type)
+                        size=n if per_column else ())
+    zero = np.asarray(zero, dtype=b_type)
     inputs.append(("b_zero", zero) if with_zero else ("", None))
     if with_bias:
         inputs.append(("bias", rng.standard_normal(n).astype(np.float32)))
@@ -78,9 +79,9 @@ def test_matmul_integer_to_float(run_both, close, rng, a_type, b_type, per_colum
     shape = (n,) if per_column else ()
     inputs = [
         ("a", a), ("b", b),
-        ("a_scale", np.array(0.02, np.float32)), ("b_scale", (rng.random(shape) * 0.05 + 0.01).astype(np.float32)),
+        ("a_scale", np.array(0.02, np.float32)), ("b_scale", np.asarray(rng.random(shape) * 0.05 + 0.01, dtype=np.float32)),
         ("a_zero", np.array(ia.min // 2 + 100 * (ia.min == 0), a_type)),
-        ("b_zero", rng.integers(ib.min // 2, ib.max // 2, size=shape).astype(b_type)),
+        ("b_zero", np.asarray(rng.integers(ib.min // 2, ib.max // 2, size=shape), dtype=b_type)),
         ("bias", rng.standard_normal(n).astype(np.float32)),
     ]
     close(*run_both("MatMulIntegerToFloat", inputs, ["y"]), rtol=1e-4, atol=1e-4)

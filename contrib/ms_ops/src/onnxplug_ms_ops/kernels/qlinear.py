@@ -133,25 +133,27 @@ def nhwc_max_pool(x, *, auto_pad, kernel_shape, dilations=None, strides=None, pa
     spatial = x.shape[1:-1]
     spans = [d * (k - 1) + 1 for d, k in zip(dilations, kernel_shape)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        outs = [-(-size // s) for size, s in zip(spatial, strides)]
-        totals = [max(0, (o - 1) * s + span - size) for o, s, span, size in zip(outs, strides, spans, spatial)]
+        # As onnxruntime's pooling: the SAME padding is sized for the undilated kernel, then
+        # the output is whatever the dilated kernel yields over the padded input.
+        targets = [-(-size // s) for size, s in zip(spatial, strides)]
+        totals = [max(0, (t - 1) * s + k - size) for t, s, k, size in zip(targets, strides, kernel_shape, spatial)]
         begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
         end = [t - b for t, b in zip(totals, begin)]
+        ceil_mode = 0
+    elif auto_pad == "VALID":
+        begin, end = [0] * rank, [0] * rank
+    elif auto_pad == "NOTSET":
+        pad = tuple(pads) if pads else (0,) * (2 * rank)
+        begin, end = list(pad[:rank]), list(pad[rank:])
     else:
-        if auto_pad == "VALID":
-            begin, end = [0] * rank, [0] * rank
-        elif auto_pad == "NOTSET":
-            pad = tuple(pads) if pads else (0,) * (2 * rank)
-            begin, end = list(pad[:rank]), list(pad[rank:])
-        else:
-            raise InvalidArgument(f"NhwcMaxPool: unknown auto_pad {auto_pad!r}")
-        outs = []
-        for size, b, e, span, s in zip(spatial, begin, end, spans, strides):
-            extent = size + b + e - span
-            out = (-(-extent // s) if ceil_mode else extent // s) + 1
-            if ceil_mode and (out - 1) * s >= size + b:
-                out -= 1  # the last window would start in the end padding
-            outs.append(out)
+        raise InvalidArgument(f"NhwcMaxPool: unknown auto_pad {auto_pad!r}")
+    outs = []
+    for size, b, e, span, s in zip(spatial, begin, end, spans, strides):
+        extent = size + b + e - span
+        out = (-(-extent // s) if ceil_mode else extent // s) + 1
+        if ceil_mode and (out - 1) * s >= size + b:
+            out -= 1  # the last window would start in the end padding
+        outs.append(out)
     if any(o <= 0 for o in outs):
         raise Fail(f"NhwcMaxPool: output would be empty for input {x.shape} and kernel {tuple(kernel_shape)}")
     low = np.iinfo(x.dtype).min

@@ -84,22 +84,34 @@ class Forest:
     def aggregate(self, x, how, with_presence=False):
         """Per-target aggregation over trees of the reached leaves' weights, ``[N, targets]``,
         in the leaf weights' precision; with ``with_presence`` also whether any reached leaf
-        has a weight for the target (onnxruntime's ``has_score``)."""
-        leaves = self.leaves(x)
-        weights = self.leaf_values[leaves]  # [N, trees, targets]
-        has = self.leaf_has[leaves]
-        present = has.any(axis=1)
-        if how in (0, 1):
-            result = weights.sum(axis=1)
-            if how == 0:
-                result = result / result.dtype.type(max(self.roots.size, 1))
-        elif how in (2, 3):
-            fill = np.inf if how == 2 else -np.inf
-            masked = np.where(has, weights, weights.dtype.type(fill))
-            best = masked.min(axis=1) if how == 2 else masked.max(axis=1)
-            result = np.where(present, best, weights.dtype.type(0))
-        else:
+        has a weight for the target (onnxruntime's ``has_score``).
+
+        Samples go through in blocks so that the ``[block, trees]`` leaf table stays small, and
+        trees are accumulated one at a time (in order, like onnxruntime) so that no
+        ``[N, trees, targets]`` array is ever built.
+        """
+        if how not in (0, 1, 2, 3):
             raise Fail(f"unknown aggregate_function {how}")
+        n, targets = x.shape[0], self.leaf_values.shape[1]
+        result = np.zeros((n, targets), self.leaf_values.dtype)
+        present = np.zeros((n, targets), bool)
+        block = max(1, (1 << 22) // max(self.roots.size, 1))
+        for start in range(0, n, block):
+            leaves = self.leaves(x[start:start + block])
+            out = result[start:start + block]
+            seen = present[start:start + block]
+            for tree in range(leaves.shape[1]):
+                weights = self.leaf_values[leaves[:, tree]]
+                has = self.leaf_has[leaves[:, tree]]
+                if how in (0, 1):
+                    out += weights
+                elif how == 2:
+                    out[...] = np.where(has & (~seen | (weights < out)), weights, out)
+                else:
+                    out[...] = np.where(has & (~seen | (weights > out)), weights, out)
+                seen |= has
+        if how == 0:
+            result /= result.dtype.type(max(self.roots.size, 1))
         return (result, present) if with_presence else result
 
 
@@ -349,7 +361,8 @@ def tree_ensemble(ctx, *, aggregate_function, post_transform, tree_roots=None, n
     if weights.size != target_ids.size:
         raise Fail(f"{weights.size} leaf_weights for {target_ids.size} leaf_targetids")
     targets = int(n_targets or 1)
-    values, has = _leaf_table(np.arange(weights.size), target_ids, weights, weights.size, targets)
+    dtype = np.float64 if np.asarray(leaf_weights).dtype == np.float64 else np.float32
+    values, has = _leaf_table(np.arange(weights.size), target_ids, weights, weights.size, targets, dtype)
     sets, member_row = _member_sets(membership_values, modes)
     missing = nodes_missing_value_tracks_true or (0,) * count
     forest = Forest(

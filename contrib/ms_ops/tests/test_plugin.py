@@ -1,0 +1,69 @@
+"""The op library as a plugin: discovery, schemas, and conflicting schema declarations."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import onnx
+import onnx.defs
+import pytest
+
+import onnxplug
+from onnxplug.errors import PluginError
+
+
+def _schema_plugin(domain, op):
+    @onnxplug.hookimpl
+    def onnxplug_op_schemas():
+        return [onnx.defs.OpSchema(op, domain, 1, "", inputs=[onnx.defs.OpSchema.FormalParameter("X", "T")],
+                                   outputs=[onnx.defs.OpSchema.FormalParameter("Y", "T")],
+                                   type_constraints=[("T", ["tensor(float)"], "")])]
+
+    return types.SimpleNamespace(onnxplug_op_schemas=onnxplug_op_schemas)
+
+
+def test_two_plugins_declaring_one_schema_is_an_error_naming_both():
+    env = onnxplug.Environment(entry_points=[])
+    env.register(_schema_plugin("test.onnxplug.duplicate", "Twice"), name="first_library")
+    with pytest.raises(PluginError) as info:
+        env.register(_schema_plugin("test.onnxplug.duplicate", "Twice"), name="second_library")
+    message = str(info.value)
+    assert "first_library" in message and "second_library" in message
+    assert "test.onnxplug.duplicate::Twice-1" in message
+
+
+def test_redeclaring_a_com_microsoft_op_names_this_distribution():
+    env = onnxplug.Environment()
+    assert any(r.name == "ms_ops" and r.status == "loaded" for r in env.plugins)
+    with pytest.raises(PluginError) as info:
+        env.register(_schema_plugin("com.microsoft", "FastGelu"), name="impostor")
+    assert "onnxplug-contrib-ms-ops" in str(info.value) and "impostor" in str(info.value)
+
+
+def test_schemas_are_registered_and_shape_inference_runs():
+    onnxplug.Environment()
+    for domain, op in [("com.microsoft", "Attention"), ("com.microsoft", "MatMulNBits"),
+                       ("", "SimplifiedLayerNormalization")]:
+        assert onnx.defs.has(op, domain)
+    node = onnx.helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft", num_heads=2)
+    graph = onnx.helper.make_graph(
+        [node], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", "S", 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.zeros((8, 24), np.float32), "w"),
+                     onnx.numpy_helper.from_array(np.zeros(24, np.float32), "b")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (output,) = session.get_outputs()
+    assert output.type == "tensor(float)" and output.shape == ["B", "S", 8]
+
+
+def test_kernels_are_offered_to_the_cpu_provider_only():
+    env = onnxplug.Environment()
+    fake = types.SimpleNamespace(name="not_cpu")
+    hook = env.plugin_manager.hook.onnxplug_kernels
+    per_plugin = {impl.plugin_name: impl.function(provider=fake) for impl in hook.get_hookimpls()}
+    assert per_plugin["ms_ops"] == []
