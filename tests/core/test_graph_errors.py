@@ -101,3 +101,30 @@ def test_exception_classes_importable_from_capi_path():
 
     assert Fail is onnxplug.Fail and InvalidArgument is onnxplug.InvalidArgument
     assert issubclass(onnxplug.Fail, RuntimeError) and issubclass(onnxplug.InvalidArgument, ValueError)
+
+
+def test_subgraph_output_naming_an_outer_value_runs():
+    then_graph = helper.make_graph([], "then", [], [helper.make_tensor_value_info("x", F, [2])])
+    else_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["nx"])], "else", [],
+                                   [helper.make_tensor_value_info("nx", F, [2])])
+    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)],
+                       [("c", TensorProto.BOOL, []), ("x", F, [2])], [("y", F, [2])])
+    session = _session(model)
+    x = np.array([1, 2], np.float32)
+    np.testing.assert_array_equal(session.run(None, {"c": np.array(True), "x": x})[0], [1, 2])
+    np.testing.assert_array_equal(session.run(None, {"c": np.array(False), "x": x})[0], [-1, -2])
+
+
+def test_sparse_constant_becomes_dense():
+    sparse = helper.make_sparse_tensor(helper.make_tensor("v", F, [2], [5, 6]),
+                                       helper.make_tensor("i", TensorProto.INT64, [2], [1, 3]), [4])
+    model = make_model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], [], [("y", F, [4])])
+    np.testing.assert_array_equal(_session(model).run(None, {})[0], [0, 5, 0, 6])
+
+
+def test_sparse_indices_out_of_bounds_refused():
+    sparse = helper.make_sparse_tensor(helper.make_tensor("v", F, [1], [5]),
+                                       helper.make_tensor("i", TensorProto.INT64, [1], [9]), [4])
+    model = make_model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], [], [("y", F, [4])])
+    with pytest.raises(onnxplug.InvalidGraph, match="sparse indices out of bounds"):
+        _session(model)

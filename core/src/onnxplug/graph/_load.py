@@ -7,7 +7,6 @@ onnx-ir.  Shape inference fills value types so providers can see the types they 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -19,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ._external import check_external_data
+from ._normalize import prepare_for_ir
 from ._validate import validate_model
 
 __all__ = ["LoadedModel", "load_model", "MAX_PROTO_BYTES"]
@@ -70,37 +70,6 @@ def _read_bytes(path_or_bytes: Any) -> tuple[bytes, str | None]:
     raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
 
 
-def _has_map_type(type_proto: onnx.TypeProto) -> bool:
-    stack = [type_proto]
-    while stack:
-        current = stack.pop()
-        kind = current.WhichOneof("value")
-        if kind == "map_type":
-            return True
-        if kind in ("sequence_type", "optional_type"):
-            stack.append(getattr(current, kind).elem_type)
-    return False
-
-
-def _strip_map_types(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose value infos carry no map types (onnx-ir cannot read them); the original
-    proto keeps them for type strings."""
-    stripped = copy.deepcopy(model)
-    graphs = [stripped.graph]
-    while graphs:
-        graph = graphs.pop()
-        for infos in (graph.input, graph.output, graph.value_info):
-            for info in infos:
-                if info.HasField("type") and _has_map_type(info.type):
-                    info.ClearField("type")
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    graphs.append(attr.g)
-                graphs.extend(attr.graphs)
-    return stripped
-
-
 def _infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
@@ -140,7 +109,7 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
     check_external_data(proto, base_dir)
     proto = _infer_types(proto)
     try:
-        model = _deserialize(_strip_map_types(proto))
+        model = _deserialize(prepare_for_ir(proto))
     except Exception as error:  # noqa: BLE001 - onnx-ir rejects what it cannot represent
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
     if base_dir is not None:

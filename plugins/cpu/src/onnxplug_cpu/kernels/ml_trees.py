@@ -21,6 +21,9 @@ AGGREGATES = {"AVERAGE": 0, "SUM": 1, "MIN": 2, "MAX": 3}
 TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
+_COMPARISONS = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
+
+
 class Forest:
     """A tree ensemble in evaluation form.
 
@@ -50,6 +53,27 @@ class Forest:
             raise Fail("unknown node mode")
         if self.feature.size and self.feature.min() < 0:
             raise Fail(f"negative feature id {int(self.feature.min())}")
+        self.modes_used = tuple(int(m) for m in np.unique(self.mode))
+        self.single_mode = self.modes_used[0] if len(self.modes_used) == 1 else None
+        self.any_missing_true = bool(self.missing_true.any())
+        if 6 in self.modes_used and member_sets is None:
+            raise Fail("BRANCH_MEMBER nodes need membership_values")
+
+    def _compare(self, node, v):
+        """Whether each (node, value) pair takes the true branch."""
+        t = self.threshold[node]
+        if self.single_mode is not None and self.single_mode < 6:
+            return _COMPARISONS[self.single_mode](v, t)
+        mode = self.mode[node]
+        go_true = np.zeros(node.shape, bool)
+        for code in self.modes_used:
+            chosen = mode == code
+            if code == 6:
+                sets = self.member_sets[self.member_row[node[chosen]]]
+                go_true[chosen] = (sets == v[chosen][:, None]).any(axis=1)
+            else:
+                go_true[chosen] = _COMPARISONS[code](v[chosen], t[chosen])
+        return go_true
 
     def leaves(self, x):
         """The leaf reached by every sample in every tree, ``[N, trees]``."""
@@ -57,28 +81,23 @@ class Forest:
             raise InvalidArgument(f"tree ensembles expect [N, F] input, got shape {x.shape}")
         if self.feature.size and self.feature.max() >= x.shape[1]:
             raise InvalidArgument(f"feature id {int(self.feature.max())} is out of range for {x.shape[1]} features")
-        values = x.astype(np.float64)
+        width = x.shape[1]
+        values = x.astype(np.float64).reshape(-1)
         current = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        flat = current.reshape(-1)
+        row_of = np.repeat(np.arange(x.shape[0]) * width, self.roots.size)
+        active = np.nonzero(flat >= 0)[0]
         for _ in range(len(self.feature) + 1):
-            rows, trees = np.nonzero(current >= 0)
-            if rows.size == 0:
+            if active.size == 0:
                 return -current - 1
-            node = current[rows, trees]
-            v = values[rows, self.feature[node]]
-            t = self.threshold[node]
-            mode = self.mode[node]
-            go_true = np.select(
-                [mode == 0, mode == 1, mode == 2, mode == 3, mode == 4, mode == 5],
-                [v <= t, v < t, v >= t, v > t, v == t, v != t],
-                default=False,
-            )
-            if self.member_sets is not None:
-                member = mode == 6
-                if member.any():
-                    sets = self.member_sets[self.member_row[node[member]]]
-                    go_true[member] = (sets == v[member][:, None]).any(axis=1)
-            go_true |= self.missing_true[node] & np.isnan(v)
-            current[rows, trees] = np.where(go_true, self.true_next[node], self.false_next[node])
+            node = flat[active]
+            v = values[row_of[active] + self.feature[node]]
+            go_true = self._compare(node, v)
+            if self.any_missing_true:
+                go_true |= self.missing_true[node] & np.isnan(v)
+            step = np.where(go_true, self.true_next[node], self.false_next[node])
+            flat[active] = step
+            active = active[step >= 0]  # entries that reached a leaf drop out
         raise Fail("tree ensemble has a cycle")
 
     def aggregate(self, x, how, with_presence=False):
