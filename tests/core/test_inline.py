@@ -34,6 +34,17 @@ def identity(x):
     return x
 
 
+@kernels.kernel("Neg", since=(13,))
+def neg(x):
+    return -x
+
+
+@kernels.kernel("If", since=(16,), factory=True)
+def if_(ctx, *, then_branch, else_branch):
+    branches = {True: ctx.subgraph("then_branch"), False: ctx.subgraph("else_branch")}
+    return lambda cond, *outer: tuple(branches[bool(cond)]((), outer))
+
+
 @kernels.kernel("Max", since=(13,))
 def maximum(*xs):
     return np.maximum.reduce(np.broadcast_arrays(*xs))
@@ -147,6 +158,33 @@ def test_function_calling_function_and_passthrough_output(environment):
     )
     (y,) = session(environment, local_model([outer, inner])).run(None, {"x": A, "z": B})
     np.testing.assert_allclose(y, np.exp(A) + A, rtol=1e-6)
+
+
+def test_functions_inside_subgraphs_and_subgraphs_inside_functions(environment):
+    # F's body is an If whose branches read F's input; F itself is called in an If branch.
+    branch = oh.make_graph([oh.make_node("Neg", ["a"], ["r"])], "then", [], [oh.make_tensor_value_info("r", 1, None)])
+    other = oh.make_graph([oh.make_node("Exp", ["a"], ["r"])], "else", [], [oh.make_tensor_value_info("r", 1, None)])
+    function = oh.make_function(
+        "local", "F", ["a", "c"], ["y"],
+        [oh.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)], [oh.make_opsetid("", 18)],
+    )
+    calls = oh.make_graph([oh.make_node("F", ["x", "c"], ["t"], domain="local")], "calls", [],
+                          [oh.make_tensor_value_info("t", 1, None)])
+    plain = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "plain", [],
+                          [oh.make_tensor_value_info("t", 1, None)])
+    graph = oh.make_graph(
+        [oh.make_node("If", ["d"], ["y"], then_branch=calls, else_branch=plain)], "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+         oh.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+         oh.make_tensor_value_info("d", onnx.TensorProto.BOOL, [])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+    )
+    model = oh.make_model(graph, functions=[function],
+                          opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("local", 1)])
+    sess = session(environment, model)
+    for c, d, expected in [(True, True, -A), (False, True, np.exp(A)), (True, False, A * A)]:
+        (y,) = sess.run(None, {"x": A, "c": np.array(c), "d": np.array(d)})
+        np.testing.assert_allclose(y, expected, rtol=1e-6)
 
 
 def test_schema_function_nested_and_context_dependent(environment):

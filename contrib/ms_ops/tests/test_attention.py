@@ -24,7 +24,8 @@ def _mask(kind, rng, total, seq=S):
         m[1, :1] = 0
         return m
     if kind == "raw3d":
-        return rng.integers(0, 2, size=(B, seq, total)).astype(np.int32) | np.eye(seq, total, total - seq, dtype=np.int32)
+        diagonal = np.eye(seq, total, total - seq, dtype=np.int32)  # every row keeps one key
+        return rng.integers(0, 2, size=(B, seq, total)).astype(np.int32) | diagonal
     raise AssertionError(kind)
 
 
@@ -153,3 +154,49 @@ def test_mha_qk_output(run_both, close, rng):
     bias = rng.standard_normal((1, N, S, S)).astype(np.float32)
     inputs = [("q", q), ("k", k), ("v", v), ("", None), ("", None), ("attn_bias", bias)]
     close(*run_both("MultiHeadAttention", inputs, ["y", "", "", ("qk", 1)], num_heads=N))
+
+
+def test_attention_4d_mask_matches_3d(run_both, run_ours, close, rng):
+    # onnxruntime's CPU kernel lacks the Megatron (B, 1, max, max) mask; it equals the 3-D mask
+    # of the rows at the query positions.
+    past, max_len = 3, 12
+    inputs = _attention_inputs(rng, past_len=past)
+    mask4 = np.tril(np.ones((B, 1, max_len, max_len), np.int32))
+    mask4[1, :, :, 6:] = 0
+    with_4d = inputs[:3] + [("mask", mask4)] + inputs[4:]
+    mask3 = mask4[:, 0, past:past + S, :past + S]
+    with_3d = inputs[:3] + [("mask", np.ascontiguousarray(mask3))] + inputs[4:]
+    close(run_ours("Attention", with_4d, ["y", "present"], num_heads=N),
+          run_both("Attention", with_3d, ["y", "present"], num_heads=N)[1])
+
+
+def test_attention_shared_past_buffer(run_ours, close, rng):
+    # past_present_share_buffer: the first past_sequence_length rows of a max-length buffer are
+    # the past; the new keys/values are written after them.
+    past_len, max_len = 4, 10
+    inputs = _attention_inputs(rng, mask="lengths", past_len=past_len)
+    buffer = np.zeros((2, B, N, max_len, D // N), np.float32)
+    buffer[:, :, :, :past_len] = inputs[4][1]
+    shared = inputs[:4] + [("past", buffer), ("", None), ("past_len", np.array([past_len], np.int32))]
+    y_shared, present_shared = run_ours("Attention", shared, ["y", "present"], num_heads=N, unidirectional=1,
+                                        past_present_share_buffer=1)
+    y, present = run_ours("Attention", inputs, ["y", "present"], num_heads=N, unidirectional=1)
+    close([y_shared, present_shared[:, :, :, :past_len + S]], [y, present])
+    assert present_shared.shape == buffer.shape
+
+
+@pytest.mark.parametrize(
+    "op,inputs,attrs,message",
+    [
+        ("Attention", "attention", {"do_rotary": 1}, "do_rotary"),
+        ("Attention", "attention_cuda_mask", {}, "CUDA"),
+    ],
+)
+def test_attention_unsupported_features_raise_not_implemented(run_ours, rng, op, inputs, attrs, message):
+    import onnxplug
+
+    args = _attention_inputs(rng)
+    if inputs == "attention_cuda_mask":
+        args = args[:3] + [("mask", np.zeros(3 * B + 2, np.int32))]
+    with pytest.raises(onnxplug.NotImplemented, match=message):
+        run_ours(op, args, ["y"], num_heads=N, **attrs)

@@ -54,21 +54,21 @@ class _Builder:
         return self.op("LayerNormalization", x, gamma, beta, axis=-1, epsilon=1e-12)
 
 
-def _bert_model(rng, *, vocab=60, max_pos=32, hidden=32, heads=4, layers=2, ffn=64):
+def _bert_model(rng, *, batch, seq, vocab=60, max_pos=32, hidden=32, heads=4, layers=2, ffn=64):
     b = _Builder(rng)
     head = hidden // heads
     word = b.const((rng.standard_normal((vocab, hidden)) * 0.5).astype(np.float32), "word_emb")
     pos = b.const((rng.standard_normal((max_pos, hidden)) * 0.5).astype(np.float32), "pos_emb")
     seg = b.const((rng.standard_normal((2, hidden)) * 0.5).astype(np.float32), "seg_emb")
-    # position ids: Range(0, S) from the input's shape, as Hugging Face exports them
-    seq_len = b.op("Gather", b.op("Shape", "input_ids"), b.const(np.array(1, np.int64)), axis=0)
-    positions = b.op("Unsqueeze", b.op("Range", b.const(np.array(0, np.int64)), seq_len,
-                                       b.const(np.array(1, np.int64))), b.const(np.array([0], np.int64)))
+    # Static shapes: onnxruntime fuses (SkipLayerNormalization, Attention) only where it can
+    # prove the operands' shapes equal.
+    positions = b.const(np.arange(seq, dtype=np.int64)[None, :], "position_ids")
     x = b.op("Add", b.op("Add", b.op("Gather", word, "input_ids"), b.op("Gather", pos, positions)),
              b.op("Gather", seg, "token_type_ids"))
     x = b.layer_norm(x, hidden)
     # additive mask: (1 - mask) * -10000, shape (B, 1, 1, S)
-    mask = b.op("Unsqueeze", "attention_mask", b.const(np.array([1, 2], np.int64)))
+    mask = b.op("Unsqueeze", "attention_mask", b.const(np.array([1], np.int64)))
+    mask = b.op("Unsqueeze", mask, b.const(np.array([2], np.int64)))
     mask = b.op("Cast", mask, to=F)
     mask = b.op("Mul", b.op("Sub", b.const(np.array(1.0, np.float32)), mask), b.const(np.array(-10000.0, np.float32)))
     split_shape = b.const(np.array([0, 0, heads, head], np.int64))
@@ -89,10 +89,10 @@ def _bert_model(rng, *, vocab=60, max_pos=32, hidden=32, heads=4, layers=2, ffn=
     b.nodes.append(oh.make_node("Identity", [x], ["last_hidden_state"]))
     graph = oh.make_graph(
         b.nodes, "bert",
-        [oh.make_tensor_value_info("input_ids", I64, ["batch", "sequence"]),
-         oh.make_tensor_value_info("token_type_ids", I64, ["batch", "sequence"]),
-         oh.make_tensor_value_info("attention_mask", I64, ["batch", "sequence"])],
-        [oh.make_tensor_value_info("last_hidden_state", F, ["batch", "sequence", hidden])],
+        [oh.make_tensor_value_info("input_ids", I64, [batch, seq]),
+         oh.make_tensor_value_info("token_type_ids", I64, [batch, seq]),
+         oh.make_tensor_value_info("attention_mask", I64, [batch, seq])],
+        [oh.make_tensor_value_info("last_hidden_state", F, [batch, seq, hidden])],
         initializer=b.inits,
     )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=9)
@@ -148,17 +148,40 @@ def _compare(ort, path, feeds):
 
 def test_bert_encoder_optimized_by_onnxruntime(ort, rng, tmp_path):
     path = tmp_path / "bert_optimized.onnx"
-    optimized = _optimize(ort, _bert_model(rng), path)
+    batch, seq = 3, 11
+    optimized = _optimize(ort, _bert_model(rng, batch=batch, seq=seq), path)
     counts = _op_counts(optimized)
     contrib = {op for (domain, op) in counts if domain == "com.microsoft"}
-    assert {"SkipLayerNormalization", "BiasGelu"} <= contrib, counts
-    batch, seq = 3, 11
+    assert {"SkipLayerNormalization", "Gelu"} <= contrib, counts
     mask = np.ones((batch, seq), dtype=np.int64)
     mask[1, 7:] = 0
     mask[2, 4:] = 0
     feeds = {
         "input_ids": rng.integers(0, 60, size=(batch, seq)).astype(np.int64),
         "token_type_ids": (np.arange(seq)[None, :] >= 5).astype(np.int64).repeat(batch, axis=0),
+        "attention_mask": mask,
+    }
+    _compare(ort, path, feeds)
+
+
+def test_bert_encoder_fused_by_onnxruntime_transformers(ort, rng, tmp_path):
+    # onnxruntime's offline transformer optimizer fuses what its session optimizer leaves:
+    # Attention (with the mask as mask_index) and EmbedLayerNormalization.
+    optimizer = pytest.importorskip("onnxruntime.transformers.optimizer")
+    batch, seq = 3, 11
+    result = optimizer.optimize_model(_bert_model(rng, batch=batch, seq=seq), model_type="bert", num_heads=4,
+                                      hidden_size=32, opt_level=0)
+    path = tmp_path / "bert_fused.onnx"
+    result.save_model_to_file(str(path))  # adds the com.microsoft opset import
+    fused = onnx.load(str(path))
+    contrib = {op for (domain, op) in _op_counts(fused) if domain == "com.microsoft"}
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= contrib, contrib
+    mask = np.ones((batch, seq), dtype=np.int64)
+    mask[0, 9:] = 0
+    mask[2, 3:] = 0
+    feeds = {
+        "input_ids": rng.integers(0, 60, size=(batch, seq)).astype(np.int64),
+        "token_type_ids": (np.arange(seq)[None, :] >= 4).astype(np.int64).repeat(batch, axis=0),
         "attention_mask": mask,
     }
     _compare(ort, path, feeds)

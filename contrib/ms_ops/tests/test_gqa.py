@@ -131,3 +131,22 @@ def test_gqa_attention_bias_and_head_sink(run_both, close, rng):
     inputs = _gqa_inputs(rng, 2, seq, buffer, [n - 1 for n in lengths], max(lengths), extra=extra)
     ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV)
     _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], seq, False)
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_gqa_local_window_with_past(run_both, close, rng, window):
+    buffer = 10
+    lengths = [8, 4]
+    inputs = _gqa_inputs(rng, 2, 1, buffer, [n - 1 for n in lengths], max(lengths), rotary=True)
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1,
+                            local_window_size=window)
+    _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], 1, False)
+
+
+def test_gqa_float16(run_both, close, rng):
+    seq = 5
+    inputs = _gqa_inputs(rng, 1, seq, 0, [seq - 1], seq)
+    inputs = [(n, a.astype(np.float16) if a is not None and a.dtype == np.float32 else a) for n, a in inputs]
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV)
+    assert ours[0].dtype == np.float16
+    _compare_gqa(ours, theirs, lambda a, b: close(a, b, rtol=2e-3, atol=2e-3), [seq], [0], seq, True)

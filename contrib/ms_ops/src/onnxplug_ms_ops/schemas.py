@@ -216,7 +216,9 @@ _OPS: dict[str, tuple] = {
     "QLinearAdd": (_QLINEAR_BINARY, ["C:T"], {"T": _INT8}, {}, inf.broadcast(0, 3), "Quantized element-wise Add."),
     "QLinearMul": (_QLINEAR_BINARY, ["C:T"], {"T": _INT8}, {}, inf.broadcast(0, 3), "Quantized element-wise Mul."),
     "QLinearSigmoid": (_QLINEAR_UNARY, ["Y:T"], {"T": _INT8}, {}, inf.same_as(0), "Quantized Sigmoid."),
-    "QLinearLeakyRelu": (_QLINEAR_UNARY, ["Y:T"], {"T": _INT8}, {"alpha": 0.01}, inf.same_as(0), "Quantized LeakyRelu."),
+    "QLinearLeakyRelu": (
+        _QLINEAR_UNARY, ["Y:T"], {"T": _INT8}, {"alpha": 0.01}, inf.same_as(0), "Quantized LeakyRelu.",
+    ),
     "QLinearGlobalAveragePool": (
         ["X:T", "x_scale:tensor(float)", "x_zero_point:T", "y_scale:tensor(float)", "y_zero_point:T"], ["Y:T"],
         {"T": _INT8}, {"channels_last": 0}, inf.global_pool, "Quantized GlobalAveragePool (NCHW or NHWC).",

@@ -141,9 +141,11 @@ class FunctionInliner:
             return None
         key, function, attributes = found
         chain: tuple[FunctionKey, ...] = node.meta.get(CHAIN_KEY, ())
-        if key in chain or len(chain) >= MAX_DEPTH:
-            path = " -> ".join(_describe(k) for k in (*chain, key))
+        path = " -> ".join(_describe(k) for k in (*chain, key))
+        if key in chain:
             raise InvalidGraph(f"function {_describe(key)} calls itself ({path}); node '{node.name}' cannot be run")
+        if len(chain) >= MAX_DEPTH:
+            raise InvalidGraph(f"function calls nest deeper than {MAX_DEPTH} ({path}) at node '{node.name}'")
         extra_outputs = node.outputs[len(function.outputs):]
         if len(node.inputs) > len(function.inputs) or any(_is_used(v) for v in extra_outputs):
             raise InvalidGraph(

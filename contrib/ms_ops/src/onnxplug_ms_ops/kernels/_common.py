@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from onnxplug.errors import Fail
 
 _NARROW = frozenset({"float16", "bfloat16"})

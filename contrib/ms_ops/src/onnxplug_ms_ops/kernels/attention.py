@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnxplug.errors import Fail, InvalidArgument, NotImplemented as NotImplementedError_
+
+from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.errors import NotImplemented as NotImplementedError_
 
 from ._common import compute_dtype, softmax
 from ._registry import kernel
@@ -215,7 +217,8 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
         past_len = 0
         if past_key is not None and not cached:
             if past_key.ndim != 4 or past_key.shape[:2] != (batch, num_heads) or past_key.shape[3] != k.shape[3]:
-                raise Fail(f"{op}: past_key must be ({batch}, {num_heads}, past_len, {k.shape[3]}), got {past_key.shape}")
+                raise Fail(f"{op}: past_key must be ({batch}, {num_heads}, past_len, {k.shape[3]}), "
+                           f"got {past_key.shape}")
             past_len = past_key.shape[2]
             k = np.concatenate([past_key.astype(dtype), k], axis=2)
             v = np.concatenate([past_value.astype(dtype), v], axis=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from onnxplug.errors import Fail
 
 from ._common import gelu as _gelu

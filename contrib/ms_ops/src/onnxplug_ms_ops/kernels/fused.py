@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._common import widen
@@ -127,7 +128,8 @@ def _conv_geometry(spatial, kernel_shape, auto_pad, pads, strides, dilations):
         begin, end = list(pads[:rank]), list(pads[rank:])
     else:
         raise InvalidArgument(f"unknown auto_pad {auto_pad!r}")
-    outs = [(size + b + e - span) // stride + 1 for size, b, e, span, stride in zip(spatial, begin, end, spans, strides)]
+    outs = [(size + b + e - span) // stride + 1
+            for size, b, e, span, stride in zip(spatial, begin, end, spans, strides)]
     if any(o <= 0 for o in outs):
         raise Fail(f"convolution output would be empty: input {tuple(spatial)}, kernel {tuple(kernel_shape)}")
     return begin, end, strides, dilations, outs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.errors import NotImplemented as NotImplementedError_
 
@@ -141,13 +142,15 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
             head = width // num_heads
             q_part, k_part, v_part = wide, key.astype(dtype, copy=False), value.astype(dtype, copy=False)
             if k_part.shape != (batch, seq, kv_num_heads * head) or v_part.shape != k_part.shape:
-                raise Fail(f"{op}: key {key.shape} and value {value.shape} must be ({batch}, {seq}, {kv_num_heads * head})")
+                raise Fail(f"{op}: key {key.shape} and value {value.shape} must be "
+                           f"({batch}, {seq}, {kv_num_heads * head})")
         q = q_part.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
         k_new = k_part.reshape(batch, seq, kv_num_heads, head).transpose(0, 2, 1, 3)
         v_new = v_part.reshape(batch, seq, kv_num_heads, head).transpose(0, 2, 1, 3)
 
         if seqlens_k is None or seqlens_k.shape != (batch,):
-            raise Fail(f"{op}: seqlens_k must have shape ({batch},), got {None if seqlens_k is None else seqlens_k.shape}")
+            got = None if seqlens_k is None else seqlens_k.shape
+            raise Fail(f"{op}: seqlens_k must have shape ({batch},), got {got}")
         total_max = int(total_sequence_length.reshape(-1)[0])
         lengths = seqlens_k.astype(np.int64) + 1
         first_prompt = seq > 1 and seq == total_max
@@ -161,7 +164,8 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
                                       or past_value.shape != past_key.shape)):
             raise Fail(f"{op}: past_key/past_value must both be ({batch}, {kv_num_heads}, past, {head})")
         if (past_lens > buffer).any():
-            raise InvalidArgument(f"{op}: seqlens_k {seqlens_k.tolist()} needs more cached tokens than past_key holds ({buffer})")
+            raise InvalidArgument(f"{op}: seqlens_k {seqlens_k.tolist()} needs more cached tokens than "
+                                  f"past_key holds ({buffer})")
         present_len = max(buffer, total_max)
         if (past_lens + seq > present_len).any():
             raise InvalidArgument(f"{op}: {seq} new tokens after {past_lens.tolist()} cached ones exceed the "
@@ -186,7 +190,8 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
             cache = np.zeros((batch, kv_num_heads, present_len, head), dtype=dtype)
             if past is not None:
                 cache[:, :, :buffer] = np.where(keep_past, past.astype(dtype), 0)
-            cache[np.arange(batch)[:, None], :, past_lens[:, None] + np.arange(seq)[None, :]] = new.transpose(0, 2, 1, 3)
+            rows_new = past_lens[:, None] + np.arange(seq)[None, :]
+            cache[np.arange(batch)[:, None], :, rows_new] = new.transpose(0, 2, 1, 3)
             present.append(cache)
         keys = np.repeat(present[0], group, axis=1)
         values = np.repeat(present[1], group, axis=1)

@@ -8,6 +8,7 @@ opset-1 ``LayerNormalization`` are registered in the default domain, where onnxr
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._common import compute_dtype

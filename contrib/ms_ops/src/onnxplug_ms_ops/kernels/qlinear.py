@@ -9,6 +9,7 @@ per input value and independent of the tensor size.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._common import scalar

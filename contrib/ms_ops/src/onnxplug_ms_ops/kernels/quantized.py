@@ -9,6 +9,7 @@ weights once per node (the factory), so a run is one float matmul.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._common import compute_dtype, scalar

@@ -9,6 +9,7 @@ followed because that is what converted models are tested against.
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._registry import kernel
@@ -44,7 +45,7 @@ class _Lookup:
         self.string_keys = keys.dtype.kind == "U"
         order = np.argsort(keys, kind="stable")
         self.keys = keys[order]
-        values = np.asarray(values, dtype=out_dtype) if out_dtype != object else _objects(values)
+        values = _objects(values) if np.dtype(out_dtype).kind == "O" else np.asarray(values, dtype=out_dtype)
         if len(values) != len(keys):
             raise Fail(f"{len(keys)} keys but {len(values)} values")
         self.values = values[order]
@@ -198,14 +199,13 @@ def feature_vectorizer(*inputs, inputdimensions=None):
     start = 0
     for table, width in zip(tables, dims):
         take = min(width, table.shape[1])
-        out[:, start:start + take] = table[:, :take]
+        out[:, start : start + take] = table[:, :take]
         start += width
     return out
 
 
 @kernel("Imputer", since=(1,), domain=ML)
-def imputer(x, *, imputed_value_floats=None, imputed_value_int64s=None, replaced_value_float,
-            replaced_value_int64):
+def imputer(x, *, imputed_value_floats=None, imputed_value_int64s=None, replaced_value_float, replaced_value_int64):
     if x.dtype.kind == "f":
         values, replaced = imputed_value_floats, replaced_value_float
     else:
@@ -244,8 +244,19 @@ def _label_encoder(keys, values, default, out_dtype):
 
 
 @kernel("LabelEncoder", since=(2,), domain=ML, factory=True)
-def label_encoder_2(ctx, *, default_float, default_int64, default_string, keys_floats=None, keys_int64s=None,
-                    keys_strings=None, values_floats=None, values_int64s=None, values_strings=None):
+def label_encoder_2(
+    ctx,
+    *,
+    default_float,
+    default_int64,
+    default_string,
+    keys_floats=None,
+    keys_int64s=None,
+    keys_strings=None,
+    values_floats=None,
+    values_int64s=None,
+    values_strings=None,
+):
     keys = keys_strings or keys_int64s or keys_floats
     if values_strings is not None:
         return _label_encoder(keys, values_strings, default_string, object)
@@ -255,9 +266,22 @@ def label_encoder_2(ctx, *, default_float, default_int64, default_string, keys_f
 
 
 @kernel("LabelEncoder", since=(4,), domain=ML, factory=True)
-def label_encoder_4(ctx, *, default_float, default_int64, default_string, default_tensor=None,
-                    keys_floats=None, keys_int64s=None, keys_strings=None, keys_tensor=None,
-                    values_floats=None, values_int64s=None, values_strings=None, values_tensor=None):
+def label_encoder_4(
+    ctx,
+    *,
+    default_float,
+    default_int64,
+    default_string,
+    default_tensor=None,
+    keys_floats=None,
+    keys_int64s=None,
+    keys_strings=None,
+    keys_tensor=None,
+    values_floats=None,
+    values_int64s=None,
+    values_strings=None,
+    values_tensor=None,
+):
     keys = keys_tensor if keys_tensor is not None else (keys_strings or keys_int64s or keys_floats)
     if keys is not None and not isinstance(keys, np.ndarray):
         keys = np.asarray(keys, dtype=object if keys_strings else (np.int64 if keys_int64s else np.float32))
@@ -266,7 +290,7 @@ def label_encoder_4(ctx, *, default_float, default_int64, default_string, defaul
         if default_tensor is not None:
             default = default_tensor.reshape(-1)[0]
         else:
-            default = "_Unused" if dtype == object else (-1 if dtype.kind in "iu" else -0.0)
+            default = "_Unused" if dtype.kind == "O" else (-1 if dtype.kind in "iu" else -0.0)
         return _label_encoder(keys, values_tensor.reshape(-1), default, dtype)
     if values_strings is not None:
         return _label_encoder(keys, values_strings, default_string, object)
@@ -325,7 +349,9 @@ def scaler(x, *, offset=None, scale=None):
 
 @kernel("ZipMap", since=(1,), domain=ML, factory=True)
 def zip_map(ctx, *, classlabels_int64s=None, classlabels_strings=None):
-    labels = list(classlabels_strings) if classlabels_strings is not None else [int(v) for v in classlabels_int64s or ()]
+    labels = (
+        list(classlabels_strings) if classlabels_strings is not None else [int(v) for v in classlabels_int64s or ()]
+    )
     if not labels:
         raise Fail("ZipMap needs classlabels_int64s or classlabels_strings")
 

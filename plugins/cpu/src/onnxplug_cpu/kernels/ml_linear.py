@@ -12,6 +12,7 @@ behaviour converted models (skl2onnx, onnxmltools) are validated against:
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._registry import kernel
@@ -79,8 +80,9 @@ def _features(x, width, what):
 
 
 @kernel("LinearClassifier", since=(1,), domain=ML, factory=True)
-def linear_classifier(ctx, *, coefficients, intercepts=None, classlabels_ints=None, classlabels_strings=None,
-                      multi_class, post_transform):
+def linear_classifier(
+    ctx, *, coefficients, intercepts=None, classlabels_ints=None, classlabels_strings=None, multi_class, post_transform
+):
     labels = class_labels(classlabels_ints, classlabels_strings)
     weights = np.asarray(coefficients, np.float64)
     bias = np.asarray(intercepts or (), np.float64)
@@ -195,9 +197,21 @@ def _pair_probabilities(pair_scores, prob_a, prob_b, classes):
 
 
 @kernel("SVMClassifier", since=(1,), domain=ML, factory=True)
-def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coefficients=None, kernel_params=None,
-                   kernel_type, post_transform, prob_a=None, prob_b=None, rho=None, support_vectors=None,
-                   vectors_per_class=None):
+def svm_classifier(
+    ctx,
+    *,
+    classlabels_ints=None,
+    classlabels_strings=None,
+    coefficients=None,
+    kernel_params=None,
+    kernel_type,
+    post_transform,
+    prob_a=None,
+    prob_b=None,
+    rho=None,
+    support_vectors=None,
+    vectors_per_class=None,
+):
     labels = class_labels(classlabels_ints, classlabels_strings)
     classes = max(len(labels), 1)
     coefs = np.asarray(coefficients or (), np.float64)
@@ -213,7 +227,11 @@ def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coef
         if vectors.size % n_vectors:
             raise Fail(f"{vectors.size} support vector values do not split into {n_vectors} vectors")
         vectors = vectors.reshape(n_vectors, -1)
+        if coefs.size % n_vectors:
+            raise Fail(f"{coefs.size} coefficients do not split into rows of {n_vectors} support vectors")
         coefs = coefs.reshape(-1, n_vectors)
+        if coefs.shape[0] < classes - 1:
+            raise Fail(f"{coefs.shape[0]} coefficient rows for {classes} classes (one-vs-one needs {classes - 1})")
         starts = np.concatenate([[0], np.cumsum(per_class)[:-1]])
         pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
         if rhos.size < len(pairs):
@@ -275,8 +293,18 @@ def svm_classifier(ctx, *, classlabels_ints=None, classlabels_strings=None, coef
 
 
 @kernel("SVMRegressor", since=(1,), domain=ML, factory=True)
-def svm_regressor(ctx, *, coefficients=None, kernel_params=None, kernel_type, n_supports, one_class,
-                  post_transform, rho=None, support_vectors=None):
+def svm_regressor(
+    ctx,
+    *,
+    coefficients=None,
+    kernel_params=None,
+    kernel_type,
+    n_supports,
+    one_class,
+    post_transform,
+    rho=None,
+    support_vectors=None,
+):
     coefs = np.asarray(coefficients or (), np.float64)
     bias = float((rho or (0.0,))[0])
     if n_supports > 0:

@@ -8,9 +8,9 @@ half-to-even (``np.rint``) followed by saturation to the output type's range.
 
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
@@ -49,23 +49,26 @@ def _param_like(param, x, axis, block_size, what):
     if param.ndim == 0 or (param.size == 1 and block_size <= 0):
         return param.reshape(())
     axis = axis + x.ndim if axis < 0 else axis
+    if x.ndim == 1 and block_size <= 0:
+        axis = 0  # a 1-D input has a single axis whatever the attribute says
     if not 0 <= axis < x.ndim:
         raise InvalidArgument(f"axis {axis} is out of range for input of rank {x.ndim}")
     if block_size > 0:
         if param.ndim != x.ndim:
-            raise InvalidArgument(
-                f"blocked {what} must have the input's rank {x.ndim}, got shape {param.shape}")
+            raise InvalidArgument(f"blocked {what} must have the input's rank {x.ndim}, got shape {param.shape}")
         expanded = np.repeat(param, block_size, axis=axis)
         if expanded.shape[axis] < x.shape[axis]:
             raise InvalidArgument(
-                f"{what} shape {param.shape} with block_size {block_size} does not cover input shape {x.shape}")
+                f"{what} shape {param.shape} with block_size {block_size} does not cover input shape {x.shape}"
+            )
         expanded = np.take(expanded, np.arange(x.shape[axis]), axis=axis)
         if expanded.shape != x.shape:
             raise InvalidArgument(f"blocked {what} shape {param.shape} does not match input shape {x.shape}")
         return expanded
     if param.ndim != 1 or param.shape[0] != x.shape[axis]:
         raise InvalidArgument(
-            f"per-axis {what} must be 1-D of length {x.shape[axis]} (axis {axis}), got shape {param.shape}")
+            f"per-axis {what} must be 1-D of length {x.shape[axis]} (axis {axis}), got shape {param.shape}"
+        )
     shape = [1] * x.ndim
     shape[axis] = param.shape[0]
     return param.reshape(shape)
@@ -75,7 +78,8 @@ def _saturate(values, dtype, saturate=True):
     """Round (integers) and saturate float ``values`` into the quantized ``dtype``."""
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
-        return np.clip(np.rint(values), low, high).astype(dtype)
+        # NaN has no integer image: it quantizes like 0 (to the zero point).
+        return np.clip(np.rint(np.where(np.isnan(values), 0, values)), low, high).astype(dtype)
     if dtype in _FLOAT8 and saturate:
         limit = float(ml_dtypes.finfo(dtype).max)
         values = np.where(np.isnan(values), values, np.clip(values, -limit, limit))
@@ -86,8 +90,7 @@ def _quantize(x, y_scale, y_zero_point, *, axis=1, saturate=1, block_size=0, out
     if y_zero_point is not None:
         out_dtype = y_zero_point.dtype
         if output_dtype and np_dtype(output_dtype) != out_dtype:
-            raise InvalidArgument(
-                f"output_dtype {output_dtype} differs from y_zero_point's type {out_dtype}")
+            raise InvalidArgument(f"output_dtype {output_dtype} differs from y_zero_point's type {out_dtype}")
     else:
         out_dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
     if out_dtype not in _INT_RANGES and out_dtype.kind not in "fV" and out_dtype not in _FLOAT8:
@@ -101,7 +104,7 @@ def _quantize(x, y_scale, y_zero_point, *, axis=1, saturate=1, block_size=0, out
     if y_zero_point is not None:
         zero = _param_like(y_zero_point, x, axis, block_size, "y_zero_point")
         if out_dtype in _INT_RANGES:
-            scaled = np.rint(scaled) + zero.astype(np.float64)
+            scaled = np.rint(np.where(np.isnan(scaled), 0, scaled)) + zero.astype(np.float64)
         else:
             scaled = scaled + zero.astype(np.float32)
     return _saturate(scaled, out_dtype, bool(saturate))
@@ -124,14 +127,23 @@ def quantize_linear_19(x, y_scale, y_zero_point=None, *, axis, saturate):
 
 @kernel("QuantizeLinear", since=(21,))
 def quantize_linear_21(x, y_scale, y_zero_point=None, *, axis, saturate, block_size, output_dtype):
-    return _quantize(x, y_scale, y_zero_point, axis=axis, saturate=saturate,
-                     block_size=block_size, output_dtype=output_dtype)
+    return _quantize(
+        x, y_scale, y_zero_point, axis=axis, saturate=saturate, block_size=block_size, output_dtype=output_dtype
+    )
 
 
 @kernel("QuantizeLinear", since=(23, 24, 25, 28))
 def quantize_linear_23(x, y_scale, y_zero_point=None, *, axis, saturate, block_size, output_dtype, precision):
-    return _quantize(x, y_scale, y_zero_point, axis=axis, saturate=saturate,
-                     block_size=block_size, output_dtype=output_dtype, precision=precision)
+    return _quantize(
+        x,
+        y_scale,
+        y_zero_point,
+        axis=axis,
+        saturate=saturate,
+        block_size=block_size,
+        output_dtype=output_dtype,
+        precision=precision,
+    )
 
 
 def _dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=0):
@@ -146,9 +158,7 @@ def _dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=
         if x_zero_point is not None:
             values = values - _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.float32)
     scale = _param_like(x_scale, x, axis, block_size, "x_scale")
-    if out_dtype == np.float16 and x_scale.dtype == np.float16:
-        return (values.astype(np.float16) * scale).astype(out_dtype)
-    return (values * scale.astype(np.float32)).astype(out_dtype)
+    return (values * _as_float(scale)).astype(out_dtype)
 
 
 @kernel("DequantizeLinear", since=(10,))
@@ -268,36 +278,40 @@ def _integer_conv(x, w, *, auto_pad, dilations, group, kernel_shape, pads, strid
         raise InvalidArgument(f"conv input shape {x.shape} and weight shape {w.shape} do not match")
     spatial = x.shape[2:]
     n_sp = len(spatial)
-    kernel_shape = tuple(kernel_shape) if kernel_shape else w.shape[2:]
+    if kernel_shape and tuple(kernel_shape) != w.shape[2:]:
+        raise InvalidArgument(f"kernel_shape {tuple(kernel_shape)} does not match weight shape {w.shape}")
+    kernel_shape = w.shape[2:]
     strides = tuple(strides) if strides else (1,) * n_sp
     dilations = tuple(dilations) if dilations else (1,) * n_sp
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        raise InvalidArgument(
-            f"channels do not match: input {x.shape}, weight {w.shape}, group {group}")
+        raise InvalidArgument(f"channels do not match: input {x.shape}, weight {w.shape}, group {group}")
     begins, ends = _conv_pads(spatial, kernel_shape, strides, dilations, pads, auto_pad)
     xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(zip(begins, ends)))
-    out_sp = [
-        (xp.shape[2 + i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1
-        for i in range(n_sp)
-    ]
+    out_sp = [(xp.shape[2 + i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n_sp)]
     if any(o <= 0 for o in out_sp):
         raise InvalidArgument(f"conv output would be empty for input {x.shape} and kernel {kernel_shape}")
     offsets = list(np.ndindex(*kernel_shape))
     columns = np.empty((x.shape[0], x.shape[1], len(offsets), *out_sp), np.float64)
     for j, offset in enumerate(offsets):
         index = tuple(
-            slice(o * d, o * d + s * (size - 1) + 1, s)
-            for o, d, s, size in zip(offset, dilations, strides, out_sp)
+            slice(o * d, o * d + s * (size - 1) + 1, s) for o, d, s, size in zip(offset, dilations, strides, out_sp)
         )
         columns[:, :, j] = xp[(slice(None), slice(None)) + index]
     c_per, m_per = w.shape[1], w.shape[0] // group
     wf = w.astype(np.float64).reshape(w.shape[0], c_per, -1)
     parts = []
     for g in range(group):
-        cols = columns[:, g * c_per:(g + 1) * c_per]
-        parts.append(np.tensordot(wf[g * m_per:(g + 1) * m_per], cols, axes=([1, 2], [1, 2])))
+        cols = columns[:, g * c_per : (g + 1) * c_per]
+        parts.append(np.tensordot(wf[g * m_per : (g + 1) * m_per], cols, axes=([1, 2], [1, 2])))
     result = np.concatenate(parts, axis=0) if group > 1 else parts[0]
     return np.moveaxis(result, 0, 1)
+
+
+def _scalar(param, what):
+    """A per-tensor parameter (scalar or one element) as a 0-d array."""
+    if param.size != 1:
+        raise InvalidArgument(f"{what} must be a scalar, got shape {param.shape}")
+    return param.reshape(())
 
 
 def _per_channel(zero, channels):
@@ -310,33 +324,76 @@ def _per_channel(zero, channels):
 
 
 @kernel("ConvInteger", since=(10,))
-def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, dilations=None, group,
-                 kernel_shape=None, pads=None, strides=None):
-    xi = x.astype(np.int64) - (0 if x_zero_point is None else x_zero_point.astype(np.int64).reshape(()))
+def conv_integer(
+    x,
+    w,
+    x_zero_point=None,
+    w_zero_point=None,
+    *,
+    auto_pad,
+    dilations=None,
+    group,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    xi = x.astype(np.int64) - (0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64))
     wi = w.astype(np.int64)
     if w_zero_point is not None:
         wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
         wi = wi - wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wi - wz
-    acc = _integer_conv(xi, wi, auto_pad=auto_pad, dilations=dilations, group=group,
-                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+    acc = _integer_conv(
+        xi,
+        wi,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
     return np.rint(acc).astype(np.int32)
 
 
 @kernel("QLinearConv", since=(10,))
-def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
-                 auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
-    xi = x.astype(np.int64) - x_zero_point.astype(np.int64).reshape(())
+def qlinear_conv(
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    B=None,
+    *,
+    auto_pad,
+    dilations=None,
+    group,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    xi = x.astype(np.int64) - _scalar(x_zero_point, "x_zero_point").astype(np.int64)
     wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
     wi = w.astype(np.int64) - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
-    acc = _integer_conv(xi, wi, auto_pad=auto_pad, dilations=dilations, group=group,
-                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+    acc = _integer_conv(
+        xi,
+        wi,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
     channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
     if B is not None:
         acc = acc + B.astype(np.float64).reshape(channel_shape)
     w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
-    multiplier = (_as_float(x_scale).astype(np.float32).reshape(()) * w_s) / _as_float(y_scale).astype(np.float32).reshape(())
+    x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
+    y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
+    multiplier = x_s * w_s / y_s
     if multiplier.ndim:
         multiplier = multiplier.reshape(channel_shape)
-    return _requantize(acc, multiplier, y_zero_point.reshape(()))
-
-
+    return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"))

@@ -9,6 +9,7 @@ float32/float16 signals are transformed in complex64, float64 ones in complex128
 from __future__ import annotations
 
 import numpy as np
+
 from onnxplug.errors import InvalidArgument
 from onnxplug.graph import np_dtype
 from onnxplug.kernels import check_allocation
@@ -48,6 +49,9 @@ def _dft(x, dft_length, axis, inverse, onesided):
     length = signal.shape[axis] if dft_length is None else _scalar(dft_length, "dft_length")
     if length <= 0:
         raise InvalidArgument(f"dft_length must be positive, got {length}")
+    out_shape = list(signal.shape) + [2]
+    out_shape[axis] = length
+    check_allocation(out_shape, np.complex128, "DFT output")
     if inverse and onesided:
         # The input holds the first n//2+1 bins of a Hermitian spectrum; the output is real.
         if dft_length is None:
@@ -89,7 +93,8 @@ def stft(signal, frame_step, window=None, frame_length=None, *, onesided):
         raise InvalidArgument(f"window shape {window.shape} does not match frame_length {length}")
     if step <= 0 or length <= 0 or length > signal.shape[1]:
         raise InvalidArgument(
-            f"frame_step {step} and frame_length {length} do not fit a signal of length {signal.shape[1]}")
+            f"frame_step {step} and frame_length {length} do not fit a signal of length {signal.shape[1]}"
+        )
     values = _to_complex(signal)
     frames = 1 + (signal.shape[1] - length) // step
     starts = np.arange(frames) * step
@@ -134,8 +139,7 @@ def blackman_window(size, *, output_datatype, periodic):
 
 
 @kernel("MelWeightMatrix", since=(17,))
-def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *,
-                      output_datatype):
+def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *, output_datatype):
     """Triangular filters evenly spaced on the mel scale, as ``[dft_length//2 + 1, num_mel_bins]``."""
     bins = _scalar(num_mel_bins, "num_mel_bins")
     length = _scalar(dft_length, "dft_length")
@@ -145,7 +149,8 @@ def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, u
     if bins <= 0 or length <= 0 or rate <= 0 or not 0 <= low_hz < high_hz:
         raise InvalidArgument(
             f"MelWeightMatrix got num_mel_bins={bins}, dft_length={length}, sample_rate={rate}, "
-            f"edges=({low_hz}, {high_hz})")
+            f"edges=({low_hz}, {high_hz})"
+        )
     spectrogram_bins = length // 2 + 1
     dtype = np_dtype(output_datatype)
     check_allocation((spectrogram_bins, bins), dtype, "MelWeightMatrix output")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._registry import kernel
@@ -112,8 +113,19 @@ def string_split(x, *, delimiter=None, maxsplit=None):
 
 
 @kernel("TfIdfVectorizer", since=(9,), factory=True)
-def tfidf_vectorizer(ctx, *, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts,
-                     ngram_indexes, pool_int64s=None, pool_strings=None, weights=None):
+def tfidf_vectorizer(
+    ctx,
+    *,
+    max_gram_length,
+    max_skip_count,
+    min_gram_length,
+    mode,
+    ngram_counts,
+    ngram_indexes,
+    pool_int64s=None,
+    pool_strings=None,
+    weights=None,
+):
     """Counts the pool's n-grams (optionally with ``skip`` tokens between items) per row.
 
     The pool is split once into per-length blocks of rows; at run time every candidate n-gram of
@@ -130,6 +142,8 @@ def tfidf_vectorizer(ctx, *, max_gram_length, max_skip_count, min_gram_length, m
     vocab, pool_ids = np.unique(pool.astype(str) if pool.dtype == object else pool, return_inverse=True)
     starts = list(ngram_counts) + [len(pool)]
     indexes = np.asarray(ngram_indexes, np.int64)
+    if indexes.size and indexes.min() < 0:
+        raise Fail(f"ngram_indexes must be non-negative, got {int(indexes.min())}")
     width = int(indexes.max()) + 1 if indexes.size else 0
     blocks = {}  # n -> (rows of token ids [k, n], output column of each row)
     taken = 0
@@ -138,7 +152,7 @@ def tfidf_vectorizer(ctx, *, max_gram_length, max_skip_count, min_gram_length, m
         if end < begin or (end - begin) % n:
             raise Fail(f"ngram_counts {tuple(ngram_counts)} do not split the pool into {n}-grams")
         rows = pool_ids[begin:end].reshape(-1, n)
-        blocks[n] = (rows, indexes[taken:taken + len(rows)])
+        blocks[n] = (rows, indexes[taken : taken + len(rows)])
         taken += len(rows)
     if taken != len(indexes):
         raise Fail(f"ngram_indexes has {len(indexes)} entries but the pool holds {taken} n-grams")
@@ -176,7 +190,7 @@ def tfidf_vectorizer(ctx, *, max_gram_length, max_skip_count, min_gram_length, m
                 inverse = inverse.reshape(-1)
                 column_of = np.full(inverse.max() + 1, -1, np.int64)
                 column_of[inverse[: len(rows)]] = columns
-                hit = column_of[inverse[len(rows):]]
+                hit = column_of[inverse[len(rows) :]]
                 batch_of = np.repeat(np.arange(batch.shape[0]), grams.shape[1])
                 matched = hit >= 0
                 np.add.at(counts, (batch_of[matched], hit[matched]), 1.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from onnxplug.errors import InvalidArgument
 
 from ._registry import kernel
@@ -24,9 +25,10 @@ def _groups(op, inputs, count):
     """Split the variadic inputs into ``count`` equally long groups."""
     if not inputs or len(inputs) % count:
         raise InvalidArgument(
-            f"{op} needs its variadic inputs in {count} groups of equal length, got {len(inputs)} inputs")
+            f"{op} needs its variadic inputs in {count} groups of equal length, got {len(inputs)} inputs"
+        )
     n = len(inputs) // count
-    return [inputs[i * n:(i + 1) * n] for i in range(count)]
+    return [inputs[i * n : (i + 1) * n] for i in range(count)]
 
 
 def _scalar(value, what):
