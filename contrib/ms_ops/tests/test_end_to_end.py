@@ -199,3 +199,62 @@ def test_conv_net_optimized_by_onnxruntime(ort, rng, tmp_path):
 @pytest.fixture
 def ort():
     return pytest.importorskip("onnxruntime", reason="onnxruntime optimizes the models under test")
+
+
+def _rms_norm_model(rng, hidden=32):
+    b = _Builder(rng)
+    two, axes = b.const(np.array(2.0, np.float32)), b.const(np.array([-1], np.int64))
+    eps = b.const(np.array(1e-6, np.float32))
+    x = "x"
+    for _ in range(2):  # LLaMA-style RMSNorm, then a residual branch, then RMSNorm again
+        scale = b.const((1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32), "scale")
+        rms = b.op("Sqrt", b.op("Add", b.op("ReduceMean", b.op("Pow", x, two), axes, keepdims=1), eps))
+        normed = b.op("Mul", scale, b.op("Div", x, rms))
+        x = b.op("Add", b.linear(normed, hidden, hidden), x)
+    b.nodes.append(oh.make_node("Identity", [x], ["y"]))
+    graph = oh.make_graph(b.nodes, "rms", [oh.make_tensor_value_info("x", F, [2, 7, hidden])],
+                          [oh.make_tensor_value_info("y", F, [2, 7, hidden])], initializer=b.inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=9)
+
+
+def test_rms_norm_optimized_by_onnxruntime(ort, rng, tmp_path):
+    # onnxruntime's optimizer emits SimplifiedLayerNormalization in the default ONNX domain.
+    path = tmp_path / "rms_optimized.onnx"
+    counts = _op_counts(_optimize(ort, _rms_norm_model(rng), path))
+    assert counts[("ai.onnx", "SimplifiedLayerNormalization")] == 2, counts
+    _compare(ort, path, {"x": rng.standard_normal((2, 7, 32)).astype(np.float32)})
+
+
+def _bert_feeds(rng, batch, seq):
+    mask = np.ones((batch, seq), dtype=np.int64)
+    mask[1, 6:] = 0
+    return {
+        "input_ids": rng.integers(0, 60, size=(batch, seq)).astype(np.int64),
+        "token_type_ids": (np.arange(seq)[None, :] >= 5).astype(np.int64).repeat(batch, axis=0),
+        "attention_mask": mask,
+    }
+
+
+def test_dynamically_quantized_bert(ort, rng, tmp_path):
+    # quantize_dynamic writes MatMulInteger + DynamicQuantizeLinear; the optimizer fuses them into
+    # DynamicQuantizeMatMul and MatMulIntegerToFloat.
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    batch, seq = 3, 11
+    source, quantized = tmp_path / "bert.onnx", tmp_path / "bert_int8.onnx"
+    onnx.save(_bert_model(rng, batch=batch, seq=seq), str(source))
+    quantization.quantize_dynamic(str(source), str(quantized), weight_type=quantization.QuantType.QInt8)
+    path = tmp_path / "bert_int8_optimized.onnx"
+    counts = _op_counts(_optimize(ort, onnx.load(str(quantized)), path))
+    assert {("com.microsoft", "DynamicQuantizeMatMul"), ("com.microsoft", "MatMulIntegerToFloat")} <= set(counts)
+    _compare(ort, path, _bert_feeds(rng, batch, seq))
+
+
+def test_4bit_weight_only_quantized_bert(ort, rng, tmp_path):
+    nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
+    batch, seq = 3, 11
+    quantizer = nbits.MatMulNBitsQuantizer(_bert_model(rng, batch=batch, seq=seq), block_size=16, is_symmetric=False)
+    quantizer.process()
+    path = tmp_path / "bert_q4.onnx"
+    quantizer.model.save_model_to_file(str(path))
+    assert ("com.microsoft", "MatMulNBits") in _op_counts(onnx.load(str(path)))
+    _compare(ort, path, _bert_feeds(rng, batch, seq))

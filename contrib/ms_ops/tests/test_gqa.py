@@ -150,3 +150,29 @@ def test_gqa_float16(run_both, close, rng):
     ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV)
     assert ours[0].dtype == np.float16
     _compare_gqa(ours, theirs, lambda a, b: close(a, b, rtol=2e-3, atol=2e-3), [seq], [0], seq, True)
+
+
+def test_gqa_prompt_into_max_length_buffer(run_both, close, rng):
+    # A first prompt written into a preallocated (max_sequence_length) cache.
+    seq, buffer = 5, 16
+    lengths = [5, 2]
+    inputs = _gqa_inputs(rng, 2, seq, buffer, [n - 1 for n in lengths], seq, rotary=True)
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1)
+    assert ours[1].shape == (2, KV, buffer, H)
+    _compare_gqa(ours, theirs, close, lengths, [0, 0], seq, True)
+
+
+def test_gqa_explicit_position_ids(run_both, close, rng):
+    lengths = [7, 3]
+    positions = ("position_ids", np.array([[11], [2]], dtype=np.int64))
+    inputs = _gqa_inputs(rng, 2, 1, 8, [n - 1 for n in lengths], max(lengths), rotary=True, extra=[positions])
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1,
+                            rotary_interleaved=1)
+    _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], 1, False)
+
+
+def test_gqa_non_causal(run_both, close, rng):
+    seq = 6
+    inputs = _gqa_inputs(rng, 2, seq, 0, [seq - 1, seq - 1], seq)
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, causal=0)
+    _compare_gqa(ours, theirs, close, [seq, seq], [0, 0], seq, True)

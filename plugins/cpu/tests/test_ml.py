@@ -502,9 +502,11 @@ LEAVES = [(0, 2), (0, 3), (0, 4), (1, 1), (1, 2)]
 XT = np.vstack([X, [[np.nan, 0.0, 2.0]]]).astype(np.float32)
 
 
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"])
 @pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
-def test_tree_regressor_matches_onnxruntime(aggregate):
-    targets = [(t, n, k, w) for (t, n), w in zip(LEAVES, [1.0, -2.0, 3.0, 0.5, 4.0]) for k in (0, 1)]
+def test_tree_regressor_matches_onnxruntime(aggregate, post):
+    # Small weights keep PROBIT's argument inside (0, 1).
+    targets = [(t, n, k, w) for (t, n), w in zip(LEAVES, [0.1, -0.2, 0.3, 0.05, 0.4]) for k in (0, 1)]
     attrs = dict(
         NODES,
         target_treeids=[t[0] for t in targets],
@@ -512,11 +514,12 @@ def test_tree_regressor_matches_onnxruntime(aggregate):
         target_ids=[t[2] for t in targets],
         target_weights=[t[3] * (1 + t[2]) for t in targets],
         n_targets=2,
-        base_values=[0.5, -0.5],
+        base_values=[0.05, -0.05],
         aggregate_function=aggregate,
+        post_transform=post,
     )
     model = _model("TreeEnsembleRegressor", attrs, [("X", FLOAT)], [("Y", FLOAT)])
-    _same(_run(model, {"X": XT}), _ort(model, {"X": XT}))
+    _same(_run(model, {"X": XT}), _ort(model, {"X": XT}), rtol=1e-4, atol=1e-5)
 
 
 def test_tree_regressor_v3_double_tensors():

@@ -206,8 +206,9 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
 
     def run(query, key=None, value=None, bias=None, key_padding_mask=None, attention_bias=None, past_key=None,
             past_value=None, past_sequence_length=None, cache_indirection=None):
-        if cache_indirection is not None:
-            raise NotImplementedError_(f"{op}: cache_indirection (beam search) is not supported on CPU")
+        if cache_indirection is not None or past_sequence_length is not None:
+            raise NotImplementedError_(f"{op}: cache_indirection and past_sequence_length (buffer sharing for beam "
+                                       "search) are not supported on CPU")
         dtype = compute_dtype(query.dtype)
         as_float = [None if t is None else t.astype(dtype, copy=False) for t in (query, key, value, bias)]
         q, k, v, cached = _mha_inputs(*as_float, num_heads, op)

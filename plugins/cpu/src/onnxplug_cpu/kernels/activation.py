@@ -167,12 +167,24 @@ def prelu(x, slope):
         return as_dtype(np.where(x < 0, widen(slope) * widen(x), x), x.dtype)
 
 
-kernel("PRelu", since=(6, 7, 9, 16))(prelu)
+kernel("PRelu", since=(7, 9, 16))(prelu)
+
+
+def _per_channel(x, slope):
+    """Before opset 7 a 1-D slope of length C applies along the channel axis (axis 1)."""
+    if slope.ndim == 1 and x.ndim >= 2 and slope.shape[0] == x.shape[1] and slope.shape[0] != x.shape[-1]:
+        return slope.reshape((slope.shape[0],) + (1,) * (x.ndim - 2))
+    return slope
+
+
+@kernel("PRelu", since=(6,))
+def prelu_6(x, slope):
+    return prelu(x, _per_channel(x, slope))
 
 
 @kernel("PRelu", since=(1,))
 def prelu_legacy(x, slope, *, consumed_inputs=None):
-    return prelu(x, slope)
+    return prelu(x, _per_channel(x, slope))
 
 
 @kernel("ThresholdedRelu", since=(10, 22))

@@ -33,7 +33,9 @@ def legacy_broadcast(op, a, b, broadcast, axis):
     if axis is None:
         return a, b
     start = axis + a.ndim if axis < 0 else axis
-    if start < 0 or start + b.ndim > a.ndim or a.shape[start : start + b.ndim] != b.shape:
+    window = a.shape[start : start + b.ndim]
+    # Size-1 dims of b stretch, as the exporters of that era (and onnxruntime) allowed.
+    if start < 0 or start + b.ndim > a.ndim or any(d not in (w, 1) for d, w in zip(b.shape, window)):
         raise InvalidArgument(f"{op}: shape {b.shape} cannot broadcast into {a.shape} at axis {axis}")
     return a, b.reshape((1,) * start + b.shape + (1,) * (a.ndim - start - b.ndim))
 

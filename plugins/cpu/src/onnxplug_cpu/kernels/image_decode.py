@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
-from onnxplug.kernels import check_allocation
+from onnxplug.kernels import check_allocation, check_terminate
 
 from ._registry import kernel
 
@@ -87,6 +87,42 @@ _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 
 
+# Below this many bytes per diagonal the numpy sweep's fixed cost per step exceeds a plain byte
+# loop over the Average/Paeth rows (thin images would otherwise need one step per pixel).
+_SEQUENTIAL_BYTES_PER_STEP = 150
+
+
+def _png_unfilter_line(kind, line, above, bpp):
+    """One Average (3) or Paeth (4) row, byte by byte: each needs the rebuilt byte on its left."""
+    out = bytearray(len(line))
+    for i, (x, b) in enumerate(zip(line, above)):
+        a, c = (out[i - bpp], above[i - bpp]) if i >= bpp else (0, 0)
+        if kind == 3:
+            out[i] = (x + ((a + b) >> 1)) & 255
+        else:
+            pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+            out[i] = (x + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    return out
+
+
+def _png_unfilter_rows(ftypes, rows, bpp):
+    """Row by row, for small or thin images; the other filters are vectorised within the row."""
+    out = np.empty_like(rows)
+    above = np.zeros(rows.shape[1], np.uint8)
+    for y, kind in enumerate(ftypes.tolist()):
+        check_terminate()
+        if kind == 0:
+            out[y] = rows[y]
+        elif kind == 1:
+            out[y] = np.cumsum(rows[y].reshape(-1, bpp), axis=0, dtype=np.uint8).ravel()
+        elif kind == 2:
+            out[y] = rows[y] + above
+        else:
+            out[y] = np.frombuffer(_png_unfilter_line(kind, rows[y].tolist(), above.tolist(), bpp), np.uint8)
+        above = out[y]
+    return out
+
+
 def _png_unfilter(ftypes, rows, bpp):
     """Undo the per-row filters of one (sub)image: ``rows`` is ``(H, rowbytes)`` uint8."""
     if ftypes.size and int(ftypes.max()) > 4:
@@ -103,6 +139,8 @@ def _png_unfilter(ftypes, rows, bpp):
         start = np.maximum.accumulate(np.where(ftypes != 2, np.arange(height), 0))
         before = np.concatenate([np.zeros((1, npix, bpp), np.uint8), total])[start]
         return (total - before).reshape(height, nbytes)
+    if height * nbytes < _SEQUENTIAL_BYTES_PER_STEP * (height + npix):
+        return _png_unfilter_rows(ftypes, rows, bpp)
     # Average and Paeth depend on the reconstructed left, upper and upper-left neighbours, so the
     # pixels of one anti-diagonal are independent: sweep the H + W - 1 diagonals.  In a padded
     # (H+1, W+1) grid a diagonal is a stride-W slice of the flattened array, so every step is views.
@@ -110,6 +148,7 @@ def _png_unfilter(ftypes, rows, bpp):
     raw = np.zeros_like(grid)
     raw.reshape(height + 1, npix + 1, bpp)[1:, 1:] = rows.reshape(height, npix, bpp)
     for diag in range(height + npix - 1):
+        check_terminate()
         y0, y1 = max(0, diag - npix + 1), min(height - 1, diag)
         first = (y0 + 1) * (npix + 1) + diag - y0 + 1
         span = slice(first, first + (y1 - y0) * npix + 1, npix)

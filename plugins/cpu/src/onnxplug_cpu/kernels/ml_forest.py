@@ -222,6 +222,8 @@ def legacy_forest(
             seen.add(key[0])
             roots.append(ref(i))
     missing = list(nodes_missing_value_tracks_true or ()) or [0] * count
+    if len(missing) != count:
+        raise Fail(f"nodes_missing_value_tracks_true has {len(missing)} entries for {count} nodes")
     leaf_of = []
     for tree, node in zip(w_treeids, w_nodeids):
         i = position.get((tree, node))

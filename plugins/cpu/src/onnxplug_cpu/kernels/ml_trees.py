@@ -72,6 +72,8 @@ def tree_ensemble_regressor(
         dtype=dtype,
     )
     base = np.asarray(_pick(as_tensors.get("base_values_as_tensor"), base_values) or (0.0,) * targets, dtype)
+    if base.size != targets:
+        raise Fail(f"{base.size} base_values for {targets} targets")
     how = AGGREGATES.get(aggregate_function)
     if how is None or post_transform not in TRANSFORMS:
         raise Fail(f"unknown aggregate_function {aggregate_function!r} or post_transform {post_transform!r}")
@@ -255,13 +257,15 @@ def tree_ensemble(
     values, has = leaf_table(np.arange(weights.size), target_ids, weights, weights.size, targets, dtype)
     sets, member_row = member_sets(membership_values, modes)
     missing = nodes_missing_value_tracks_true or (0,) * count
+    if len(missing) != count:
+        raise Fail(f"nodes_missing_value_tracks_true has {len(missing)} entries for {count} nodes")
     forest = Forest(
         feature=features,
         threshold=splits,
         mode=modes,
         missing_true=missing,
-        true_next=refs(nodes_truenodeids, nodes_trueleafs),
-        false_next=refs(nodes_falsenodeids, nodes_falseleafs),
+        true_next=refs(nodes_truenodeids or (), nodes_trueleafs or ()),
+        false_next=refs(nodes_falsenodeids or (), nodes_falseleafs or ()),
         roots=np.asarray(tree_roots or (), np.int64),
         leaf_values=values,
         leaf_has=has,
