@@ -67,3 +67,14 @@ def test_kernels_are_offered_to_the_cpu_provider_only():
     hook = env.plugin_manager.hook.onnxplug_kernels
     per_plugin = {impl.plugin_name: impl.function(provider=fake) for impl in hook.get_hookimpls()}
     assert per_plugin["ms_ops"] == []
+
+
+def test_onnx_reference_still_imports_after_the_schemas_are_registered():
+    # onnx.reference refuses an op name declared in two domains (com.microsoft Gelu vs ONNX Gelu)
+    # if it is first imported after they are registered; the plugin imports it beforehand.
+    import subprocess
+    import sys
+
+    code = "import onnxplug; onnxplug.Environment(); from onnx.reference import ReferenceEvaluator; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "ok", result.stderr

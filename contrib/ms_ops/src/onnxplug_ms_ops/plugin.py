@@ -7,6 +7,13 @@ import onnxplug
 
 @onnxplug.hookimpl
 def onnxplug_op_schemas():
+    # onnx.reference indexes every registered schema by bare op name when it is first imported
+    # and refuses names that exist in two domains.  Gelu, Trilu, Attention and RotaryEmbedding
+    # exist in both the ONNX and the com.microsoft domain, so registering ours first would make
+    # `import onnx.reference` (ReferenceEvaluator, onnxruntime's quantization tools) fail for
+    # the rest of the process.  Importing it now lets it index onnx's own schemas only.
+    import onnx.reference  # noqa: F401
+
     from .schemas import op_schemas
 
     return op_schemas()
