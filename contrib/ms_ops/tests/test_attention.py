@@ -200,3 +200,14 @@ def test_attention_unsupported_features_raise_not_implemented(run_ours, rng, op,
         args = args[:3] + [("mask", np.zeros(3 * B + 2, np.int32))]
     with pytest.raises(onnxplug.NotImplemented, match=message):
         run_ours(op, args, ["y"], num_heads=N, **attrs)
+
+
+def test_attention_and_mha_float16(run_both, close, rng):
+    x = rng.standard_normal((B, S, D)).astype(np.float16)
+    w = (rng.standard_normal((D, 3 * D)) / np.sqrt(D)).astype(np.float16)
+    bias = rng.standard_normal(3 * D).astype(np.float16)
+    close(*run_both("Attention", [("x", x), ("w", w), ("bias", bias), ("mask", _mask("lengths", rng, S))], ["y"],
+                    num_heads=N), rtol=2e-3, atol=2e-3)
+    q, k, v = (rng.standard_normal((B, S, D)).astype(np.float16) for _ in range(3))
+    close(*run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v)], ["y"], num_heads=N, unidirectional=1),
+          rtol=2e-3, atol=2e-3)

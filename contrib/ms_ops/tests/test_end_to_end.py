@@ -196,11 +196,6 @@ def test_conv_net_optimized_by_onnxruntime(ort, rng, tmp_path):
     _compare(ort, path, {"image": rng.standard_normal((4, 3, 16, 16)).astype(np.float32)})
 
 
-@pytest.fixture
-def ort():
-    return pytest.importorskip("onnxruntime", reason="onnxruntime optimizes the models under test")
-
-
 def _rms_norm_model(rng, hidden=32):
     b = _Builder(rng)
     two, axes = b.const(np.array(2.0, np.float32)), b.const(np.array([-1], np.int64))

@@ -78,3 +78,58 @@ def test_onnx_reference_still_imports_after_the_schemas_are_registered():
     code = "import onnxplug; onnxplug.Environment(); from onnx.reference import ReferenceEvaluator; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("library", ["ms_ops", "onnxplug-contrib-ms-ops"])
+def test_a_blocked_library_loads_per_session(library):
+    node = onnx.helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
+    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    environment = onnxplug.Environment(block=["ms_ops"])
+    # Fail (unknown op) in a fresh process; NotImplemented (no kernel) once another environment
+    # registered the schemas, which onnx.defs keeps process-wide.
+    with pytest.raises((onnxplug.Fail, onnxplug.NotImplemented), match="FastGelu"):
+        onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"],
+                                  environment=environment)
+    options = onnxplug.SessionOptions()
+    options.register_custom_ops_library(library)
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                                        environment=environment)
+    (y,) = session.run(None, {"x": np.array([-1.0, 0.0, 1.0, 2.0], np.float32)})
+    np.testing.assert_allclose(y, [-0.158808, 0.0, 0.841192, 1.954598], atol=1e-5)
+
+
+def _formals(params, type_attr):
+    return [(p.name, str(p.option).split(".")[-1], getattr(p, type_attr)) for p in params]
+
+
+def test_schemas_match_onnxruntimes(ort):
+    """Names, input order, optionality, type constraints and attribute defaults equal onnxruntime's
+    registrations, so its models mean the same thing here."""
+    pybind = pytest.importorskip("onnxruntime.capi._pybind_state")
+    onnxplug.Environment()
+    ops = [("com.microsoft", op) for op in (
+        "FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd",
+        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "Attention",
+        "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits", "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+        "QLinearGlobalAveragePool", "QLinearConcat", "NhwcMaxPool", "Trilu")]
+    ops += [("", "SimplifiedLayerNormalization"), ("", "LayerNormalization")]
+    theirs = {(s.domain, s.name): s for s in pybind.get_all_operator_schema() if s.since_version == 1}
+    for domain, op in ops:
+        mine, their = onnx.defs.get_schema(op, 1, domain), theirs[(domain, op)]
+        assert _formals(mine.inputs, "type_str") == _formals(their.inputs, "typeStr"), op
+        assert _formals(mine.outputs, "type_str") == _formals(their.outputs, "typeStr"), op
+        assert {c.type_param_str: sorted(c.allowed_type_strs) for c in mine.type_constraints} == {
+            c.type_param_str: sorted(c.allowed_type_strs) for c in their.type_constraints}, op
+        for name, attr in their.attributes.items():
+            ours = mine.attributes[name]
+            assert ours.required == attr.required, (op, name)
+            want = onnx.AttributeProto.FromString(attr._default_value) if attr._default_value else None
+            got = ours.default_value if ours.default_value and ours.default_value.type else None
+            assert (got is None) == (want is None), (op, name)
+            if want is not None:
+                assert onnx.helper.get_attribute_value(got) == onnx.helper.get_attribute_value(want), (op, name)
+        assert set(mine.attributes) == set(their.attributes), op

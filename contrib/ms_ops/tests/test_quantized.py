@@ -155,3 +155,18 @@ def test_qlinear_concat(run_both, close, rng, dtype):
 def test_nhwc_max_pool(run_both, close, rng, attrs, dtype):
     x = _q(rng, dtype, (2, 9, 10, 5))
     close(*run_both("NhwcMaxPool", [("x", x)], ["y"], **attrs))
+
+
+@pytest.mark.parametrize("variant", ["g_idx", "flat_scales", "accuracy_level_4"])
+def test_matmul_nbits_variants(run_both, close, rng, variant):
+    k, n, block = 64, 8, 16
+    inputs = _nbits_inputs(rng, k, n, 4, block, "float" if variant == "g_idx" else None)
+    attrs = {}
+    if variant == "g_idx":
+        # a permuted assignment of K rows to blocks (act-order / GPTQ exports)
+        inputs.append(("g_idx", rng.permutation(np.arange(k) // block).astype(np.int32)))
+    elif variant == "flat_scales":
+        inputs[2] = ("scales", inputs[2][1].reshape(-1))
+    else:
+        attrs["accuracy_level"] = 4  # onnxruntime may quantize A to int8; we stay in float32
+    close(*run_both("MatMulNBits", inputs, ["y"], K=k, N=n, bits=4, block_size=block, **attrs), rtol=1e-3, atol=1e-3)

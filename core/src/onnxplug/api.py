@@ -51,6 +51,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import onnx
+
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -62,6 +64,7 @@ __all__ = [
     "Device",
     "KernelClaim",
     "FuseClaim",
+    "Partition",
     "CompiledPartition",
     "DataTransfer",
     "ProviderFactory",
@@ -112,6 +115,33 @@ class FuseClaim:
 
     nodes: tuple[str, ...]
     name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """A fused set of nodes, as :meth:`~onnxplug.api.Provider.compile` receives it.
+
+    :ivar name: a unique name (``<provider>_partition_<n>``).
+    :ivar nodes: the node names, in execution order.
+    :ivar inputs: values the partition reads from outside, in call order (constants are embedded
+        in the model as initializers, not inputs).
+    :ivar outputs: values it produces that are used outside or are graph outputs, in return order.
+    """
+
+    name: str
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    model: onnx.ModelProto
+
+    def model_proto(self) -> onnx.ModelProto:
+        """The partition as a standalone ONNX model (a copy: compilers may edit it)."""
+        copy = onnx.ModelProto()
+        copy.CopyFrom(self.model)
+        return copy
+
+    def model_bytes(self) -> bytes:
+        return self.model.SerializeToString()
 
 
 class CompiledPartition:

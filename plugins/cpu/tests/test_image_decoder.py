@@ -23,7 +23,8 @@ RNG = np.random.default_rng(1234)
 def _session(pixel_format="RGB"):
     node = helper.make_node("ImageDecoder", ["data"], ["image"], pixel_format=pixel_format)
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info("data", TensorProto.UINT8, [None])],
         [helper.make_tensor_value_info("image", TensorProto.UINT8, [None, None, None])],
     )
@@ -128,6 +129,18 @@ def test_png_rgb_filters(filters):
     np.testing.assert_array_equal(decode(data, "Grayscale"), luma(image))
 
 
+@pytest.mark.parametrize("filters", [(3,), (4,), (0, 4, 1, 3, 2)])
+def test_png_large_enough_for_the_diagonal_sweep(filters):
+    # big enough that Average/Paeth rows are rebuilt by anti-diagonals rather than byte by byte
+    image = random_image(130, 140)
+    image[40:90] = (np.arange(140) // 3).astype(np.uint8)[None, :, None]
+    np.testing.assert_array_equal(decode(encode_png(image, 2, filters=filters)), image)
+    wide = RNG.integers(0, 65536, (60, 70, 4), dtype=np.uint16)
+    np.testing.assert_array_equal(
+        decode(encode_png(wide, 6, 16, filters=filters)), (wide[..., :3] >> 8).astype(np.uint8)
+    )
+
+
 def test_png_rgba_and_16_bit():
     image = random_image(9, 6, 4)
     np.testing.assert_array_equal(decode(encode_png(image, 6)), image[..., :3])
@@ -164,7 +177,9 @@ def test_png_interlaced(shape):
     image = random_image(*shape)
     np.testing.assert_array_equal(decode(encode_png(image, 2, interlace=True)), image)
     grey = RNG.integers(0, 4, shape + (1,))
-    np.testing.assert_array_equal(decode(encode_png(grey, 0, 2, interlace=True), "Grayscale"), (grey * 85).astype(np.uint8))
+    np.testing.assert_array_equal(
+        decode(encode_png(grey, 0, 2, interlace=True), "Grayscale"), (grey * 85).astype(np.uint8)
+    )
 
 
 def test_png_malformed():
@@ -186,11 +201,21 @@ def test_png_malformed():
 
 def test_png_huge_dimensions_rejected_without_allocating():
     header = struct.pack(">IIBBBBB", 2**31 - 1, 2**31 - 1, 8, 2, 0, 0, 0)
-    data = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + _chunk(b"IEND", b"")
+    data = (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(b"\x00" * 100))
+        + _chunk(b"IEND", b"")
+    )
     with pytest.raises(InvalidArgument):
         decode(data)
     header = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)  # within the limit: data is short
-    data = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + _chunk(b"IEND", b"")
+    data = (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(b"\x00" * 100))
+        + _chunk(b"IEND", b"")
+    )
     with pytest.raises(InvalidArgument, match="truncated"):
         decode(data)
 
@@ -207,7 +232,9 @@ def encode_bmp(image, bits=24, top_down=False, palette=None, masks=None):
     elif bits == 16:
         pixels = image.astype("<u2").view(np.uint8)
     else:
-        pixels = np.packbits(((image[..., None] >> np.arange(bits - 1, -1, -1)) & 1).reshape(h, -1).astype(np.uint8), axis=1)
+        pixels = np.packbits(
+            ((image[..., None] >> np.arange(bits - 1, -1, -1)) & 1).reshape(h, -1).astype(np.uint8), axis=1
+        )
     rows = pixels.reshape(h, -1)
     stride = (rows.shape[1] + 3) // 4 * 4
     body = np.zeros((h, stride), np.uint8)
@@ -216,13 +243,27 @@ def encode_bmp(image, bits=24, top_down=False, palette=None, masks=None):
         body = body[::-1]
     table = b""
     if palette is not None:
-        table = np.concatenate([palette[:, ::-1], np.zeros((len(palette), 1), np.uint8)], axis=1).astype(np.uint8).tobytes()
+        table = (
+            np.concatenate([palette[:, ::-1], np.zeros((len(palette), 1), np.uint8)], axis=1).astype(np.uint8).tobytes()
+        )
     compression = 0
     if masks is not None:
         table, compression = struct.pack("<III", *masks), 3
     offset = 14 + 40 + len(table)
-    info = struct.pack("<IiiHHIIiiII", 40, w, -h if top_down else h, 1, bits, compression, body.size, 2835, 2835,
-                       0 if palette is None else len(palette), 0)
+    info = struct.pack(
+        "<IiiHHIIiiII",
+        40,
+        w,
+        -h if top_down else h,
+        1,
+        bits,
+        compression,
+        body.size,
+        2835,
+        2835,
+        0 if palette is None else len(palette),
+        0,
+    )
     return b"BM" + struct.pack("<IHHI", offset + body.size, 0, 0, offset) + info + table + body.tobytes()
 
 
@@ -290,9 +331,16 @@ def test_pnm_plain():
 
 
 def test_pnm_malformed():
-    for bad in (b"P6\n4 4\n255\n" + b"\x00" * 10, b"P6\nx 4\n255\n" + b"\x00" * 48, b"P6 99999999999 1 255 ",
-                b"P2 2 2 10 1 2 3", b"P2 2 2 10 1 2 3 11", b"P2 2 2 10 1 2 3 x", b"P6 0 4 255 \x00\x00\x00\x00\x00",
-                b"P6 \t" + b"# x" * 5000 + b"!"):
+    for bad in (
+        b"P6\n4 4\n255\n" + b"\x00" * 10,
+        b"P6\nx 4\n255\n" + b"\x00" * 48,
+        b"P6 99999999999 1 255 ",
+        b"P2 2 2 10 1 2 3",
+        b"P2 2 2 10 1 2 3 11",
+        b"P2 2 2 10 1 2 3 x",
+        b"P6 0 4 255 \x00\x00\x00\x00\x00",
+        b"P6 \t" + b"# x" * 5000 + b"!",
+    ):
         with pytest.raises(InvalidArgument):
             decode(bad)
 
@@ -318,9 +366,19 @@ def encode_tiff(image, order="<", photometric=2, compression=1, rows_per_strip=2
     for strip in strips:
         offsets.append(len(data))
         data += strip
-    entries = [(256, 4, [w]), (257, 4, [h]), (258, 3, [depth] * c), (259, 3, [compression]), (262, 3, [photometric]),
-               (273, 4, offsets), (277, 3, [c]), (278, 4, [rows_per_strip]), (279, 4, [len(s) for s in strips]),
-               (284, 3, [planar]), (317, 3, [predictor])]
+    entries = [
+        (256, 4, [w]),
+        (257, 4, [h]),
+        (258, 3, [depth] * c),
+        (259, 3, [compression]),
+        (262, 3, [photometric]),
+        (273, 4, offsets),
+        (277, 3, [c]),
+        (278, 4, [rows_per_strip]),
+        (279, 4, [len(s) for s in strips]),
+        (284, 3, [planar]),
+        (317, 3, [predictor]),
+    ]
     ifd_entries, blobs = [], []
     ifd_at = len(data) + len(data) % 2
     data += b"\x00" * (len(data) % 2)
@@ -352,7 +410,9 @@ def test_tiff_grey_and_16_bit():
     np.testing.assert_array_equal(decode(encode_tiff(grey, photometric=1), "Grayscale"), grey)
     np.testing.assert_array_equal(decode(encode_tiff(grey, ">", photometric=0), "Grayscale"), 255 - grey)
     wide = RNG.integers(0, 65536, (3, 4, 3), dtype=np.uint16)
-    np.testing.assert_array_equal(decode(encode_tiff(wide, ">", depth=16, rows_per_strip=3)), (wide >> 8).astype(np.uint8))
+    np.testing.assert_array_equal(
+        decode(encode_tiff(wide, ">", depth=16, rows_per_strip=3)), (wide >> 8).astype(np.uint8)
+    )
 
 
 def test_tiff_malformed():
@@ -367,17 +427,22 @@ def test_tiff_malformed():
 # --- other formats and garbage -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("data", "name"), [
-    (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20, "JPEG"),
-    (b"\x00\x00\x00\x0cjP  \r\n\x87\n" + b"\x00" * 20, "JPEG 2000"),
-    (b"RIFF\x00\x01\x00\x00WEBPVP8 " + b"\x00" * 20, "WebP"),
-])
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20, "JPEG"),
+        (b"\x00\x00\x00\x0cjP  \r\n\x87\n" + b"\x00" * 20, "JPEG 2000"),
+        (b"RIFF\x00\x01\x00\x00WEBPVP8 " + b"\x00" * 20, "WebP"),
+    ],
+)
 def test_unsupported_formats_fail_by_name(data, name):
     with pytest.raises(Fail, match=f"{name} images are not supported"):
         decode(data)
 
 
-@pytest.mark.parametrize("data", [b"", b"\x89PNG", b"hello world, not an image", bytes(RNG.integers(0, 256, 64, dtype=np.uint8))])
+@pytest.mark.parametrize(
+    "data", [b"", b"\x89PNG", b"hello world, not an image", bytes(RNG.integers(0, 256, 64, dtype=np.uint8))]
+)
 def test_garbage_raises(data):
     with pytest.raises(OnnxplugError):
         decode(data)

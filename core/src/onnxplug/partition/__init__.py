@@ -2,6 +2,17 @@
 nobody claims inlined."""
 
 from ._assign import Assignment, PartitionResult, ProviderSlot, partition_graph
+from ._fuse import build_partition, convex_parts, successor_map
 from ._inline import FunctionInliner, node_opsets
 
-__all__ = ["Assignment", "FunctionInliner", "PartitionResult", "ProviderSlot", "node_opsets", "partition_graph"]
+__all__ = [
+    "Assignment",
+    "FunctionInliner",
+    "build_partition",
+    "convex_parts",
+    "successor_map",
+    "PartitionResult",
+    "ProviderSlot",
+    "node_opsets",
+    "partition_graph",
+]

@@ -20,6 +20,8 @@ from ..errors import Fail, InvalidGraph, NotImplemented  # noqa: A004 - onnxrunt
 from ..graph import GraphView, NodeView
 from ..kernels import KernelDef
 from ..kernels._schema import STANDARD_DOMAINS
+from ..graph._scopes import node_reads
+from ._fuse import convex_parts, successor_map
 from ._inline import CHAIN_KEY, FunctionInliner, FunctionKey, node_opsets
 
 __all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
@@ -35,10 +37,11 @@ class ProviderSlot:
 
 @dataclasses.dataclass(frozen=True)
 class Assignment:
-    """Who runs a node, and with which kernel."""
+    """Who runs a node: with a kernel (KernelClaim), or inside a fused partition (FuseClaim)."""
 
     provider: Provider
-    kernel: KernelDef
+    kernel: KernelDef | None
+    partition: str | None = None
 
 
 @dataclasses.dataclass
@@ -49,6 +52,8 @@ class PartitionResult:
     declined: dict[str, dict[str, list[str]]]
     #: How many function-op nodes were replaced by their bodies (the graph was edited).
     inlined: int = 0
+    #: Fused partitions: name → (provider, node names).
+    fused: dict[str, tuple[Provider, frozenset[str]]] = dataclasses.field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Nodes per provider (onnxruntime name)."""
@@ -82,12 +87,12 @@ def partition_graph(
     :raises InvalidGraph: an op unknown in a standard domain; a recursive function.
     :raises Fail: an op of a custom domain no installed library provides.
     """
-    assignments: dict[str, Assignment] = {}
-    declined: dict[str, dict[str, list[str]]] = {}
+    result = PartitionResult({}, {})
+    assignments, declined = result.assignments, result.declined
     inliner = FunctionInliner(graph, opsets, functions)
     pending = list(nodes)
     while pending:
-        _offer(graph, pending, opsets, slots, assignments, declined)
+        _offer(graph, pending, opsets, slots, result)
         expanded: list[ir.Node] = []
         for node in pending:
             if node.name in assignments:
@@ -98,7 +103,8 @@ def partition_graph(
                 raise _unclaimed_error(view._nodes[0], node, node_opsets(node, opsets), declined)
             expanded.extend(body)
         pending = expanded
-    return PartitionResult(assignments, declined, inliner.count)
+    result.inlined = inliner.count
+    return result
 
 
 def _offer(
@@ -106,11 +112,12 @@ def _offer(
     nodes: Sequence[ir.Node],
     opsets: Mapping[str, int],
     slots: Sequence[ProviderSlot],
-    assignments: dict[str, Assignment],
-    declined: dict[str, dict[str, list[str]]],
+    result: PartitionResult,
 ) -> None:
     """Ask every provider about ``nodes``, one view per set of opsets (inlined bodies resolve
     their ops with the opsets they were written for)."""
+    assignments, declined = result.assignments, result.declined
+    successors: dict[str, set[str]] | None = None
     groups: dict[tuple[tuple[str, int], ...], tuple[Mapping[str, int], list[ir.Node]]] = {}
     for node in nodes:
         node_sets = node_opsets(node, opsets)
@@ -134,10 +141,10 @@ def _offer(
                 if isinstance(claim, KernelClaim):
                     _accept_kernel_claim(view, slot, claim, assignments)
                 elif isinstance(claim, FuseClaim):
-                    _warn(
-                        f"provider '{provider.name}' returned a FuseClaim over {len(claim.nodes)} nodes; fused "
-                        "partitions are not supported by this onnxplug version, the nodes stay unclaimed"
-                    )
+                    if successors is None:
+                        every = list(graph)
+                        successors = successor_map(every, {n.name: node_reads(n) for n in every})
+                    _accept_fuse_claim(view, provider, claim, result, successors)
                 else:
                     _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
 
@@ -160,6 +167,28 @@ def _accept_kernel_claim(
         )
         return
     assignments[claim.node] = Assignment(provider, kernel)
+
+
+def _accept_fuse_claim(view: GraphView, provider: Provider, claim: FuseClaim, result: PartitionResult,
+                       successors: Mapping[str, set[str]]) -> None:
+    """Accept the convex parts of a FuseClaim's still-unassigned nodes (warning when split)."""
+    unknown = [name for name in claim.nodes if name not in view]
+    if unknown:
+        _warn(f"provider '{provider.name}' claimed nodes {unknown[:5]} in a FuseClaim, which are not in the graph; "
+              "they are ignored")
+    free = {name for name in claim.nodes if name in view and name not in result.assignments}
+    if not free:
+        return
+    parts = convex_parts(free, successors)
+    if len(parts) > 1:
+        _warn(f"provider '{provider.name}' claimed a non-convex set of {len(free)} nodes (a path leaves it and "
+              f"comes back); it was split into {len(parts)} convex partitions")
+    for part in parts:
+        name = claim.name if claim.name and len(parts) == 1 and claim.name not in result.fused else ""
+        name = name or f"{provider.name}_partition_{len(result.fused)}"
+        result.fused[name] = (provider, frozenset(part))
+        for node in part:
+            result.assignments[node] = Assignment(provider, None, name)
 
 
 def _unclaimed_error(

@@ -123,7 +123,8 @@ class InferenceSession:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             _name_nodes(self._loaded.model)
             self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots,
-                                    functions=self._loaded.model.functions)
+                                    functions=self._loaded.model.functions,
+                                    ir_version=self._loaded.proto.ir_version)
         except BaseException:
             for provider in providers:
                 provider.close()

@@ -20,29 +20,33 @@ def widen(x: np.ndarray) -> np.ndarray:
     return x.astype(compute_dtype(x.dtype), copy=False)
 
 
+# 1 / (2n+1)!! for n = 0..31: the coefficients of erf's all-positive series in t = 2 x^2.
+_SERIES = np.cumprod([1.0] + [1.0 / (2 * n + 1) for n in range(1, 32)])[::-1].copy()
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """erf to float64 accuracy (numpy has none).
 
-    |x| < 3: the all-positive series ``2/sqrt(pi) exp(-x^2) sum_n 2^n x^(2n+1) / (2n+1)!!``;
-    above, erfc's continued fraction evaluated backwards; beyond 6, erf is +-1 in float64.
+    |x| < 2: ``2/sqrt(pi) exp(-x^2) x sum_n (2x^2)^n / (2n+1)!!`` (all terms positive, so no
+    cancellation; 32 terms reach 1e-17), by Horner; 2 <= |x| < 6: erfc's continued fraction,
+    40 levels evaluated backwards (relative error below 1e-13 of erfc <= 5e-3); beyond 6, erf is
+    +-1 in float64.
     """
     z = np.abs(np.asarray(x, dtype=np.float64))
     out = np.ones_like(z)
-    small = z < 3.0
+    small = z < 2.0
     if small.any():
         s = z[small]
-        term = s.copy()
-        total = s.copy()
-        s2 = 2.0 * s * s
-        for n in range(1, 80):
-            term = term * s2 / (2 * n + 1)
-            total = total + term
-        out[small] = 2.0 / math.sqrt(math.pi) * np.exp(-s * s) * total
+        t = 2.0 * s * s
+        total = np.full_like(s, _SERIES[0])
+        for coefficient in _SERIES[1:]:
+            total = total * t + coefficient
+        out[small] = (2.0 / math.sqrt(math.pi)) * np.exp(-s * s) * s * total
     mid = ~small & (z < 6.0)
     if mid.any():
         m = z[mid]
         frac = np.zeros_like(m)
-        for k in range(60, 0, -1):
+        for k in range(40, 0, -1):
             frac = (k / 2.0) / (m + frac)
         out[mid] = 1.0 - np.exp(-m * m) / math.sqrt(math.pi) / (m + frac)
     return np.copysign(out, x)

@@ -203,6 +203,7 @@ def _mha_inputs(query, key, value, bias, num_heads, op):
 def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_filter_value=None):
     op = "MultiHeadAttention"
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
+    want_qk = ctx.num_outputs > 3 and ctx.outputs_used[3]
 
     def run(query, key=None, value=None, bias=None, key_padding_mask=None, attention_bias=None, past_key=None,
             past_value=None, past_sequence_length=None, cache_indirection=None):
@@ -231,7 +232,10 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
         head_scale = scale if scale else 1.0 / math.sqrt(head_size)
         out, scores, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias)
         dt = query.dtype
-        return (merge_heads(out).astype(dt, copy=False), k.astype(dt, copy=False), v.astype(dt, copy=False),
-                scores.astype(dt, copy=False))
+        qk = None
+        if want_qk:
+            with np.errstate(over="ignore"):  # causally masked scores are the lowest float32
+                qk = scores.astype(dt, copy=False)
+        return merge_heads(out).astype(dt, copy=False), k.astype(dt, copy=False), v.astype(dt, copy=False), qk
 
     return run

@@ -193,11 +193,13 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
             rows_new = past_lens[:, None] + np.arange(seq)[None, :]
             cache[np.arange(batch)[:, None], :, rows_new] = new.transpose(0, 2, 1, 3)
             present.append(cache)
-        keys = np.repeat(present[0], group, axis=1)
-        values = np.repeat(present[1], group, axis=1)
 
         head_scale = scale if scale else 1.0 / math.sqrt(head)
-        scores = np.matmul(q, np.swapaxes(keys, -1, -2)) * dtype.type(head_scale)
+        # Query heads n = g * group + j share KV head g: fold each group's heads into the rows of
+        # one matmul per KV head instead of repeating the cache.
+        grouped = q.reshape(batch, kv_num_heads, group * seq, head)
+        scores = np.matmul(grouped, np.swapaxes(present[0], -1, -2)).reshape(batch, num_heads, seq, present_len)
+        scores *= dtype.type(head_scale)
         if softcap:
             scores = softcap * np.tanh(scores / softcap)
         if attention_bias is not None:
@@ -218,7 +220,8 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
         elif smooth_softmax == 1:
             sink = np.zeros((1, 1, 1, 1), dtype=dtype)
         probs = _sink_softmax(scores, valid, sink)
-        out = np.matmul(probs, values).transpose(0, 2, 1, 3).reshape(batch, seq, num_heads * head)
+        out = np.matmul(probs.reshape(batch, kv_num_heads, group * seq, present_len), present[1])
+        out = out.reshape(batch, num_heads, seq, head).transpose(0, 2, 1, 3).reshape(batch, seq, num_heads * head)
         # onnxruntime reports masked-out scores as 0 (not -inf) before the softmax
         qk = probs if qk_output == 2 else np.where(valid, scores, 0)
         return (out.astype(query.dtype, copy=False), present[0].astype(query.dtype, copy=False),

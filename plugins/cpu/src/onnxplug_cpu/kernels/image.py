@@ -1,7 +1,6 @@
 """Spatial sampling and detection: GridSample, AffineGrid, RoiAlign, NonMaxSuppression.
 
-ImageDecoder is deliberately not registered: decoding JPEG/PNG/... needs an image library
-(Pillow), which the CPU provider does not depend on.
+ImageDecoder lives in image_decode.py (PNG, BMP, PNM, TIFF in numpy; other formats refused).
 
 GridSample gathers every output position at once for each interpolation tap (2 per axis for
 linear, 4 for cubic); RoiAlign's average mode is separable into two small matrices per roi, and

@@ -1,0 +1,110 @@
+"""Fused partitions: FuseClaim validation (convexity) and the Partition handed to ``compile``.
+
+A set of nodes S can run as one compiled unit only if it is convex: no path leaves S and comes
+back into it, or the unit would need a value computed after it.  A non-convex claim is split:
+the nodes of S reachable from S through an outside node (the re-entry set D) are removed, which
+leaves a convex set S \\ D; D is then checked the same way.  Splits are reported with a warning
+naming the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import onnx
+import onnx_ir as ir
+from onnx import helper
+
+from ..api import Partition
+
+__all__ = ["convex_parts", "successor_map", "build_partition"]
+
+
+def successor_map(nodes: Sequence[ir.Node], reads: Mapping[str, Sequence[ir.Value]]) -> dict[str, set[str]]:
+    """``{node name: names of nodes that read one of its outputs}`` (outer-scope reads of
+    subgraphs count as reads of the node that owns the subgraph)."""
+    producer = {id(v): node.name for node in nodes for v in node.outputs}
+    successors: dict[str, set[str]] = {node.name: set() for node in nodes}
+    for node in nodes:
+        for value in reads[node.name]:
+            source = producer.get(id(value))
+            if source is not None and source != node.name:
+                successors[source].add(node.name)
+    return successors
+
+
+def _reentry(group: set[str], successors: Mapping[str, set[str]]) -> set[str]:
+    """Nodes of ``group`` reachable from ``group`` through at least one node outside it."""
+    frontier = [s for name in group for s in successors[name] if s not in group]
+    seen = set(frontier)
+    reentered: set[str] = set()
+    while frontier:
+        name = frontier.pop()
+        if name in group:
+            reentered.add(name)
+        for nxt in successors[name]:
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+    return reentered
+
+
+def convex_parts(nodes: Iterable[str], successors: Mapping[str, set[str]]) -> list[set[str]]:
+    """``nodes`` split into convex sets (one set when it already is convex)."""
+    parts = []
+    remaining = set(nodes)
+    while remaining:
+        reentered = _reentry(remaining, successors)
+        convex = remaining - reentered
+        if not convex:  # cannot happen for an acyclic graph; guard against a loop anyway
+            parts.extend({name} for name in remaining)
+            break
+        parts.append(convex)
+        remaining = reentered
+    return parts
+
+
+def build_partition(
+    name: str,
+    members: Sequence[ir.Node],
+    outside_readers: set[int],
+    graph_outputs: set[int],
+    constants: Mapping[int, ir.Value],
+    opsets: Mapping[str, int],
+    ir_version: int,
+) -> tuple[Partition, list[ir.Value], list[ir.Value]]:
+    """The Partition for ``members`` (in execution order), with its input and output values.
+
+    :param outside_readers: ids of values read by a node outside the partition.
+    :param graph_outputs: ids of the graph's output values.
+    :param constants: id → initializer value for initializers that cannot be overridden.
+    """
+    produced = {id(v) for node in members for v in node.outputs}
+    inputs: list[ir.Value] = []
+    initializers: list[onnx.TensorProto] = []
+    seen: set[int] = set()
+    for node in members:
+        for value in node.inputs:
+            if value is None or id(value) in produced or id(value) in seen:
+                continue
+            seen.add(id(value))
+            if id(value) in constants:
+                tensor = ir.serde.serialize_tensor(value.const_value)
+                tensor.name = value.name
+                initializers.append(tensor)
+            else:
+                inputs.append(value)
+    outputs = [v for node in members for v in node.outputs
+               if v.name and (id(v) in outside_readers or id(v) in graph_outputs)]
+    graph = helper.make_graph(
+        [ir.serde.serialize_node(node) for node in members],
+        name,
+        [ir.serde.serialize_value(v) for v in inputs],
+        [ir.serde.serialize_value(v) for v in outputs],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    model.ir_version = ir_version
+    partition = Partition(name, tuple(n.name for n in members), tuple(v.name for v in inputs),
+                          tuple(v.name for v in outputs), model)
+    return partition, inputs, outputs

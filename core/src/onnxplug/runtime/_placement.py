@@ -1,0 +1,112 @@
+"""Device placement: copies inserted where a value crosses between memories.
+
+Every value has a home: graph inputs, constants and outer-scope values live on the host; a
+step's outputs live in its provider's memory (host for providers without a transfer).  Where a
+step reads a value that lives elsewhere, a copy step is inserted before it (device→host,
+host→device, or device→host→device between two devices); one copy serves every later reader.
+Constants needed on a device are copied once, when the plan is built.  Graph outputs end on the
+host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ..api import Provider
+from ._steps import DROP_SLOT, NONE_SLOT, Step
+
+__all__ = ["Copy", "place"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Copy:
+    """One inserted copy, for reports: the value, from where, to where."""
+
+    value: str
+    source: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.value}: {self.source} -> {self.target}"
+
+
+def _label(device: Provider | None) -> str:
+    return "host" if device is None else device.ort_name
+
+
+def _copy_call(transfer_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def copy(value: Any) -> Any:
+        return None if value is None else transfer_fn(value)
+
+    return copy
+
+
+def place(
+    steps: list[Step],
+    output_slots: tuple[int, ...],
+    template: list[Any],
+    constants: dict[int, Any],
+    slot_names: dict[int, str],
+) -> tuple[list[Step], tuple[int, ...], list[Copy]]:
+    """Insert copies into ``steps``; return the new steps, output slots and the copies made.
+
+    :param template: the plan's initial slot values (constants copied to a device are added).
+    :param constants: slot → host value, for slots holding constants.
+    :param slot_names: slot → value name, for reports.
+    """
+    home: dict[int, Provider | None] = {}
+    converted: dict[tuple[int, int], int] = {}
+    copies: list[Copy] = []
+    placed: list[Step] = []
+
+    def new_slot(name: str) -> int:
+        template.append(None)
+        slot_names[len(template) - 1] = name
+        return len(template) - 1
+
+    def move(slot: int, target: Provider | None, before: list[Step]) -> int:
+        source = home.get(slot)
+        if source is target or slot in (NONE_SLOT, DROP_SLOT):
+            return slot
+        key = (slot, id(target))
+        if key in converted:
+            return converted[key]
+        name = slot_names.get(slot, f"slot{slot}")
+        if slot in constants and source is None and target is not None:
+            moved = new_slot(name)
+            template[moved] = target.transfer().to_device(constants[slot])
+        else:
+            current = slot
+            if source is not None:
+                current = new_slot(name)
+                before.append(Step(_copy_call(source.transfer().to_host), (slot,), (current,), True,
+                                   f"copy {name} to host", "MemcpyToHost", _label(source), -1))
+                home[current] = None
+            if target is not None:
+                moved = new_slot(name)
+                before.append(Step(_copy_call(target.transfer().to_device), (current,), (moved,), True,
+                                   f"copy {name} to {target.ort_name}", "MemcpyFromHost", target.ort_name, -1))
+            else:
+                moved = current
+        home[moved] = target
+        converted[key] = moved
+        copies.append(Copy(name, _label(source), _label(target)))
+        return moved
+
+    for step in steps:
+        inserted: list[Step] = []
+        if step.device is not None or any(home.get(s) is not None for s in step.inputs):
+            step.inputs = tuple(
+                move(slot, None if position in step.host_inputs else step.device, inserted)
+                for position, slot in enumerate(step.inputs)
+            )
+        placed.extend(inserted)
+        placed.append(step)
+        for slot in step.outputs:
+            home[slot] = step.device
+    tail: list[Step] = []
+    outputs = tuple(move(slot, None, tail) for slot in output_slots)
+    placed.extend(tail)
+    return placed, outputs, copies
