@@ -13,20 +13,21 @@ import nox
 nox.options.sessions = ["lint", "tests", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 
-# onnxruntime is a test oracle only, never a runtime dependency.
-TEST_DEPS = ["pytest>=8", "onnxruntime", "tomli; python_version < '3.11'"]
+# The distributions of this repository, in install order.
+DISTRIBUTIONS = ["./core", "./plugins/cpu", "./contrib/virtual_device", "./contrib/ms_ops",
+                 "./contrib/example_textops", "."]
 
 
 def _install_project(session: nox.Session) -> None:
-    """The core, the CPU provider and the umbrella distribution, editable."""
-    session.install("-e", "./core", "-e", "./plugins/cpu", "-e", ".")
+    """Every distribution of the repository, editable, and the test requirements
+    (onnxruntime among them: a test oracle only, never a runtime dependency)."""
+    session.install(*[arg for dist in DISTRIBUTIONS for arg in ("-e", dist)], "-r", "requirements-test.txt")
 
 
 @nox.session  # the interpreter nox runs on; another with `nox -s tests --force-python 3.12`
 def tests(session: nox.Session) -> None:
     """Unit, partition, integration and conformance tests."""
     _install_project(session)
-    session.install(*TEST_DEPS)
     session.run("pytest", *(session.posargs or ["-q", "--tb=short"]))
 
 
@@ -34,7 +35,6 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """All ONNX conformance cases on the CPU provider, slow ones included, then coverage."""
     _install_project(session)
-    session.install(*TEST_DEPS)
     session.run("pytest", "tests/conformance", "-m", "conformance", "-q", "--tb=line", *session.posargs)
     session.run("python", "scripts/op_coverage.py", "--missing")
 
@@ -43,4 +43,4 @@ def conformance(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the sources and tests (configuration in pyproject.toml)."""
     session.install("ruff")
-    session.run("ruff", "check", "core", "plugins", "tests", *session.posargs)
+    session.run("ruff", "check", "core", "plugins", "contrib", "tests", "scripts", *session.posargs)

@@ -257,6 +257,10 @@ class Environment:
                 )
             self._schema_owners[key] = owner
             # onnx.defs is process-wide: the first environment to need a schema registers it.
+            # onnx.reference refuses, when first imported, an op name present in two domains
+            # (Gelu, Attention... exist in com.microsoft too), so it is imported before any
+            # custom schema is registered, for the sake of every later user in the process.
+            import onnx.reference  # noqa: F401
             with _SCHEMA_LOCK:
                 try:
                     existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)

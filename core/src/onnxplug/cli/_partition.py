@@ -20,32 +20,32 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def partition_report(session: InferenceSession) -> dict[str, Any]:
     """The main graph's assignment: nodes in execution order with their provider, edges between
-    them, per-provider counts, fused partitions, copies, and declined reasons."""
+    them, per-provider counts, fused partitions (members in order), copies, and declined reasons."""
     plan = session._require_plan()
-    graph = session._loaded.model.graph
-    assignments = plan.partition.assignments
+    graph_nodes = list(session._loaded.model.graph)
+    position = {node.name: i for i, node in enumerate(graph_nodes)}
+    by_name = {node.name: node for node in graph_nodes}
+    members = {name: sorted(part, key=position.__getitem__) for name, (_, part) in plan.partition.fused.items()}
     nodes = []
-    producer: dict[int, str] = {}
-    for node in graph:
-        for value in node.outputs:
-            producer[id(value)] = node.name
-    edges = []
     for step in plan.steps:
-        nodes.append({"name": step.name, "op_type": step.op_type, "provider": step.provider})
-    by_name = {node.name: node for node in graph}
-    for step in plan.steps:
-        for value in by_name[step.name].inputs:
-            if value is not None and id(value) in producer:
-                edges.append((producer[id(value)], step.name))
-    counts = collections.Counter(a.provider.ort_name for a in assignments.values())
-    partitions = getattr(plan.partition, "fused", {}) or {}
-    copies = [c for c in getattr(plan, "copies", [])]
+        if step.node_index < 0:  # an inserted copy: listed under "copies"
+            continue
+        for name in members.get(step.name, [step.name]):
+            nodes.append({"name": name, "op_type": by_name[name].op_type, "provider": step.provider})
+    producer = {id(value): node.name for node in graph_nodes for value in node.outputs}
+    edges = [
+        (producer[id(value)], node["name"])
+        for node in nodes
+        for value in by_name[node["name"]].inputs
+        if value is not None and id(value) in producer
+    ]
+    counts = collections.Counter(a.provider.ort_name for a in plan.partition.assignments.values())
     return {
         "nodes": nodes,
         "edges": edges,
         "counts": dict(counts),
-        "partitions": partitions,
-        "copies": copies,
+        "partitions": members,
+        "copies": [str(c) for c in plan.copies],
         "declined": plan.partition.declined,
         "providers": session.get_providers(),
     }

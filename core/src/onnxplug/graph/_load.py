@@ -117,6 +117,25 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
     return LoadedModel(proto=proto, model=model, base_dir=base_dir, from_path=path is not None)
 
 
+def fill_missing_opsets(model: ir.Model) -> None:
+    """Import, at its newest version, every domain a node uses that the model does not import.
+
+    Exporters (onnxruntime's transformer optimizer among them) leave out ``com.microsoft``;
+    onnxruntime accepts such models the same way.  Run after op-library schemas are registered.
+    """
+    imported = {("" if d == "ai.onnx" else d) for d in model.opset_imports}
+    used = {node.domain or "" for node in model.graph.all_nodes()} - imported
+    used.discard("ai.onnx")
+    if not used:
+        return
+    newest: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain in used:
+            newest[schema.domain] = max(newest.get(schema.domain, 0), schema.since_version)
+    for domain, version in newest.items():
+        model.opset_imports[domain] = version
+
+
 def _deserialize(proto: onnx.ModelProto) -> ir.Model:
     # onnx-ir logs (rather than raises) on some faults that validate_model already reported.
     logger = logging.getLogger("onnx_ir")

@@ -19,6 +19,7 @@ from .._plugins import Environment, default_environment
 from ..api import KernelLookup, Provider
 from ..errors import InvalidArgument, NoModel
 from ..graph import load_model
+from ..graph._load import fill_missing_opsets
 from ..kernels._runstate import RunState, enter_run, leave_run
 from ..partition import ProviderSlot
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
@@ -122,6 +123,7 @@ class InferenceSession:
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             _name_nodes(self._loaded.model)
+            fill_missing_opsets(self._loaded.model)
             self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots,
                                     functions=self._loaded.model.functions,
                                     ir_version=self._loaded.proto.ir_version)
