@@ -1,0 +1,196 @@
+"""Golden partition tests with fake providers: who runs what, which claims are refused, copies."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.api import FuseClaim, KernelClaim
+from onnxplug.testing import make_model
+from onnxplug.testing.fakes import FakeFactory, fake_plugin
+
+F = TensorProto.FLOAT
+X = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
+
+
+def _chain_model() -> bytes:
+    """x → Relu(r) → Neg(n) → Add(a, with x) → Mul(m, with r) → Sigmoid(y)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="r"),
+        helper.make_node("Neg", ["r"], ["n"], name="n"),
+        helper.make_node("Add", ["n", "x"], ["a"], name="a"),
+        helper.make_node("Mul", ["a", "r"], ["m"], name="m"),
+        helper.make_node("Sigmoid", ["m"], ["y"], name="y"),
+    ]
+    return make_model(nodes, [("x", F, [2, 2])], [("y", F, [2, 2])]).SerializeToString()
+
+
+CHAIN = _chain_model()
+CPU_RESULT = onnxplug.InferenceSession(CHAIN).run(None, {"x": X})[0]
+
+
+def _ops(*ops: str):
+    return lambda graph, kernels: [KernelClaim(n.name) for n in graph.nodes if n.op_type in ops]
+
+
+def _session(model: bytes, *factories: FakeFactory, providers=None):
+    env = onnxplug.Environment()
+    env.register(fake_plugin(*factories), name="fakes")
+    names = providers or [f.ort_name for f in factories]
+    return onnxplug.InferenceSession(model, providers=names, environment=env)
+
+
+def _assignment(session) -> dict[str, str]:
+    return {name: a.provider.name for name, a in session._plan.partition.assignments.items()}
+
+
+def test_overlapping_claims_first_provider_wins():
+    first = FakeFactory("first", _ops("Relu", "Add"))
+    second = FakeFactory("second", _ops("Relu", "Add", "Mul"))
+    session = _session(CHAIN, first, second)
+    assert _assignment(session) == {"r": "first", "n": "cpu", "a": "first", "m": "second", "y": "cpu"}
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+    assert first.calls["Relu"] == 1 and second.calls["Mul"] == 1 and second.calls["Relu"] == 0
+
+
+def test_provider_order_from_the_user_decides():
+    first = FakeFactory("first", _ops("Relu", "Add"))
+    second = FakeFactory("second", _ops("Relu", "Add", "Mul"))
+    session = _session(CHAIN, first, second, providers=[second.ort_name, first.ort_name])
+    assert _assignment(session) == {"r": "second", "n": "cpu", "a": "second", "m": "second", "y": "cpu"}
+
+
+def test_non_convex_fuse_claim_is_split_with_a_warning():
+    # {r, a} is not convex: r → n (outside) → a.
+    fuser = FakeFactory("fuser", lambda graph, kernels: [FuseClaim(("r", "a", "m"))])
+    with pytest.warns(UserWarning, match=r"provider 'fuser' claimed a non-convex set of 3 nodes.*split into 2"):
+        session = _session(CHAIN, fuser)
+    fused = {name: sorted(nodes) for name, (_, nodes) in session._plan.partition.fused.items()}
+    assert sorted(fused.values()) == [["a", "m"], ["r"]]
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+    assert fuser.calls["partition"] == 2
+
+
+def test_convex_fuse_claim_is_one_partition():
+    fuser = FakeFactory("fuser", lambda graph, kernels: [FuseClaim(("r", "n", "a"), name="head")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        session = _session(CHAIN, fuser)
+    assert {name: sorted(nodes) for name, (_, nodes) in session._plan.partition.fused.items()} == {
+        "head": ["a", "n", "r"]}
+    assert session.partition_counts() == {"FuserExecutionProvider": 3, "CPUExecutionProvider": 2}
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+
+
+def test_fuse_claim_overlapping_kernel_claims_keeps_the_free_nodes():
+    claims = FakeFactory("claims", _ops("Relu"))
+    fuser = FakeFactory("fuser", lambda graph, kernels: [FuseClaim(("r", "n", "a"))])
+    session = _session(CHAIN, claims, fuser)
+    assert _assignment(session) == {"r": "claims", "n": "fuser", "a": "fuser", "m": "cpu", "y": "cpu"}
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+
+
+def test_provider_whose_capability_raises_is_skipped():
+    def broken(graph, kernels):
+        raise RuntimeError("driver crashed")
+
+    with pytest.warns(UserWarning, match=r"provider 'broken' failed in capability\(\).*driver crashed"):
+        session = _session(CHAIN, FakeFactory("broken", broken))
+    assert session.partition_counts() == {"CPUExecutionProvider": 5}
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+
+
+def test_claim_without_kernel_is_refused():
+    greedy = FakeFactory("greedy", _ops("Sigmoid", "Relu", "Softmax"))
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm")], [("x", F, [2, 2])],
+                       [("y", F, [2, 2])]).SerializeToString()
+    with pytest.warns(UserWarning, match=r"provider 'greedy' claimed node 'sm' .*Softmax.* no kernel"):
+        session = _session(model, greedy)
+    assert _assignment(session) == {"sm": "cpu"}
+
+
+def test_claim_of_unknown_node_is_ignored():
+    ghost = FakeFactory("ghost", lambda graph, kernels: [KernelClaim("no_such_node")])
+    with pytest.warns(UserWarning, match="claimed node 'no_such_node', which is not in the graph"):
+        session = _session(CHAIN, ghost)
+    assert session.partition_counts() == {"CPUExecutionProvider": 5}
+
+
+def test_claims_inside_if_and_loop_bodies():
+    relu_body = helper.make_graph([helper.make_node("Relu", ["x"], ["out"])], "relu_branch", [],
+                                  [helper.make_tensor_value_info("out", F, [2, 2])])
+    neg_body = helper.make_graph([helper.make_node("Neg", ["x"], ["out2"])], "neg_branch", [],
+                                 [helper.make_tensor_value_info("out2", F, [2, 2])])
+    loop_body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Relu", ["acc_in"], ["relu_acc"]),
+         helper.make_node("Add", ["relu_acc", "x"], ["acc_out"])],
+        "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", F, [2, 2])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", F, [2, 2])],
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["branch"], then_branch=relu_body, else_branch=neg_body),
+        helper.make_node("Loop", ["trips", "", "branch"], ["looped"], body=loop_body),
+    ]
+    model = make_model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [2, 2]), ("trips", TensorProto.INT64, [])],
+                       [("looped", F, [2, 2])]).SerializeToString()
+    feeds = {"c": np.array(True), "x": X, "trips": np.array(3, np.int64)}
+    expected = onnxplug.InferenceSession(model).run(None, feeds)[0]
+    fake = FakeFactory("inner", _ops("Relu", "Add"))
+    session = _session(model, fake)
+    np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=1e-6)
+    assert fake.calls["Relu"] == 1 + 3 and fake.calls["Add"] == 3
+
+
+def test_copies_are_inserted_at_device_borders():
+    device = FakeFactory("device", _ops("Relu", "Add", "Sigmoid"), device_memory=True)
+    session = _session(CHAIN, device)
+    copies = [str(c) for c in session._plan.copies]
+    # r lives on the device; n (CPU) needs it on the host, and so does m; a (device) needs n and x.
+    assert copies == [
+        "x: host -> DeviceExecutionProvider",
+        "r: DeviceExecutionProvider -> host",
+        "n: host -> DeviceExecutionProvider",
+        "a: DeviceExecutionProvider -> host",
+        "m: host -> DeviceExecutionProvider",
+        "y: DeviceExecutionProvider -> host",
+    ]
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+
+
+def test_constants_are_copied_to_the_device_once():
+    device = FakeFactory("device", _ops("Add"), device_memory=True)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])],
+                       {"w": np.ones(2, np.float32)}).SerializeToString()
+    session = _session(model, device)
+    copy_steps = [s for s in session._plan.steps if s.node_index < 0]
+    assert [s.op_type for s in copy_steps] == ["MemcpyFromHost", "MemcpyToHost"]  # x in, y out; w at build
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(None, {"x": np.array([1, 2], np.float32)})[0], [2, 3])
+
+
+def test_fused_partition_on_device_memory():
+    device = FakeFactory("device", lambda graph, kernels: [FuseClaim(("n", "a", "m"))], device_memory=True)
+    session = _session(CHAIN, device)
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+    assert device.calls["partition"] == 1
+
+
+def test_unclaimed_node_error_lists_every_provider_reason():
+    def decline(graph, kernels):
+        for node in graph.nodes:
+            graph.decline(node, "not on this chip")
+        return []
+
+    env = onnxplug.Environment(block=["cpu"])
+    env.register(fake_plugin(FakeFactory("picky", decline)), name="picky")
+    with pytest.raises(onnxplug.NotImplemented, match=r"Relu.*PickyExecutionProvider: not on this chip"):
+        onnxplug.InferenceSession(CHAIN, providers=["PickyExecutionProvider"], environment=env)
