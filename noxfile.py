@@ -14,8 +14,14 @@ nox.options.sessions = ["lint", "tests", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 
 # The distributions of this repository, in install order.
-DISTRIBUTIONS = ["./core", "./plugins/cpu", "./contrib/virtual_device", "./contrib/ms_ops",
-                 "./contrib/example_textops", "."]
+DISTRIBUTIONS = [
+    "./core",
+    "./plugins/cpu",
+    "./contrib/virtual_device",
+    "./contrib/ms_ops",
+    "./contrib/example_textops",
+    ".",
+]
 
 
 def _install_project(session: nox.Session) -> None:

@@ -109,8 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     previous = harness.load_expectations(str(XFAIL_FILE))
     os.environ["ONNXPLUG_CONFORMANCE_IGNORE_XFAIL"] = "1"
     collector = _Collector()
-    pytest_args = [str(REPO / "tests" / "conformance"), "-q", "--tb=no", "-p", "no:cacheprovider",
-                   "--rootdir", str(REPO), "-m", "conformance", "-rN", "--no-header"]
+    pytest_args = [
+        str(REPO / "tests" / "conformance"),
+        "-q",
+        "--tb=no",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(REPO),
+        "-m",
+        "conformance",
+        "-rN",
+        "--no-header",
+    ]
     if args.keyword:
         pytest_args += ["-k", args.keyword]
     pytest.main(pytest_args, plugins=[collector])
@@ -132,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             entries[key] = {"reason": collector.errors[key]}
     text = render(entries, _header(str(XFAIL_FILE)))
     failed = sum(1 for o in collector.outcomes.values() if o == "failed")
-    print(f"gen_xfail: {len(collector.outcomes)} cases ran, {failed} failing; {len(entries)} entries",
-          file=sys.stderr)
+    print(f"gen_xfail: {len(collector.outcomes)} cases ran, {failed} failing; {len(entries)} entries", file=sys.stderr)
     if args.dry_run:
         sys.stdout.write(text)
     else:

@@ -28,8 +28,9 @@ def train():
 
     digits = load_digits()
     x = digits.data.astype(np.float32) / 16.0
-    x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.25, random_state=0,
-                                                        stratify=digits.target)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, digits.target, test_size=0.25, random_state=0, stratify=digits.target
+    )
     model = MLPClassifier(hidden_layer_sizes=(48,), max_iter=600, random_state=0)
     model.fit(x_train, y_train)
     print(f"held-out accuracy (scikit-learn): {model.score(x_test, y_test):.3f}")

@@ -33,10 +33,24 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("domain", "schema versions", "with kernel", "function body only", "neither")]
     for domain in harness.COVERAGE_DOMAINS:
         mine = {k for k in schemas if k[0] == domain}
-        rows.append((domain or "ai.onnx", str(len(mine)), str(len(mine & registered)),
-                     str(len(mine & by_function)), str(len(mine & (missing - by_function)))))
-    rows.append(("total", str(len(schemas)), str(len(schemas & registered)), str(len(by_function)),
-                 str(len(missing - by_function))))
+        rows.append(
+            (
+                domain or "ai.onnx",
+                str(len(mine)),
+                str(len(mine & registered)),
+                str(len(mine & by_function)),
+                str(len(mine & (missing - by_function))),
+            )
+        )
+    rows.append(
+        (
+            "total",
+            str(len(schemas)),
+            str(len(schemas & registered)),
+            str(len(by_function)),
+            str(len(missing - by_function)),
+        )
+    )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for index, row in enumerate(rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))

@@ -17,7 +17,7 @@ def quickstart_lines() -> list[str]:
     start = lines.index("## Quick start")
     fence = next(i for i in range(start, len(lines)) if lines[i].startswith("```"))
     end = next(i for i in range(fence + 1, len(lines)) if lines[i].startswith("```"))
-    commands = [line for line in lines[fence + 1:end] if line.strip()]
+    commands = [line for line in lines[fence + 1 : end] if line.strip()]
     if len(commands) != 2:
         raise SystemExit(f"README Quick start must hold exactly two command lines, found {len(commands)}")
     return commands

@@ -224,8 +224,16 @@ def load_cases(suites: tuple[str, ...] = SUITES) -> tuple[Case, ...]:
                 cases.append(Case(suite, test.name, test.rtol, test.atol, model=test.model, data=test.data_sets))
             else:
                 model_dir = test.model_dir
-                cases.append(Case(suite, test.name, test.rtol, test.atol,
-                                  path=os.path.join(model_dir, "model.onnx"), data_dir=model_dir))
+                cases.append(
+                    Case(
+                        suite,
+                        test.name,
+                        test.rtol,
+                        test.atol,
+                        path=os.path.join(model_dir, "model.onnx"),
+                        data_dir=model_dir,
+                    )
+                )
     return tuple(cases)
 
 
@@ -339,8 +347,14 @@ def compare(got: Any, expected: Any, rtol: float, atol: float, *, where: str, sh
         if sorted(got) != sorted(expected):
             raise AssertionError(f"{where}: map keys {sorted(got)}, expected {sorted(expected)}")
         for key in expected:
-            compare(np.asarray(got[key]), np.asarray(expected[key]), rtol, atol,
-                    where=f"{where}[{key!r}]", shape_only=shape_only)
+            compare(
+                np.asarray(got[key]),
+                np.asarray(expected[key]),
+                rtol,
+                atol,
+                where=f"{where}[{key!r}]",
+                shape_only=shape_only,
+            )
         return
     expected = np.asarray(expected)
     if not isinstance(got, np.ndarray):
@@ -362,8 +376,10 @@ def _compare_values(got: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
         mismatched = [i for i, (a, b) in enumerate(zip(g, e)) if a != b]
         if mismatched:
             i = mismatched[0]
-            raise AssertionError(f"{where}: {len(mismatched)} of {len(e)} strings differ (first at flat index {i}: "
-                                 f"{g[i]!r} vs expected {e[i]!r})")
+            raise AssertionError(
+                f"{where}: {len(mismatched)} of {len(e)} strings differ (first at flat index {i}: "
+                f"{g[i]!r} vs expected {e[i]!r})"
+            )
         return
     if dtype_name.startswith(_ML_INTS):
         got, expected = got.astype(np.int64), expected.astype(np.int64)
@@ -381,8 +397,10 @@ def _compare_values(got: np.ndarray, expected: np.ndarray, rtol: float, atol: fl
     if not np.array_equal(got, expected):
         bad = np.flatnonzero(got.ravel() != expected.ravel())
         i = int(bad[0])
-        raise AssertionError(f"{where}: {bad.size} of {expected.size} values differ (first at flat index {i}: "
-                             f"{got.ravel()[i]!r} vs expected {expected.ravel()[i]!r})")
+        raise AssertionError(
+            f"{where}: {bad.size} of {expected.size} values differ (first at flat index {i}: "
+            f"{got.ravel()[i]!r} vs expected {expected.ravel()[i]!r})"
+        )
 
 
 # -- (op, since_version) coverage ----------------------------------------------------------

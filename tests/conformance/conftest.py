@@ -158,5 +158,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for suite in harness.SUITES[1:]:
         if suite in _OUTCOMES:
             c = _counts(_OUTCOMES[suite])
-            write(f"conformance ({suite}): {c['passed']} passed, {c['xfailed']} xfailed, {c['failed']} failed, "
-                  f"{c['skipped']} skipped of {sum(c.values())} cases")
+            write(
+                f"conformance ({suite}): {c['passed']} passed, {c['xfailed']} xfailed, {c['failed']} failed, "
+                f"{c['skipped']} skipped of {sum(c.values())} cases"
+            )

@@ -46,8 +46,9 @@ def test_broken_plugin_is_recorded_and_skipped(broken_dist):
 
 def test_plugins_command_reports_the_broken_plugin(broken_dist):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(broken_dist), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "onnxplug.cli", "plugins"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "onnxplug.cli", "plugins"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "broken  [onnxplug-broken 2.3]  failed" in done.stdout
     assert "libfoo.so not found" in done.stdout
@@ -120,8 +121,9 @@ def _toy_plugin(calls: list) -> types.SimpleNamespace:
     def onnxplug_kernels(provider):
         return [registry] if provider.name == "toy" else []
 
-    return types.SimpleNamespace(onnxplug_provider_factories=onnxplug_provider_factories,
-                                 onnxplug_kernels=onnxplug_kernels)
+    return types.SimpleNamespace(
+        onnxplug_provider_factories=onnxplug_provider_factories, onnxplug_kernels=onnxplug_kernels
+    )
 
 
 def test_in_process_plugin_is_used():
@@ -152,6 +154,7 @@ def test_registering_a_plugin_with_a_misspelled_hook_fails():
 def test_two_plugins_claiming_one_provider_name():
     env = onnxplug.Environment()
     with pytest.raises(onnxplug.PluginError, match="already taken by plugin 'cpu'"):
+
         class Impostor(_CountingFactory):
             name = "cpu2"
             ort_name = "CPUExecutionProvider"

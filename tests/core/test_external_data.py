@@ -15,8 +15,12 @@ from onnxplug.testing import make_model
 
 def _model_with_external(tmp_path, location="weights.bin", offset=0, length=None, data=None):
     weights = np.arange(4, dtype=np.float32)
-    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, [4])],
-                       [("y", TensorProto.FLOAT, [4])], {"w": weights})
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [("x", TensorProto.FLOAT, [4])],
+        [("y", TensorProto.FLOAT, [4])],
+        {"w": weights},
+    )
     tensor = model.graph.initializer[0]
     tensor.ClearField("raw_data")
     tensor.data_location = TensorProto.EXTERNAL

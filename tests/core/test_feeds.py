@@ -13,8 +13,12 @@ from onnxplug.testing import make_model
 @pytest.fixture(scope="module")
 def session():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, ["batch", 4])], [("y", TensorProto.FLOAT, None)],
-                       {"w": np.ones((4, 2), np.float32)})
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, ["batch", 4])],
+        [("y", TensorProto.FLOAT, None)],
+        {"w": np.ones((4, 2), np.float32)},
+    )
     return onnxplug.InferenceSession(model.SerializeToString())
 
 
@@ -40,7 +44,9 @@ def test_unknown_feed_name(session):
 
 
 def test_wrong_dtype_names_the_input(session):
-    with pytest.raises(onnxplug.InvalidArgument, match=r"input 'x'.*Actual: \(tensor\(double\)\).*expected: \(tensor\(float\)\)"):
+    with pytest.raises(
+        onnxplug.InvalidArgument, match=r"input 'x'.*Actual: \(tensor\(double\)\).*expected: \(tensor\(float\)\)"
+    ):
         session.run(None, {"x": np.ones((1, 4), np.float64)})
 
 
@@ -75,8 +81,9 @@ def test_output_names_as_string_is_type_error(session):
 
 
 def test_feed_not_mutated_and_output_fresh():
-    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [("x", TensorProto.FLOAT, [3])],
-                       [("y", TensorProto.FLOAT, [3])])
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])], [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])]
+    )
     session = onnxplug.InferenceSession(model.SerializeToString())
     x = np.arange(3, dtype=np.float32)
     (y,) = session.run(None, {"x": x})
@@ -87,8 +94,9 @@ def test_feed_not_mutated_and_output_fresh():
 
 def test_kernel_failure_names_node_and_op():
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="the_reshape")]
-    model = make_model(nodes, [("x", TensorProto.FLOAT, [6]), ("shape", TensorProto.INT64, [2])],
-                       [("y", TensorProto.FLOAT, None)])
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [6]), ("shape", TensorProto.INT64, [2])], [("y", TensorProto.FLOAT, None)]
+    )
     session = onnxplug.InferenceSession(model.SerializeToString())
     with pytest.raises(onnxplug.Fail, match=r"Reshape node\. Name:'the_reshape'.*shape"):
         session.run(None, {"x": np.ones(6, np.float32), "shape": np.array([4, 4], np.int64)})

@@ -43,8 +43,12 @@ def test_unknown_op_default_domain():
 
 
 def test_unknown_custom_domain_names_domain_and_how_to_fix():
-    model = make_model([helper.make_node("FooBar", ["x"], ["y"], domain="custom.dom")], [("x", F, [1])],
-                       [("y", F, [1])], extra_opsets={"custom.dom": 1})
+    model = make_model(
+        [helper.make_node("FooBar", ["x"], ["y"], domain="custom.dom")],
+        [("x", F, [1])],
+        [("y", F, [1])],
+        extra_opsets={"custom.dom": 1},
+    )
     with pytest.raises(onnxplug.Fail, match=r"custom\.dom:FooBar.*register_custom_ops_library"):
         _session(model)
 
@@ -83,8 +87,9 @@ def test_unsorted_graph_runs():
 
 
 def test_initializer_size_mismatch():
-    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])],
-                       {"w": np.ones(2, np.float32)})
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, np.float32)}
+    )
     model.graph.initializer[0].dims[:] = [3]
     with pytest.raises(onnxplug.InvalidGraph, match="'w' holds 8 bytes"):
         _session(model)
@@ -105,10 +110,14 @@ def test_exception_classes_importable_from_capi_path():
 
 def test_subgraph_output_naming_an_outer_value_runs():
     then_graph = helper.make_graph([], "then", [], [helper.make_tensor_value_info("x", F, [2])])
-    else_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["nx"])], "else", [],
-                                   [helper.make_tensor_value_info("nx", F, [2])])
-    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)],
-                       [("c", TensorProto.BOOL, []), ("x", F, [2])], [("y", F, [2])])
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["nx"])], "else", [], [helper.make_tensor_value_info("nx", F, [2])]
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)],
+        [("c", TensorProto.BOOL, []), ("x", F, [2])],
+        [("y", F, [2])],
+    )
     session = _session(model)
     x = np.array([1, 2], np.float32)
     np.testing.assert_array_equal(session.run(None, {"c": np.array(True), "x": x})[0], [1, 2])
@@ -116,15 +125,17 @@ def test_subgraph_output_naming_an_outer_value_runs():
 
 
 def test_sparse_constant_becomes_dense():
-    sparse = helper.make_sparse_tensor(helper.make_tensor("v", F, [2], [5, 6]),
-                                       helper.make_tensor("i", TensorProto.INT64, [2], [1, 3]), [4])
+    sparse = helper.make_sparse_tensor(
+        helper.make_tensor("v", F, [2], [5, 6]), helper.make_tensor("i", TensorProto.INT64, [2], [1, 3]), [4]
+    )
     model = make_model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], [], [("y", F, [4])])
     np.testing.assert_array_equal(_session(model).run(None, {})[0], [0, 5, 0, 6])
 
 
 def test_sparse_indices_out_of_bounds_refused():
-    sparse = helper.make_sparse_tensor(helper.make_tensor("v", F, [1], [5]),
-                                       helper.make_tensor("i", TensorProto.INT64, [1], [9]), [4])
+    sparse = helper.make_sparse_tensor(
+        helper.make_tensor("v", F, [1], [5]), helper.make_tensor("i", TensorProto.INT64, [1], [9]), [4]
+    )
     model = make_model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], [], [("y", F, [4])])
     with pytest.raises(onnxplug.InvalidGraph, match="sparse indices out of bounds"):
         _session(model)

@@ -113,7 +113,8 @@ def session(environment, model: onnx.ModelProto):
 
 def one_op_model(op: str, opset: int, **attrs) -> onnx.ModelProto:
     graph = oh.make_graph(
-        [oh.make_node(op, ["x"], ["y"], **attrs)], "g",
+        [oh.make_node(op, ["x"], ["y"], **attrs)],
+        "g",
         [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
         [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
     )
@@ -122,13 +123,17 @@ def one_op_model(op: str, opset: int, **attrs) -> onnx.ModelProto:
 
 def local_model(functions, call_op="F", attrs=None) -> onnx.ModelProto:
     graph = oh.make_graph(
-        [oh.make_node(call_op, ["x", "z"], ["y"], domain="local", **(attrs or {}))], "g",
-        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
-         oh.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2])],
+        [oh.make_node(call_op, ["x", "z"], ["y"], domain="local", **(attrs or {}))],
+        "g",
+        [
+            oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+            oh.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2]),
+        ],
         [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
     )
-    return oh.make_model(graph, functions=functions,
-                         opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("local", 1)])
+    return oh.make_model(
+        graph, functions=functions, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("local", 1)]
+    )
 
 
 X = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
@@ -149,10 +154,14 @@ def test_model_local_function_is_inlined_with_attribute_references(environment):
 
 
 def test_function_calling_function_and_passthrough_output(environment):
-    inner = oh.make_function("local", "G", ["a"], ["y", "a"], [oh.make_node("Exp", ["a"], ["y"])],
-                             [oh.make_opsetid("", 18)])
+    inner = oh.make_function(
+        "local", "G", ["a"], ["y", "a"], [oh.make_node("Exp", ["a"], ["y"])], [oh.make_opsetid("", 18)]
+    )
     outer = oh.make_function(
-        "local", "F", ["a", "b"], ["y"],
+        "local",
+        "F",
+        ["a", "b"],
+        ["y"],
         [oh.make_node("G", ["a"], ["e", "a2"], domain="local"), oh.make_node("Add", ["e", "a2"], ["y"])],
         [oh.make_opsetid("", 18), oh.make_opsetid("local", 1)],
     )
@@ -165,22 +174,32 @@ def test_functions_inside_subgraphs_and_subgraphs_inside_functions(environment):
     branch = oh.make_graph([oh.make_node("Neg", ["a"], ["r"])], "then", [], [oh.make_tensor_value_info("r", 1, None)])
     other = oh.make_graph([oh.make_node("Exp", ["a"], ["r"])], "else", [], [oh.make_tensor_value_info("r", 1, None)])
     function = oh.make_function(
-        "local", "F", ["a", "c"], ["y"],
-        [oh.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)], [oh.make_opsetid("", 18)],
+        "local",
+        "F",
+        ["a", "c"],
+        ["y"],
+        [oh.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+        [oh.make_opsetid("", 18)],
     )
-    calls = oh.make_graph([oh.make_node("F", ["x", "c"], ["t"], domain="local")], "calls", [],
-                          [oh.make_tensor_value_info("t", 1, None)])
-    plain = oh.make_graph([oh.make_node("Mul", ["x", "x"], ["t"])], "plain", [],
-                          [oh.make_tensor_value_info("t", 1, None)])
+    calls = oh.make_graph(
+        [oh.make_node("F", ["x", "c"], ["t"], domain="local")], "calls", [], [oh.make_tensor_value_info("t", 1, None)]
+    )
+    plain = oh.make_graph(
+        [oh.make_node("Mul", ["x", "x"], ["t"])], "plain", [], [oh.make_tensor_value_info("t", 1, None)]
+    )
     graph = oh.make_graph(
-        [oh.make_node("If", ["d"], ["y"], then_branch=calls, else_branch=plain)], "g",
-        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
-         oh.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
-         oh.make_tensor_value_info("d", onnx.TensorProto.BOOL, [])],
+        [oh.make_node("If", ["d"], ["y"], then_branch=calls, else_branch=plain)],
+        "g",
+        [
+            oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+            oh.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+            oh.make_tensor_value_info("d", onnx.TensorProto.BOOL, []),
+        ],
         [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
     )
-    model = oh.make_model(graph, functions=[function],
-                          opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("local", 1)])
+    model = oh.make_model(
+        graph, functions=[function], opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("local", 1)]
+    )
     sess = session(environment, model)
     for c, d, expected in [(True, True, -A), (False, True, np.exp(A)), (True, False, A * A)]:
         (y,) = sess.run(None, {"x": A, "c": np.array(c), "d": np.array(d)})
@@ -234,9 +253,15 @@ def test_recursive_functions_are_invalid(environment, cycle):
     functions = []
     for index, name in enumerate(cycle):
         callee = cycle[(index + 1) % len(cycle)]
-        functions.append(oh.make_function(
-            "local", name, ["a", "b"], ["y"], [oh.make_node(callee, ["a", "b"], ["y"], domain="local")],
-            [oh.make_opsetid("", 18), oh.make_opsetid("local", 1)],
-        ))
+        functions.append(
+            oh.make_function(
+                "local",
+                name,
+                ["a", "b"],
+                ["y"],
+                [oh.make_node(callee, ["a", "b"], ["y"], domain="local")],
+                [oh.make_opsetid("", 18), oh.make_opsetid("local", 1)],
+            )
+        )
     with pytest.raises(onnxplug.InvalidGraph, match="calls itself"):
         session(environment, local_model(functions))

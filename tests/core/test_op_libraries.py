@@ -19,7 +19,9 @@ DOMAIN = "test.library"
 
 def _schema(name: str = "Double") -> onnx.defs.OpSchema:
     return onnx.defs.OpSchema(
-        name, DOMAIN, 1,
+        name,
+        DOMAIN,
+        1,
         inputs=[onnx.defs.OpSchema.FormalParameter("X", "T")],
         outputs=[onnx.defs.OpSchema.FormalParameter("Y", "T")],
         type_constraints=[("T", ["tensor(float)"], "floats")],
@@ -49,8 +51,9 @@ def _library(module_name: str) -> types.ModuleType:
 
 def _model() -> bytes:
     node = helper.make_node("Double", ["x"], ["y"], domain=DOMAIN)
-    return make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])],
-                      extra_opsets={DOMAIN: 1}).SerializeToString()
+    return make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], extra_opsets={DOMAIN: 1}
+    ).SerializeToString()
 
 
 def test_without_library_the_error_names_domain_and_remedy():

@@ -24,6 +24,7 @@ def test_exact_versions_registered():
 def test_version_that_does_not_exist():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match=r"relu.*Relu-7.*versions of Relu are \[1, 6, 13, 14\]"):
+
         @registry.kernel("Relu", since=(7,))
         def relu(x):
             return x
@@ -32,6 +33,7 @@ def test_version_that_does_not_exist():
 def test_unknown_attribute_parameter():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match=r"\['axes'\] are not attributes"):
+
         @registry.kernel("Softmax", since=(13,))
         def softmax(x, *, axis, axes):
             return x
@@ -40,6 +42,7 @@ def test_unknown_attribute_parameter():
 def test_missing_attribute_parameter():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match=r"attributes \['transB'\] are not keyword-only"):
+
         @registry.kernel("Gemm", since=(13,))
         def gemm(a, b, c=None, *, alpha, beta, transA):
             return a
@@ -58,6 +61,7 @@ def test_attributes_ignored_deliberately_with_var_keyword():
 def test_python_default_must_match_schema():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match=r"'alpha' defaults to 2.0 in Python but to 1.0"):
+
         @registry.kernel("Gemm", since=(13,))
         def gemm(a, b, c=None, *, alpha=2.0, beta, transA, transB):
             return a
@@ -66,6 +70,7 @@ def test_python_default_must_match_schema():
 def test_variadic_input_needs_star_args():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match="variadic"):
+
         @registry.kernel("Concat", since=(13,))
         def concat(a, b, *, axis):
             return a
@@ -74,6 +79,7 @@ def test_variadic_input_needs_star_args():
 def test_optional_inputs_need_defaults():
     registry = KernelRegistry("t")
     with pytest.raises(PluginError, match="give optional inputs a default"):
+
         @registry.kernel("Gemm", since=(13,))
         def gemm(a, b, c, *, alpha, beta, transA, transB):
             return a
@@ -87,6 +93,7 @@ def test_duplicate_registration():
         return x
 
     with pytest.raises(PluginError, match="registered twice"):
+
         @registry.kernel("Relu", since=(14,))
         def relu_again(x):
             return x
@@ -102,8 +109,9 @@ def test_schema_defaults_are_filled_in():
         return a
 
     definition = registry.lookup("", "Gemm", 13)
-    ctx = NodeContext(name="g", op_type="Gemm", domain="", since_version=13, opsets={"": 13},
-                      num_inputs=2, num_outputs=1)
+    ctx = NodeContext(
+        name="g", op_type="Gemm", domain="", since_version=13, opsets={"": 13}, num_inputs=2, num_outputs=1
+    )
     definition.build(ctx, {"transB": 1})(1, 2)
     assert seen == {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 1}
 

@@ -27,7 +27,9 @@ def test_sixteen_threads_get_their_own_results():
     w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
     model = make_model(
         [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        [("x", TensorProto.FLOAT, ["batch", 8])], [("y", TensorProto.FLOAT, None)], {"w": w},
+        [("x", TensorProto.FLOAT, ["batch", 8])],
+        [("y", TensorProto.FLOAT, None)],
+        {"w": w},
     ).SerializeToString()
     session = onnxplug.InferenceSession(model)
     errors: list[str] = []

@@ -33,8 +33,12 @@ def _mlp_model() -> onnx.ModelProto:
         helper.make_node("Softmax", ["r"], ["probs"], axis=1),
         helper.make_node("ArgMax", ["probs"], ["label"], axis=1, keepdims=0),
     ]
-    model = make_model(nodes, [("x", F, ["batch", 4])], [("probs", F, None), ("label", TensorProto.INT64, None)],
-                       {"w1": rng.random((4, 3), dtype=np.float32), "b1": rng.random(3, dtype=np.float32)})
+    model = make_model(
+        nodes,
+        [("x", F, ["batch", 4])],
+        [("probs", F, None), ("label", TensorProto.INT64, None)],
+        {"w1": rng.random((4, 3), dtype=np.float32), "b1": rng.random(3, dtype=np.float32)},
+    )
     model.producer_name = "parity"
     model.graph.doc_string = "graph doc"
     onnx.helper.set_model_props(model, {"names": "{0: 'a'}"})
@@ -103,8 +107,11 @@ def test_sess_options_positional_and_keyword():
     def scenario(rt):
         options = rt.SessionOptions()
         first = rt.InferenceSession(MODEL, options, providers=["CPUExecutionProvider"]).run(None, {"x": X})
-        second = rt.InferenceSession(MODEL, sess_options=options, providers=["CPUExecutionProvider"]).run(None, {"x": X})
+        second = rt.InferenceSession(MODEL, sess_options=options, providers=["CPUExecutionProvider"]).run(
+            None, {"x": X}
+        )
         return first + second
+
     _assert_same(scenario)
 
 
@@ -112,14 +119,23 @@ def test_introspection():
     def scenario(rt):
         session = _session(rt)
         return [(a.name, a.type, a.shape) for a in session.get_inputs() + session.get_outputs()]
+
     _assert_same(scenario)
 
 
 def test_modelmeta():
     def scenario(rt):
         meta = _session(rt).get_modelmeta()
-        return [meta.producer_name, meta.graph_name, meta.domain, meta.description, meta.graph_description,
-                meta.version, meta.custom_metadata_map]
+        return [
+            meta.producer_name,
+            meta.graph_name,
+            meta.domain,
+            meta.description,
+            meta.graph_description,
+            meta.version,
+            meta.custom_metadata_map,
+        ]
+
     _assert_same(scenario)
 
 
@@ -135,22 +151,28 @@ def test_unknown_provider_warns_and_falls_back():
             session = _session(rt, providers=["NonexistentExecutionProvider", "CPUExecutionProvider"])
         assert any(issubclass(w.category, UserWarning) and "Nonexistent" in str(w.message) for w in caught)
         return session.get_providers()
+
     _assert_same(scenario)
 
 
 def test_set_providers_unknown_raises():
     def scenario(rt):
         _session(rt).set_providers(["NonexistentExecutionProvider"])
+
     _assert_same(scenario)
 
 
-@pytest.mark.parametrize("feed", [
-    {},
-    {"x": X, "q": X},
-    {"x": X.astype(np.float64)},
-    {"x": X[0]},
-    {"x": np.zeros((2, 5), np.float32)},
-], ids=["missing", "unknown", "dtype", "rank", "dim"])
+@pytest.mark.parametrize(
+    "feed",
+    [
+        {},
+        {"x": X, "q": X},
+        {"x": X.astype(np.float64)},
+        {"x": X[0]},
+        {"x": np.zeros((2, 5), np.float32)},
+    ],
+    ids=["missing", "unknown", "dtype", "rank", "dim"],
+)
 def test_feed_errors(feed):
     _assert_same(lambda rt: _session(rt).run(None, feed))
 
@@ -195,10 +217,16 @@ def test_missing_graph_output():
 
 
 def test_reshape_failure_at_run():
-    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])], [("x", F, [6]), ("s", TensorProto.INT64, [2])],
-                       [("y", F, None)])
-    _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(
-        None, {"x": np.ones(6, np.float32), "s": np.array([4, 4], np.int64)}))
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [("x", F, [6]), ("s", TensorProto.INT64, [2])],
+        [("y", F, None)],
+    )
+    _assert_same(
+        lambda rt: _session(rt, model.SerializeToString()).run(
+            None, {"x": np.ones(6, np.float32), "s": np.array([4, 4], np.int64)}
+        )
+    )
 
 
 def test_terminate():
@@ -206,6 +234,7 @@ def test_terminate():
         options = rt.RunOptions()
         options.terminate = True
         return _session(rt).run(None, {"x": X}, options)
+
     _assert_same(scenario)
 
 
@@ -215,6 +244,7 @@ def test_terminate_cleared_makes_options_usable():
         options.terminate = True
         options.terminate = False
         return _session(rt).run(None, {"x": X}, options)
+
     _assert_same(scenario)
 
 
@@ -222,8 +252,10 @@ def test_run_with_ort_values():
     def scenario(rt):
         value = rt.OrtValue.ortvalue_from_numpy(X)
         results = _session(rt).run_with_ort_values(None, {"x": value})
-        return [(r.data_type(), r.shape(), r.element_type(), r.device_name(), r.is_tensor()) for r in results] + \
-            [r.numpy() for r in results]
+        return [(r.data_type(), r.shape(), r.element_type(), r.device_name(), r.is_tensor()) for r in results] + [
+            r.numpy() for r in results
+        ]
+
     _assert_same(scenario)
 
 
@@ -240,6 +272,7 @@ def test_iobinding():
         binding.bind_ortvalue_output("label", target)
         session.run_with_iobinding(binding)
         return first + [target.numpy(), [v.shape() for v in binding.get_outputs()]]
+
     _assert_same(scenario)
 
 
@@ -251,6 +284,7 @@ def test_iobinding_of_another_session():
     def scenario(rt):
         binding = _session(rt).io_binding()
         _session(rt).run_with_iobinding(binding)
+
     _assert_same(scenario)
 
 
@@ -266,6 +300,7 @@ def test_run_async():
         _session(rt).run_async(None, {"x": X}, callback, "payload")
         assert done.wait(30)
         return [box["results"], box["user_data"], box["error"]]
+
     _assert_same(scenario)
 
 
@@ -279,31 +314,58 @@ def test_session_and_run_config_entries():
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         run_options = rt.RunOptions()
         run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        return [options.get_session_config_entry("session.intra_op.allow_spinning"),
-                run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage")]
+        return [
+            options.get_session_config_entry("session.intra_op.allow_spinning"),
+            run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage"),
+        ]
+
     _assert_same(scenario)
     _assert_same(lambda rt: rt.SessionOptions().get_session_config_entry("missing"))
     _assert_same(lambda rt: rt.RunOptions().get_run_config_entry("missing"))
 
 
 def test_session_options_defaults():
-    names = ["intra_op_num_threads", "inter_op_num_threads", "execution_mode", "execution_order",
-             "graph_optimization_level", "optimized_model_filepath", "enable_profiling", "profile_file_prefix",
-             "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena", "enable_mem_pattern",
-             "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads"]
-    _assert_same(lambda rt: [int(v) if hasattr(v, "__int__") and not isinstance(v, (bool, str)) else v
-                             for v in (getattr(rt.SessionOptions(), n) for n in names)])
+    names = [
+        "intra_op_num_threads",
+        "inter_op_num_threads",
+        "execution_mode",
+        "execution_order",
+        "graph_optimization_level",
+        "optimized_model_filepath",
+        "enable_profiling",
+        "profile_file_prefix",
+        "log_severity_level",
+        "log_verbosity_level",
+        "logid",
+        "enable_cpu_mem_arena",
+        "enable_mem_pattern",
+        "enable_mem_reuse",
+        "use_deterministic_compute",
+        "use_per_session_threads",
+    ]
+    _assert_same(
+        lambda rt: [
+            int(v) if hasattr(v, "__int__") and not isinstance(v, (bool, str)) else v
+            for v in (getattr(rt.SessionOptions(), n) for n in names)
+        ]
+    )
 
 
 def test_graph_optimization_level_rejects_plain_int():
     def scenario(rt):
         rt.SessionOptions().graph_optimization_level = 1
+
     _assert_same(scenario)
 
 
 def test_enums():
-    _assert_same(lambda rt: [int(rt.GraphOptimizationLevel.ORT_ENABLE_ALL), int(rt.ExecutionMode.ORT_PARALLEL),
-                             int(rt.ExecutionOrder.PRIORITY_BASED)])
+    _assert_same(
+        lambda rt: [
+            int(rt.GraphOptimizationLevel.ORT_ENABLE_ALL),
+            int(rt.ExecutionMode.ORT_PARALLEL),
+            int(rt.ExecutionOrder.PRIORITY_BASED),
+        ]
+    )
 
 
 def test_get_available_providers_ends_with_cpu():
@@ -313,8 +375,12 @@ def test_get_available_providers_ends_with_cpu():
 
 
 def test_outputs_never_alias():
-    model = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["w"], ["z"])],
-                       [("x", F, [2])], [("y", F, [2]), ("z", F, [2])], {"w": np.ones(2, np.float32)})
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["w"], ["z"])],
+        [("x", F, [2])],
+        [("y", F, [2]), ("z", F, [2])],
+        {"w": np.ones(2, np.float32)},
+    )
     session = onnxplug.InferenceSession(model.SerializeToString())
     x = np.zeros(2, np.float32)
     y, z = session.run(None, {"x": x})

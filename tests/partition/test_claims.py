@@ -81,7 +81,8 @@ def test_convex_fuse_claim_is_one_partition():
         warnings.simplefilter("error")
         session = _session(CHAIN, fuser)
     assert {name: sorted(nodes) for name, (_, nodes) in session._plan.partition.fused.items()} == {
-        "head": ["a", "n", "r"]}
+        "head": ["a", "n", "r"]
+    }
     assert session.partition_counts() == {"FuserExecutionProvider": 3, "CPUExecutionProvider": 2}
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
 
@@ -106,8 +107,9 @@ def test_provider_whose_capability_raises_is_skipped():
 
 def test_claim_without_kernel_is_refused():
     greedy = FakeFactory("greedy", _ops("Sigmoid", "Relu", "Softmax"))
-    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm")], [("x", F, [2, 2])],
-                       [("y", F, [2, 2])]).SerializeToString()
+    model = make_model(
+        [helper.make_node("Softmax", ["x"], ["y"], name="sm")], [("x", F, [2, 2])], [("y", F, [2, 2])]
+    ).SerializeToString()
     with pytest.warns(UserWarning, match=r"provider 'greedy' claimed node 'sm' .*Softmax.* no kernel"):
         session = _session(model, greedy)
     assert _assignment(session) == {"sm": "cpu"}
@@ -121,27 +123,38 @@ def test_claim_of_unknown_node_is_ignored():
 
 
 def test_claims_inside_if_and_loop_bodies():
-    relu_body = helper.make_graph([helper.make_node("Relu", ["x"], ["out"])], "relu_branch", [],
-                                  [helper.make_tensor_value_info("out", F, [2, 2])])
-    neg_body = helper.make_graph([helper.make_node("Neg", ["x"], ["out2"])], "neg_branch", [],
-                                 [helper.make_tensor_value_info("out2", F, [2, 2])])
+    relu_body = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["out"])], "relu_branch", [], [helper.make_tensor_value_info("out", F, [2, 2])]
+    )
+    neg_body = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["out2"])], "neg_branch", [], [helper.make_tensor_value_info("out2", F, [2, 2])]
+    )
     loop_body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Relu", ["acc_in"], ["relu_acc"]),
-         helper.make_node("Add", ["relu_acc", "x"], ["acc_out"])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Relu", ["acc_in"], ["relu_acc"]),
+            helper.make_node("Add", ["relu_acc", "x"], ["acc_out"]),
+        ],
         "loop_body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_in", F, [2, 2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", F, [2, 2])],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [2, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [2, 2]),
+        ],
     )
     nodes = [
         helper.make_node("If", ["c"], ["branch"], then_branch=relu_body, else_branch=neg_body),
         helper.make_node("Loop", ["trips", "", "branch"], ["looped"], body=loop_body),
     ]
-    model = make_model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [2, 2]), ("trips", TensorProto.INT64, [])],
-                       [("looped", F, [2, 2])]).SerializeToString()
+    model = make_model(
+        nodes,
+        [("c", TensorProto.BOOL, []), ("x", F, [2, 2]), ("trips", TensorProto.INT64, [])],
+        [("looped", F, [2, 2])],
+    ).SerializeToString()
     feeds = {"c": np.array(True), "x": X, "trips": np.array(3, np.int64)}
     expected = onnxplug.InferenceSession(model).run(None, feeds)[0]
     fake = FakeFactory("inner", _ops("Relu", "Add"))
@@ -168,8 +181,9 @@ def test_copies_are_inserted_at_device_borders():
 
 def test_constants_are_copied_to_the_device_once():
     device = FakeFactory("device", _ops("Add"), device_memory=True)
-    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])],
-                       {"w": np.ones(2, np.float32)}).SerializeToString()
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, np.float32)}
+    ).SerializeToString()
     session = _session(model, device)
     copy_steps = [s for s in session._plan.steps if s.node_index < 0]
     assert [s.op_type for s in copy_steps] == ["MemcpyFromHost", "MemcpyToHost"]  # x in, y out; w at build

@@ -14,8 +14,12 @@ DOMAIN = "ai.onnxplug.text"
 
 def _model(op, **attrs):
     node = oh.make_node(op, ["x"], ["y"], domain=DOMAIN, **attrs)
-    graph = oh.make_graph([node], "text", [oh.make_tensor_value_info("x", onnx.TensorProto.STRING, ["n", 2])],
-                          [oh.make_value_info("y", onnx.TypeProto())])
+    graph = oh.make_graph(
+        [node],
+        "text",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.STRING, ["n", 2])],
+        [oh.make_value_info("y", onnx.TypeProto())],
+    )
     opsets = [oh.make_opsetid("", 21), oh.make_opsetid(DOMAIN, 1)]
     return oh.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
 
@@ -63,8 +67,9 @@ def test_word_count_of_an_empty_batch():
     assert y.shape == (0, 2) and y.dtype == np.int64
 
 
-@pytest.mark.parametrize("library", ["onnxplug_example_textops.plugin", "onnxplug-contrib-example-textops",
-                                     "example_textops"])
+@pytest.mark.parametrize(
+    "library", ["onnxplug_example_textops.plugin", "onnxplug-contrib-example-textops", "example_textops"]
+)
 def test_register_custom_ops_library_loads_a_blocked_library(library):
     # A session of an environment that does not load the library fails on the unknown op...
     environment = onnxplug.Environment(block=["example_textops"])

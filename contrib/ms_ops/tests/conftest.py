@@ -29,10 +29,17 @@ def one_node_model(op, inputs, outputs, *, domain=MS, opset=17, initializers=(),
     node = oh.make_node(op, names, [o for o, _ in typed], domain=domain, **attrs)
     graph_inputs = [_value_info(n, a) for n, a in inputs if n and n not in initializers]
     inits = [onnx.numpy_helper.from_array(a, n) for n, a in inputs if n in initializers]
-    graph = oh.make_graph([node], "test", graph_inputs, [
-        oh.make_tensor_value_info(o, t, None) if t else oh.make_value_info(o, onnx.TypeProto()) for o, t in typed if o
-    ],
-                          initializer=inits)
+    graph = oh.make_graph(
+        [node],
+        "test",
+        graph_inputs,
+        [
+            oh.make_tensor_value_info(o, t, None) if t else oh.make_value_info(o, onnx.TypeProto())
+            for o, t in typed
+            if o
+        ],
+        initializer=inits,
+    )
     opsets = [oh.make_opsetid("", opset), oh.make_opsetid(MS, 1)]
     return oh.make_model(graph, opset_imports=opsets, ir_version=9).SerializeToString()
 

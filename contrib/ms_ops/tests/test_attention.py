@@ -51,8 +51,7 @@ def _attention_inputs(rng, mask=None, past_len=0, bias=True, attention_bias=Fals
 @pytest.mark.parametrize("unidirectional", [0, 1])
 def test_attention_masks(run_both, close, rng, mask, unidirectional):
     inputs = _attention_inputs(rng, mask=mask)
-    close(*run_both("Attention", inputs, ["y"], initializers=("w", "bias"), num_heads=N,
-                    unidirectional=unidirectional))
+    close(*run_both("Attention", inputs, ["y"], initializers=("w", "bias"), num_heads=N, unidirectional=unidirectional))
 
 
 @pytest.mark.parametrize("mask", [None, "lengths", "raw2d"])
@@ -100,8 +99,14 @@ def test_mha_cross_attention(run_both, close, rng):
     k = rng.standard_normal((B, kv_len, D)).astype(np.float32)
     v = rng.standard_normal((B, kv_len, 2 * D)).astype(np.float32)
     mask = np.array([kv_len, 7], dtype=np.int32)
-    close(*run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("", None), ("mask", mask)],
-                    ["y", "present_key", "present_value"], num_heads=N))
+    close(
+        *run_both(
+            "MultiHeadAttention",
+            [("q", q), ("k", k), ("v", v), ("", None), ("mask", mask)],
+            ["y", "present_key", "present_value"],
+            num_heads=N,
+        )
+    )
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
@@ -112,11 +117,17 @@ def test_mha_past_present(run_both, close, rng, with_mask):
     v = rng.standard_normal((B, S, D)).astype(np.float32)
     mask = np.ones((B, past + S), dtype=np.int32)
     mask[1, :2] = 0
-    inputs = [("q", q), ("k", k), ("v", v), ("", None), ("mask", mask) if with_mask else ("", None),
-              ("attn_bias", rng.standard_normal((B, 1, S, past + S)).astype(np.float32)),
-              ("past_key", _heads(rng, B, N, past, D // N)), ("past_value", _heads(rng, B, N, past, D // N))]
-    close(*run_both("MultiHeadAttention", inputs, ["y", "present_key", "present_value"], num_heads=N,
-                    unidirectional=1))
+    inputs = [
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("", None),
+        ("mask", mask) if with_mask else ("", None),
+        ("attn_bias", rng.standard_normal((B, 1, S, past + S)).astype(np.float32)),
+        ("past_key", _heads(rng, B, N, past, D // N)),
+        ("past_value", _heads(rng, B, N, past, D // N)),
+    ]
+    close(*run_both("MultiHeadAttention", inputs, ["y", "present_key", "present_value"], num_heads=N, unidirectional=1))
 
 
 def test_mha_bnsh_key_value(run_both, close, rng):
@@ -140,11 +151,16 @@ def test_mha_packed_kv(run_both, run_ours, close, rng):
 def test_mha_packed_qkv(run_both, run_ours, close, rng):
     qkv = rng.standard_normal((B, S, N, 3, D // N)).astype(np.float32)
     bias = rng.standard_normal(3 * D).astype(np.float32)
-    packed = run_ours("MultiHeadAttention", [("qkv", qkv), ("", None), ("", None), ("bias", bias)], ["y"],
-                      num_heads=N, scale=0.2)
+    packed = run_ours(
+        "MultiHeadAttention", [("qkv", qkv), ("", None), ("", None), ("bias", bias)], ["y"], num_heads=N, scale=0.2
+    )
     q, k, v = (qkv[:, :, :, i].reshape(B, S, D) for i in range(3))
-    close(packed, run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("bias", bias)], ["y"], num_heads=N,
-                           scale=0.2)[1])
+    close(
+        packed,
+        run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("bias", bias)], ["y"], num_heads=N, scale=0.2)[
+            1
+        ],
+    )
 
 
 def test_mha_qk_output(run_both, close, rng):
@@ -164,10 +180,12 @@ def test_attention_4d_mask_matches_3d(run_both, run_ours, close, rng):
     mask4 = np.tril(np.ones((B, 1, max_len, max_len), np.int32))
     mask4[1, :, :, 6:] = 0
     with_4d = inputs[:3] + [("mask", mask4)] + inputs[4:]
-    mask3 = mask4[:, 0, past:past + S, :past + S]
+    mask3 = mask4[:, 0, past : past + S, : past + S]
     with_3d = inputs[:3] + [("mask", np.ascontiguousarray(mask3))] + inputs[4:]
-    close(run_ours("Attention", with_4d, ["y", "present"], num_heads=N),
-          run_both("Attention", with_3d, ["y", "present"], num_heads=N)[1])
+    close(
+        run_ours("Attention", with_4d, ["y", "present"], num_heads=N),
+        run_both("Attention", with_3d, ["y", "present"], num_heads=N)[1],
+    )
 
 
 def test_attention_shared_past_buffer(run_ours, close, rng):
@@ -178,10 +196,11 @@ def test_attention_shared_past_buffer(run_ours, close, rng):
     buffer = np.zeros((2, B, N, max_len, D // N), np.float32)
     buffer[:, :, :, :past_len] = inputs[4][1]
     shared = inputs[:4] + [("past", buffer), ("", None), ("past_len", np.array([past_len], np.int32))]
-    y_shared, present_shared = run_ours("Attention", shared, ["y", "present"], num_heads=N, unidirectional=1,
-                                        past_present_share_buffer=1)
+    y_shared, present_shared = run_ours(
+        "Attention", shared, ["y", "present"], num_heads=N, unidirectional=1, past_present_share_buffer=1
+    )
     y, present = run_ours("Attention", inputs, ["y", "present"], num_heads=N, unidirectional=1)
-    close([y_shared, present_shared[:, :, :, :past_len + S]], [y, present])
+    close([y_shared, present_shared[:, :, :, : past_len + S]], [y, present])
     assert present_shared.shape == buffer.shape
 
 
@@ -206,8 +225,16 @@ def test_attention_and_mha_float16(run_both, close, rng):
     x = rng.standard_normal((B, S, D)).astype(np.float16)
     w = (rng.standard_normal((D, 3 * D)) / np.sqrt(D)).astype(np.float16)
     bias = rng.standard_normal(3 * D).astype(np.float16)
-    close(*run_both("Attention", [("x", x), ("w", w), ("bias", bias), ("mask", _mask("lengths", rng, S))], ["y"],
-                    num_heads=N), rtol=2e-3, atol=2e-3)
+    close(
+        *run_both(
+            "Attention", [("x", x), ("w", w), ("bias", bias), ("mask", _mask("lengths", rng, S))], ["y"], num_heads=N
+        ),
+        rtol=2e-3,
+        atol=2e-3,
+    )
     q, k, v = (rng.standard_normal((B, S, D)).astype(np.float16) for _ in range(3))
-    close(*run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v)], ["y"], num_heads=N, unidirectional=1),
-          rtol=2e-3, atol=2e-3)
+    close(
+        *run_both("MultiHeadAttention", [("q", q), ("k", k), ("v", v)], ["y"], num_heads=N, unidirectional=1),
+        rtol=2e-3,
+        atol=2e-3,
+    )

@@ -63,8 +63,11 @@ def _bert_model(rng, *, batch, seq, vocab=60, max_pos=32, hidden=32, heads=4, la
     # Static shapes: onnxruntime fuses (SkipLayerNormalization, Attention) only where it can
     # prove the operands' shapes equal.
     positions = b.const(np.arange(seq, dtype=np.int64)[None, :], "position_ids")
-    x = b.op("Add", b.op("Add", b.op("Gather", word, "input_ids"), b.op("Gather", pos, positions)),
-             b.op("Gather", seg, "token_type_ids"))
+    x = b.op(
+        "Add",
+        b.op("Add", b.op("Gather", word, "input_ids"), b.op("Gather", pos, positions)),
+        b.op("Gather", seg, "token_type_ids"),
+    )
     x = b.layer_norm(x, hidden)
     # additive mask: (1 - mask) * -10000, shape (B, 1, 1, S)
     mask = b.op("Unsqueeze", "attention_mask", b.const(np.array([1], np.int64)))
@@ -83,15 +86,21 @@ def _bert_model(rng, *, batch, seq, vocab=60, max_pos=32, hidden=32, heads=4, la
         x = b.layer_norm(b.op("Add", b.linear(context, hidden, hidden), x), hidden)
         h = b.linear(x, hidden, ffn)
         erf = b.op("Erf", b.op("Div", h, b.const(np.array(1.4142135381698608, np.float32))))
-        h = b.op("Mul", b.op("Mul", h, b.op("Add", erf, b.const(np.array(1.0, np.float32)))),
-                 b.const(np.array(0.5, np.float32)))
+        h = b.op(
+            "Mul",
+            b.op("Mul", h, b.op("Add", erf, b.const(np.array(1.0, np.float32)))),
+            b.const(np.array(0.5, np.float32)),
+        )
         x = b.layer_norm(b.op("Add", b.linear(h, ffn, hidden), x), hidden)
     b.nodes.append(oh.make_node("Identity", [x], ["last_hidden_state"]))
     graph = oh.make_graph(
-        b.nodes, "bert",
-        [oh.make_tensor_value_info("input_ids", I64, [batch, seq]),
-         oh.make_tensor_value_info("token_type_ids", I64, [batch, seq]),
-         oh.make_tensor_value_info("attention_mask", I64, [batch, seq])],
+        b.nodes,
+        "bert",
+        [
+            oh.make_tensor_value_info("input_ids", I64, [batch, seq]),
+            oh.make_tensor_value_info("token_type_ids", I64, [batch, seq]),
+            oh.make_tensor_value_info("attention_mask", I64, [batch, seq]),
+        ],
         [oh.make_tensor_value_info("last_hidden_state", F, [batch, seq, hidden])],
         initializer=b.inits,
     )
@@ -105,11 +114,15 @@ def _conv_model(rng):
     for out_channels in (8, 16):
         w = b.const((rng.standard_normal((out_channels, channels, 3, 3)) * 0.3).astype(np.float32), "conv_w")
         conv = b.op("Conv", x, w, b.weight(out_channels, scale=0.1), pads=[1, 1, 1, 1], kernel_shape=[3, 3])
-        bn = b.op("BatchNormalization", conv,
-                  b.const((1 + 0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
-                  b.const((0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
-                  b.const((0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
-                  b.const((1 + rng.random(out_channels)).astype(np.float32)), epsilon=1e-5)
+        bn = b.op(
+            "BatchNormalization",
+            conv,
+            b.const((1 + 0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
+            b.const((0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
+            b.const((0.1 * rng.standard_normal(out_channels)).astype(np.float32)),
+            b.const((1 + rng.random(out_channels)).astype(np.float32)),
+            epsilon=1e-5,
+        )
         x = b.op("Relu", bn)
         channels = out_channels
     x = b.op("MaxPool", x, kernel_shape=[2, 2], strides=[2, 2])
@@ -118,8 +131,11 @@ def _conv_model(rng):
     x = b.op("Gemm", x, b.weight(10, 32), b.weight(10, scale=0.1), transB=1)
     b.nodes.append(oh.make_node("Identity", [x], ["logits"]))
     graph = oh.make_graph(
-        b.nodes, "convnet", [oh.make_tensor_value_info("image", F, ["batch", 3, 16, 16])],
-        [oh.make_tensor_value_info("logits", F, ["batch", 10])], initializer=b.inits,
+        b.nodes,
+        "convnet",
+        [oh.make_tensor_value_info("image", F, ["batch", 3, 16, 16])],
+        [oh.make_tensor_value_info("logits", F, ["batch", 10])],
+        initializer=b.inits,
     )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=9)
 
@@ -169,8 +185,9 @@ def test_bert_encoder_fused_by_onnxruntime_transformers(ort, rng, tmp_path):
     # Attention (with the mask as mask_index) and EmbedLayerNormalization.
     optimizer = pytest.importorskip("onnxruntime.transformers.optimizer")
     batch, seq = 3, 11
-    result = optimizer.optimize_model(_bert_model(rng, batch=batch, seq=seq), model_type="bert", num_heads=4,
-                                      hidden_size=32, opt_level=0)
+    result = optimizer.optimize_model(
+        _bert_model(rng, batch=batch, seq=seq), model_type="bert", num_heads=4, hidden_size=32, opt_level=0
+    )
     path = tmp_path / "bert_fused.onnx"
     result.save_model_to_file(str(path))  # adds the com.microsoft opset import
     fused = onnx.load(str(path))
@@ -207,8 +224,13 @@ def _rms_norm_model(rng, hidden=32):
         normed = b.op("Mul", scale, b.op("Div", x, rms))
         x = b.op("Add", b.linear(normed, hidden, hidden), x)
     b.nodes.append(oh.make_node("Identity", [x], ["y"]))
-    graph = oh.make_graph(b.nodes, "rms", [oh.make_tensor_value_info("x", F, [2, 7, hidden])],
-                          [oh.make_tensor_value_info("y", F, [2, 7, hidden])], initializer=b.inits)
+    graph = oh.make_graph(
+        b.nodes,
+        "rms",
+        [oh.make_tensor_value_info("x", F, [2, 7, hidden])],
+        [oh.make_tensor_value_info("y", F, [2, 7, hidden])],
+        initializer=b.inits,
+    )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=9)
 
 

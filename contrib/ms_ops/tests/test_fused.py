@@ -8,8 +8,15 @@ import pytest
 
 @pytest.mark.parametrize(
     "activation,params",
-    [(None, None), ("Relu", None), ("Tanh", None), ("Sigmoid", None), ("LeakyRelu", [0.2]),
-     ("Clip", [-0.5, 0.7]), ("HardSigmoid", [0.3, 0.4])],
+    [
+        (None, None),
+        ("Relu", None),
+        ("Tanh", None),
+        ("Sigmoid", None),
+        ("LeakyRelu", [0.2]),
+        ("Clip", [-0.5, 0.7]),
+        ("HardSigmoid", [0.3, 0.4]),
+    ],
 )
 def test_fused_conv_activations(run_both, close, rng, activation, params):
     x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
@@ -44,8 +51,7 @@ def test_fused_conv_with_residual(run_both, close, rng):
     w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
     b = rng.standard_normal(5).astype(np.float32)
     z = rng.standard_normal((2, 5, 8, 8)).astype(np.float32)
-    close(*run_both("FusedConv", [("x", x), ("w", w), ("b", b), ("z", z)], ["y"], pads=[1, 1, 1, 1],
-                    activation="Relu"))
+    close(*run_both("FusedConv", [("x", x), ("w", w), ("b", b), ("z", z)], ["y"], pads=[1, 1, 1, 1], activation="Relu"))
 
 
 def test_fused_conv_1d(run_both, close, rng):

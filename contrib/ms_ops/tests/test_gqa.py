@@ -29,8 +29,11 @@ def test_rotary_embedding(run_both, close, rng, layout, interleaved, positions):
     attrs = {"interleaved": interleaved}
     if layout == "bsh":
         attrs["num_heads"] = N
-    close(*run_both("RotaryEmbedding", [("x", x), ("pos", pos.astype(np.int64)), ("cos", cos), ("sin", sin)], ["y"],
-                    **attrs))
+    close(
+        *run_both(
+            "RotaryEmbedding", [("x", x), ("pos", pos.astype(np.int64)), ("cos", cos), ("sin", sin)], ["y"], **attrs
+        )
+    )
 
 
 @pytest.mark.parametrize("interleaved", [0, 1])
@@ -38,8 +41,16 @@ def test_rotary_embedding_partial(run_both, close, rng, interleaved):
     x = rng.standard_normal((2, 5, N * H)).astype(np.float32)
     cos, sin = _caches(rng, H // 2)
     pos = rng.integers(0, MAX_POS, (2, 5)).astype(np.int64)
-    close(*run_both("RotaryEmbedding", [("x", x), ("pos", pos), ("cos", cos), ("sin", sin)], ["y"], num_heads=N,
-                    rotary_embedding_dim=H // 2, interleaved=interleaved))
+    close(
+        *run_both(
+            "RotaryEmbedding",
+            [("x", x), ("pos", pos), ("cos", cos), ("sin", sin)],
+            ["y"],
+            num_heads=N,
+            rotary_embedding_dim=H // 2,
+            interleaved=interleaved,
+        )
+    )
 
 
 def _compare_gqa(ours, theirs, close, lengths, past_lens, seq, first_prompt):
@@ -53,7 +64,7 @@ def _compare_gqa(ours, theirs, close, lengths, past_lens, seq, first_prompt):
             assert got.shape == want.shape
             close([got[b, :, :length]], [want[b, :, :length]])
     for got, want in zip(ours[3:], theirs[3:]):
-        close([got[..., :max(lengths)]], [want[..., :max(lengths)]])
+        close([got[..., : max(lengths)]], [want[..., : max(lengths)]])
 
 
 def _gqa_inputs(rng, batch, seq, past_buffer, seqlens, total, *, packed=False, rotary=False, extra=()):
@@ -65,8 +76,10 @@ def _gqa_inputs(rng, batch, seq, past_buffer, seqlens, total, *, packed=False, r
     else:
         inputs = [("q", q), ("k", k), ("v", v)]
     if past_buffer:
-        inputs += [("past_key", rng.standard_normal((batch, KV, past_buffer, H)).astype(np.float32)),
-                   ("past_value", rng.standard_normal((batch, KV, past_buffer, H)).astype(np.float32))]
+        inputs += [
+            ("past_key", rng.standard_normal((batch, KV, past_buffer, H)).astype(np.float32)),
+            ("past_value", rng.standard_normal((batch, KV, past_buffer, H)).astype(np.float32)),
+        ]
     else:
         inputs += [("", None), ("", None)]
     inputs += [("seqlens_k", np.array(seqlens, dtype=np.int32)), ("total", np.array(total, dtype=np.int32))]
@@ -88,8 +101,15 @@ def test_gqa_first_prompt_right_padded(run_both, close, rng, packed, rotary, int
     seq = 7
     lengths = [7, 4]
     inputs = _gqa_inputs(rng, 2, seq, 0, [n - 1 for n in lengths], seq, packed=packed, rotary=rotary)
-    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV,
-                            do_rotary=int(rotary), rotary_interleaved=interleaved)
+    ours, theirs = run_both(
+        "GroupQueryAttention",
+        inputs,
+        OUTPUTS,
+        num_heads=N,
+        kv_num_heads=KV,
+        do_rotary=int(rotary),
+        rotary_interleaved=interleaved,
+    )
     _compare_gqa(ours, theirs, close, lengths, [0, 0], seq, True)
 
 
@@ -98,8 +118,7 @@ def test_gqa_token_generation(run_both, close, rng, rotary):
     buffer = 12
     lengths = [9, 5]
     inputs = _gqa_inputs(rng, 2, 1, buffer, [n - 1 for n in lengths], max(lengths), rotary=rotary)
-    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV,
-                            do_rotary=int(rotary))
+    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=int(rotary))
     _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], 1, False)
 
 
@@ -112,8 +131,14 @@ def test_gqa_subsequent_prompt(run_both, close, rng):
 
 @pytest.mark.parametrize(
     "attrs",
-    [{"local_window_size": 2}, {"softcap": 5.0}, {"smooth_softmax": 1}, {"scale": 0.05}, {"qk_output": 1},
-     {"qk_output": 2}],
+    [
+        {"local_window_size": 2},
+        {"softcap": 5.0},
+        {"smooth_softmax": 1},
+        {"scale": 0.05},
+        {"qk_output": 1},
+        {"qk_output": 2},
+    ],
 )
 def test_gqa_attributes(run_both, close, rng, attrs):
     seq = 6
@@ -126,8 +151,13 @@ def test_gqa_attributes(run_both, close, rng, attrs):
 def test_gqa_attention_bias_and_head_sink(run_both, close, rng):
     seq, buffer = 1, 8
     lengths = [6, 8]
-    extra = [("", None), ("", None), ("", None), ("bias", rng.standard_normal((2, 1, seq, 8)).astype(np.float32)),
-             ("sink", rng.standard_normal(N).astype(np.float32))]
+    extra = [
+        ("", None),
+        ("", None),
+        ("", None),
+        ("bias", rng.standard_normal((2, 1, seq, 8)).astype(np.float32)),
+        ("sink", rng.standard_normal(N).astype(np.float32)),
+    ]
     inputs = _gqa_inputs(rng, 2, seq, buffer, [n - 1 for n in lengths], max(lengths), extra=extra)
     ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV)
     _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], seq, False)
@@ -138,8 +168,9 @@ def test_gqa_local_window_with_past(run_both, close, rng, window):
     buffer = 10
     lengths = [8, 4]
     inputs = _gqa_inputs(rng, 2, 1, buffer, [n - 1 for n in lengths], max(lengths), rotary=True)
-    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1,
-                            local_window_size=window)
+    ours, theirs = run_both(
+        "GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1, local_window_size=window
+    )
     _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], 1, False)
 
 
@@ -166,8 +197,9 @@ def test_gqa_explicit_position_ids(run_both, close, rng):
     lengths = [7, 3]
     positions = ("position_ids", np.array([[11], [2]], dtype=np.int64))
     inputs = _gqa_inputs(rng, 2, 1, 8, [n - 1 for n in lengths], max(lengths), rotary=True, extra=[positions])
-    ours, theirs = run_both("GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1,
-                            rotary_interleaved=1)
+    ours, theirs = run_both(
+        "GroupQueryAttention", inputs, OUTPUTS, num_heads=N, kv_num_heads=KV, do_rotary=1, rotary_interleaved=1
+    )
     _compare_gqa(ours, theirs, close, lengths, [n - 1 for n in lengths], 1, False)
 
 

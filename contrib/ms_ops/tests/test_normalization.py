@@ -52,8 +52,16 @@ def test_simplified_layer_norm(run_both, close, rng, axis):
     x = rng.standard_normal((B, S, H)).astype(np.float32)
     scale_shape = (H,) if axis == -1 else (S, H)
     scale = rng.standard_normal(scale_shape).astype(np.float32)
-    close(*run_both("SimplifiedLayerNormalization", [("x", x), ("scale", scale)], ["y", "inv_std"], domain="",
-                    axis=axis, epsilon=1e-6))
+    close(
+        *run_both(
+            "SimplifiedLayerNormalization",
+            [("x", x), ("scale", scale)],
+            ["y", "inv_std"],
+            domain="",
+            axis=axis,
+            epsilon=1e-6,
+        )
+    )
 
 
 @pytest.mark.parametrize("axis", [-1, -2])
@@ -61,8 +69,11 @@ def test_layer_norm_opset1(run_both, close, rng, axis):
     # A model whose default opset is below 17 selects onnxruntime's opset-1 LayerNormalization.
     x = rng.standard_normal((B, S, H)).astype(np.float32)
     shape = (H,) if axis == -1 else (S, H)
-    inputs = [("x", x), ("scale", rng.standard_normal(shape).astype(np.float32)),
-              ("b", rng.standard_normal(shape).astype(np.float32))]
+    inputs = [
+        ("x", x),
+        ("scale", rng.standard_normal(shape).astype(np.float32)),
+        ("b", rng.standard_normal(shape).astype(np.float32)),
+    ]
     close(*run_both("LayerNormalization", inputs, ["y", "mean", "inv_std"], domain="", opset=13, axis=axis))
 
 
@@ -85,15 +96,21 @@ def test_embed_layer_norm(run_both, close, rng, segments, mask, positions):
     if positions:
         inputs.append(("position_ids", rng.integers(0, max_pos, size=(B, S)).astype(np.int32)))
     outputs = ["y", "mask_index", "embedding_sum"]
-    close(*run_both("EmbedLayerNormalization", inputs, outputs, initializers=("word", "pos", "segment"),
-                    epsilon=1e-5))
+    close(*run_both("EmbedLayerNormalization", inputs, outputs, initializers=("word", "pos", "segment"), epsilon=1e-5))
 
 
 def test_embed_layer_norm_rejects_bad_ids(run_ours, rng):
     import onnxplug
 
     ids = np.array([[1, 2, 99]], dtype=np.int32)
-    inputs = [("ids", ids), ("", None), ("word", np.ones((10, 4), np.float32)), ("pos", np.ones((3, 4), np.float32)),
-              ("", None), ("gamma", np.ones(4, np.float32)), ("beta", np.zeros(4, np.float32))]
+    inputs = [
+        ("ids", ids),
+        ("", None),
+        ("word", np.ones((10, 4), np.float32)),
+        ("pos", np.ones((3, 4), np.float32)),
+        ("", None),
+        ("gamma", np.ones(4, np.float32)),
+        ("beta", np.zeros(4, np.float32)),
+    ]
     with pytest.raises(onnxplug.InvalidArgument, match="99"):
         run_ours("EmbedLayerNormalization", [i for i in inputs if i[0]], ["y"])

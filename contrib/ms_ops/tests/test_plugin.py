@@ -16,9 +16,17 @@ from onnxplug.errors import PluginError
 def _schema_plugin(domain, op):
     @onnxplug.hookimpl
     def onnxplug_op_schemas():
-        return [onnx.defs.OpSchema(op, domain, 1, "", inputs=[onnx.defs.OpSchema.FormalParameter("X", "T")],
-                                   outputs=[onnx.defs.OpSchema.FormalParameter("Y", "T")],
-                                   type_constraints=[("T", ["tensor(float)"], "")])]
+        return [
+            onnx.defs.OpSchema(
+                op,
+                domain,
+                1,
+                "",
+                inputs=[onnx.defs.OpSchema.FormalParameter("X", "T")],
+                outputs=[onnx.defs.OpSchema.FormalParameter("Y", "T")],
+                type_constraints=[("T", ["tensor(float)"], "")],
+            )
+        ]
 
     return types.SimpleNamespace(onnxplug_op_schemas=onnxplug_op_schemas)
 
@@ -43,19 +51,26 @@ def test_redeclaring_a_com_microsoft_op_names_this_distribution():
 
 def test_schemas_are_registered_and_shape_inference_runs():
     onnxplug.Environment()
-    for domain, op in [("com.microsoft", "Attention"), ("com.microsoft", "MatMulNBits"),
-                       ("", "SimplifiedLayerNormalization")]:
+    for domain, op in [
+        ("com.microsoft", "Attention"),
+        ("com.microsoft", "MatMulNBits"),
+        ("", "SimplifiedLayerNormalization"),
+    ]:
         assert onnx.defs.has(op, domain)
     node = onnx.helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft", num_heads=2)
     graph = onnx.helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", "S", 8])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-        initializer=[onnx.numpy_helper.from_array(np.zeros((8, 24), np.float32), "w"),
-                     onnx.numpy_helper.from_array(np.zeros(24, np.float32), "b")],
+        initializer=[
+            onnx.numpy_helper.from_array(np.zeros((8, 24), np.float32), "w"),
+            onnx.numpy_helper.from_array(np.zeros(24, np.float32), "b"),
+        ],
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
-                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)]
+    )
     session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (output,) = session.get_outputs()
     assert output.type == "tensor(float)" and output.shape == ["B", "S", 8]
@@ -83,20 +98,27 @@ def test_onnx_reference_still_imports_after_the_schemas_are_registered():
 @pytest.mark.parametrize("library", ["ms_ops", "onnxplug-contrib-ms-ops"])
 def test_a_blocked_library_loads_per_session(library):
     node = onnx.helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
-    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
-                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
-                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    graph = onnx.helper.make_graph(
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+    )
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)]
+    )
     environment = onnxplug.Environment(block=["ms_ops"])
     # Fail (unknown op) in a fresh process; NotImplemented (no kernel) once another environment
     # registered the schemas, which onnx.defs keeps process-wide.
     with pytest.raises((onnxplug.Fail, onnxplug.NotImplemented), match="FastGelu"):
-        onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"],
-                                  environment=environment)
+        onnxplug.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"], environment=environment
+        )
     options = onnxplug.SessionOptions()
     options.register_custom_ops_library(library)
-    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
-                                        environment=environment)
+    session = onnxplug.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"], environment=environment
+    )
     (y,) = session.run(None, {"x": np.array([-1.0, 0.0, 1.0, 2.0], np.float32)})
     np.testing.assert_allclose(y, [-0.158808, 0.0, 0.841192, 1.954598], atol=1e-5)
 
@@ -110,12 +132,37 @@ def test_schemas_match_onnxruntimes(ort):
     registrations, so its models mean the same thing here."""
     pybind = pytest.importorskip("onnxruntime.capi._pybind_state")
     onnxplug.Environment()
-    ops = [("com.microsoft", op) for op in (
-        "FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd",
-        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "Attention",
-        "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits", "DynamicQuantizeMatMul",
-        "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
-        "QLinearGlobalAveragePool", "QLinearConcat", "NhwcMaxPool", "Trilu")]
+    ops = [
+        ("com.microsoft", op)
+        for op in (
+            "FusedConv",
+            "FusedGemm",
+            "FusedMatMul",
+            "Gelu",
+            "FastGelu",
+            "BiasGelu",
+            "QuickGelu",
+            "BiasAdd",
+            "SkipLayerNormalization",
+            "SkipSimplifiedLayerNormalization",
+            "EmbedLayerNormalization",
+            "Attention",
+            "MultiHeadAttention",
+            "GroupQueryAttention",
+            "RotaryEmbedding",
+            "MatMulNBits",
+            "DynamicQuantizeMatMul",
+            "MatMulIntegerToFloat",
+            "QLinearAdd",
+            "QLinearMul",
+            "QLinearSigmoid",
+            "QLinearLeakyRelu",
+            "QLinearGlobalAveragePool",
+            "QLinearConcat",
+            "NhwcMaxPool",
+            "Trilu",
+        )
+    ]
     ops += [("", "SimplifiedLayerNormalization"), ("", "LayerNormalization")]
     theirs = {(s.domain, s.name): s for s in pybind.get_all_operator_schema() if s.since_version == 1}
     for domain, op in ops:
@@ -123,7 +170,8 @@ def test_schemas_match_onnxruntimes(ort):
         assert _formals(mine.inputs, "type_str") == _formals(their.inputs, "typeStr"), op
         assert _formals(mine.outputs, "type_str") == _formals(their.outputs, "typeStr"), op
         assert {c.type_param_str: sorted(c.allowed_type_strs) for c in mine.type_constraints} == {
-            c.type_param_str: sorted(c.allowed_type_strs) for c in their.type_constraints}, op
+            c.type_param_str: sorted(c.allowed_type_strs) for c in their.type_constraints
+        }, op
         for name, attr in their.attributes.items():
             ours = mine.attributes[name]
             assert ours.required == attr.required, (op, name)

@@ -14,8 +14,11 @@ PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 def test_every_file_of_the_plugin_is_shown_as_it_is():
     shown = dict(FILE_BLOCK.findall(DOC.read_text(encoding="utf-8")))
-    plugin_files = {str(p.relative_to(ROOT)) for p in (ROOT / "contrib" / "virtual_device" / "src").rglob("*.py")
-                    if p.name != "__init__.py"}
+    plugin_files = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "contrib" / "virtual_device" / "src").rglob("*.py")
+        if p.name != "__init__.py"
+    }
     assert plugin_files <= set(shown), f"files missing from the tutorial: {plugin_files - set(shown)}"
     for path, body in shown.items():
         assert (ROOT / path).read_text(encoding="utf-8") == body, f"{path} differs from the tutorial's copy"

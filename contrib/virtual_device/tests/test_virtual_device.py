@@ -23,9 +23,12 @@ def _model() -> bytes:
         helper.make_node("Sigmoid", ["y"], ["z"], name="sigmoid"),
     ]
     rng = np.random.default_rng(0)
-    return make_model(nodes, [("x", F, ["n", 4])], [("z", F, None), ("r", F, None)],
-                      {"w": rng.standard_normal((4, 3)).astype(np.float32),
-                       "b": rng.standard_normal(3).astype(np.float32)}).SerializeToString()
+    return make_model(
+        nodes,
+        [("x", F, ["n", 4])],
+        [("z", F, None), ("r", F, None)],
+        {"w": rng.standard_normal((4, 3)).astype(np.float32), "b": rng.standard_normal(3).astype(np.float32)},
+    ).SerializeToString()
 
 
 MODEL = _model()
@@ -33,12 +36,16 @@ X = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
 EXPECTED = onnxplug.InferenceSession(MODEL).run(None, {"x": X})
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"ops": "Relu,Mul"},
-    {"ops": "", "fuse": "MatMul,Add,Relu"},
-    {"ops": "Sigmoid", "fuse": "Add,Relu,Softmax,Mul"},
-], ids=["kernels", "some-kernels", "fused-head", "fused-and-kernels"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"ops": "Relu,Mul"},
+        {"ops": "", "fuse": "MatMul,Add,Relu"},
+        {"ops": "Sigmoid", "fuse": "Add,Relu,Softmax,Mul"},
+    ],
+    ids=["kernels", "some-kernels", "fused-head", "fused-and-kernels"],
+)
 def test_split_model_matches_cpu(options):
     session = onnxplug.InferenceSession(MODEL, providers=[(VD, options)])
     assert session.partition_counts().get(VD, 0) > 0

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-import onnx.defs
 import pluggy
 
 from . import hookspecs
@@ -186,8 +185,7 @@ class Environment:
             self._register_library(library, name)
             return
         matching = [
-            ep for ep in self._entry_points
-            if library in (ep.name, getattr(getattr(ep, "dist", None), "name", None))
+            ep for ep in self._entry_points if library in (ep.name, getattr(getattr(ep, "dist", None), "name", None))
         ]
         for entry_point in matching:
             record = self._records.get(entry_point.name)
@@ -260,7 +258,8 @@ class Environment:
             # onnx.reference refuses, when first imported, an op name present in two domains
             # (Gelu, Attention... exist in com.microsoft too), so it is imported before any
             # custom schema is registered, for the sake of every later user in the process.
-            import onnx.reference  # noqa: F401
+            import onnx.reference
+
             with _SCHEMA_LOCK:
                 try:
                     existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)
@@ -280,9 +279,7 @@ class Environment:
                 )
             for key in {factory.name, factory.ort_name}:
                 if key in self._factories:
-                    raise PluginError(
-                        f"provider name '{key}' is already taken by plugin '{self._factory_owner[key]}'"
-                    )
+                    raise PluginError(f"provider name '{key}' is already taken by plugin '{self._factory_owner[key]}'")
             for key in {factory.name, factory.ort_name}:
                 self._factories[key] = factory
                 self._factory_owner[key] = record.name
@@ -352,19 +349,23 @@ class Environment:
             providers = []
             for factory in record.factories:
                 devices = _safe_devices(factory)
-                providers.append({
-                    "name": factory.name,
-                    "ort_name": factory.ort_name,
-                    "devices": [str(d) for d in devices],
-                    "reason": "" if devices else _safe_reason(factory),
-                })
-            rows.append({
-                "name": record.name,
-                "source": record.source,
-                "status": record.status,
-                "error": record.error,
-                "providers": providers,
-            })
+                providers.append(
+                    {
+                        "name": factory.name,
+                        "ort_name": factory.ort_name,
+                        "devices": [str(d) for d in devices],
+                        "reason": "" if devices else _safe_reason(factory),
+                    }
+                )
+            rows.append(
+                {
+                    "name": record.name,
+                    "source": record.source,
+                    "status": record.status,
+                    "error": record.error,
+                    "providers": providers,
+                }
+            )
         return rows
 
 
@@ -385,7 +386,7 @@ def _import_library(spec: str) -> ModuleType:
         module = importlib.util.module_from_spec(loader_spec)
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as error:  # noqa: BLE001 - reported with the path
+        except Exception as error:
             raise Fail(f"Failed to load library {spec} with error: {type(error).__name__}: {error}") from error
         return module
     try:

@@ -100,14 +100,14 @@ class Device:
 
 @dataclasses.dataclass(frozen=True)
 class KernelClaim:
-    """"I run this node with a kernel from my registry." ``node`` is the node's name."""
+    """ "I run this node with a kernel from my registry." ``node`` is the node's name."""
 
     node: str
 
 
 @dataclasses.dataclass(frozen=True)
 class FuseClaim:
-    """"I compile these nodes together into one partition" (nodes by name).
+    """ "I compile these nodes together into one partition" (nodes by name).
 
     The core checks that the set is convex (no path leaves it and re-enters it) before it
     calls :meth:`Provider.compile`.

@@ -59,8 +59,9 @@ class OnnxplugBackend(Backend):
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
-    def run_node(cls, node: onnx.NodeProto, inputs: Sequence[Any], device: str = "CPU",
-                 outputs_info: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+    def run_node(
+        cls, node: onnx.NodeProto, inputs: Sequence[Any], device: str = "CPU", outputs_info: Any = None, **kwargs: Any
+    ) -> tuple[Any, ...]:
         raise NotImplementedError("onnxplug.backend runs whole models; use run_model")
 
 

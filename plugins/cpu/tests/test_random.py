@@ -20,7 +20,8 @@ N = 100_000
 def _session(op, attrs=None, inputs=(), out_type=TensorProto.FLOAT, opset=22):
     node = helper.make_node(op, [name for name, _, _ in inputs], ["y"], **(attrs or {}))
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info(name, elem, shape) for name, elem, shape in inputs],
         [helper.make_tensor_value_info("y", out_type, None)],
     )
@@ -96,8 +97,12 @@ def test_without_seed_runs_differ():
 
 def test_random_normal_like_takes_shape_and_dtype_of_input():
     x = np.zeros((200, 500), np.float64)
-    session = _session("RandomNormalLike", {"mean": -1.0, "scale": 0.5},
-                       inputs=[("x", TensorProto.DOUBLE, [200, 500])], out_type=TensorProto.DOUBLE)
+    session = _session(
+        "RandomNormalLike",
+        {"mean": -1.0, "scale": 0.5},
+        inputs=[("x", TensorProto.DOUBLE, [200, 500])],
+        out_type=TensorProto.DOUBLE,
+    )
     y = _run(session, x=x)
     assert y.shape == x.shape and y.dtype == np.float64
     _check_moments(y, -1.0, 0.5)
@@ -105,8 +110,11 @@ def test_random_normal_like_takes_shape_and_dtype_of_input():
 
 def test_random_uniform_like_dtype_attribute():
     x = np.zeros((N,), np.int32)
-    session = _session("RandomUniformLike", {"dtype": TensorProto.FLOAT, "low": 1.0, "high": 2.0, "seed": 3.0},
-                       inputs=[("x", TensorProto.INT32, [N])])
+    session = _session(
+        "RandomUniformLike",
+        {"dtype": TensorProto.FLOAT, "low": 1.0, "high": 2.0, "seed": 3.0},
+        inputs=[("x", TensorProto.INT32, [N])],
+    )
     y = _run(session, x=x)
     assert y.shape == (N,) and y.dtype == np.float32
     assert y.min() >= 1.0 and y.max() <= 2.0
@@ -130,8 +138,13 @@ def test_bernoulli_frequency_follows_probabilities():
 
 def test_bernoulli_certain_probabilities_and_dtype():
     p = np.array([0.0, 1.0, 0.0, 1.0], np.float64)
-    session = _session("Bernoulli", {"dtype": TensorProto.INT64}, inputs=[("p", TensorProto.DOUBLE, [4])],
-                       out_type=TensorProto.INT64, opset=15)
+    session = _session(
+        "Bernoulli",
+        {"dtype": TensorProto.INT64},
+        inputs=[("p", TensorProto.DOUBLE, [4])],
+        out_type=TensorProto.INT64,
+        opset=15,
+    )
     y = _run(session, p=p)
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, [0, 1, 0, 1])
@@ -156,8 +169,9 @@ def test_multinomial_frequencies():
     probabilities = np.array([[0.1, 0.6, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25]])
     with np.errstate(divide="ignore"):
         logits = np.log(probabilities).astype(np.float32) + 5.0  # unnormalised log-probabilities
-    session = _session("Multinomial", {"sample_size": N}, inputs=[("x", TensorProto.FLOAT, [2, 4])],
-                       out_type=TensorProto.INT32)
+    session = _session(
+        "Multinomial", {"sample_size": N}, inputs=[("x", TensorProto.FLOAT, [2, 4])], out_type=TensorProto.INT32
+    )
     y = _run(session, x=logits)
     assert y.shape == (2, N) and y.dtype == np.int32
     assert y.min() >= 0 and y.max() <= 3
@@ -169,9 +183,13 @@ def test_multinomial_frequencies():
 
 def test_multinomial_int64_and_seed():
     x = np.zeros((3, 5), np.float32)
-    session = _session("Multinomial", {"sample_size": 7, "dtype": TensorProto.INT64, "seed": 2.0},
-                       inputs=[("x", TensorProto.FLOAT, [3, 5])], out_type=TensorProto.INT64, opset=7)
+    session = _session(
+        "Multinomial",
+        {"sample_size": 7, "dtype": TensorProto.INT64, "seed": 2.0},
+        inputs=[("x", TensorProto.FLOAT, [3, 5])],
+        out_type=TensorProto.INT64,
+        opset=7,
+    )
     y = _run(session, x=x)
     assert y.shape == (3, 7) and y.dtype == np.int64
     np.testing.assert_array_equal(y, _run(session, x=x))
-

@@ -100,8 +100,12 @@ def gemm(ctx: Any) -> None:
 def fused_matmul(ctx: Any) -> None:
     sa, sb = shape(ctx, 0), shape(ctx, 1)
     dims = None
-    if sa is not None and sb is not None and len(sa) >= 2 and len(sb) >= 2 and not (
-        attr(ctx, "transBatchA", 0) or attr(ctx, "transBatchB", 0)
+    if (
+        sa is not None
+        and sb is not None
+        and len(sa) >= 2
+        and len(sb) >= 2
+        and not (attr(ctx, "transBatchA", 0) or attr(ctx, "transBatchB", 0))
     ):
         rows = sa[-1] if attr(ctx, "transA", 0) else sa[-2]
         cols = sb[-2] if attr(ctx, "transB", 0) else sb[-1]

@@ -40,7 +40,9 @@ class DeviceArray:
 def device_data(value: Any, what: str) -> np.ndarray:
     """The array inside a device value; anything else is a missing copy."""
     if not isinstance(value, DeviceArray):
-        raise TypeError(f"{what}: expected a value in virtual-device memory, got {type(value).__name__} (a copy is missing)")
+        raise TypeError(
+            f"{what}: expected a value in virtual-device memory, got {type(value).__name__} (a copy is missing)"
+        )
     return value._data
 
 

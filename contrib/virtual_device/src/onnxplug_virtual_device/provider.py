@@ -54,8 +54,10 @@ class VirtualDeviceProvider(Provider):
         names = list(partition.inputs)
 
         def run(*values: Any) -> list[DeviceArray]:
-            feeds = {name: device_data(value, f"partition {partition.name} input '{name}'")
-                     for name, value in zip(names, values)}
+            feeds = {
+                name: device_data(value, f"partition {partition.name} input '{name}'")
+                for name, value in zip(names, values)
+            }
             return [DeviceArray(np.asarray(out)) for out in session.run(list(partition.outputs), feeds)]
 
         return CompiledPartition(partition.inputs, partition.outputs, run)
@@ -102,5 +104,6 @@ class VirtualDeviceFactory(ProviderFactory):
 
     def create(self, device: Device, options: Mapping[str, str]) -> VirtualDeviceProvider:
         self.check_options(options)
-        return VirtualDeviceProvider(self, device, _op_set(options.get("ops", DEFAULT_OPS)),
-                                     _op_set(options.get("fuse", "")))
+        return VirtualDeviceProvider(
+            self, device, _op_set(options.get("ops", DEFAULT_OPS)), _op_set(options.get("fuse", ""))
+        )

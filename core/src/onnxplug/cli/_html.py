@@ -52,17 +52,26 @@ def write_html(report: dict[str, Any], path: str, title: str = "onnxplug partiti
         partition = partition_of.get(node["name"])
         stroke = ' stroke="#000" stroke-width="3"' if partition else ""
         label = html.escape(f"{node['op_type']}")
-        tip = html.escape(f"{node['name']} ({node['op_type']}) on {node['provider']}"
-                          + (f", partition {partition}" if partition else ""))
-        parts.append(f'<g><title>{tip}</title><rect x="{x}" y="{y}" width="{_WIDTH}" height="{_HEIGHT}" rx="5" '
-                     f'fill="{fill}"{stroke}/><text x="{x + 6}" y="{y + 21}">{label}</text></g>')
+        tip = html.escape(
+            f"{node['name']} ({node['op_type']}) on {node['provider']}"
+            + (f", partition {partition}" if partition else "")
+        )
+        parts.append(
+            f'<g><title>{tip}</title><rect x="{x}" y="{y}" width="{_WIDTH}" height="{_HEIGHT}" rx="5" '
+            f'fill="{fill}"{stroke}/><text x="{x + 6}" y="{y + 21}">{label}</text></g>'
+        )
     legend = "".join(
         f'<span><i style="background:{c}"></i>{html.escape(p)}: {report["counts"].get(p, 0)} nodes</span>'
         for p, c in colour.items()
     )
     page = _TEMPLATE.format(
-        title=html.escape(title), legend=legend, width=width, height=height, body="\n".join(parts),
-        copies=len(report["copies"]), data=html.escape(json.dumps(report["counts"])),
+        title=html.escape(title),
+        legend=legend,
+        width=width,
+        height=height,
+        body="\n".join(parts),
+        copies=len(report["copies"]),
+        data=html.escape(json.dumps(report["counts"])),
     )
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(page)
@@ -72,7 +81,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: sans-serif; margin: 0; }} header {{ padding: 8px 12px; background: #f4f4f4; }}
-header span {{ margin-right: 16px; }} header i {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
+header span {{ margin-right: 16px; }}
+header i {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; }}
 #view {{ width: 100vw; height: calc(100vh - 60px); overflow: hidden; cursor: grab; }}
 text {{ font-size: 12px; fill: #fff; pointer-events: none; }} .e {{ stroke: #888; stroke-width: 1; }}
 </style></head>
@@ -90,7 +100,9 @@ text {{ font-size: 12px; fill: #fff; pointer-events: none; }} .e {{ stroke: #888
   view.addEventListener("wheel", function (e) {{ e.preventDefault(); scale *= e.deltaY < 0 ? 1.1 : 0.9; apply(); }});
   view.addEventListener("mousedown", function (e) {{ drag = [e.clientX - x, e.clientY - y]; }});
   window.addEventListener("mouseup", function () {{ drag = null; }});
-  window.addEventListener("mousemove", function (e) {{ if (drag) {{ x = e.clientX - drag[0]; y = e.clientY - drag[1]; apply(); }} }});
+  window.addEventListener("mousemove", function (e) {{
+    if (drag) {{ x = e.clientX - drag[0]; y = e.clientY - drag[1]; apply(); }}
+  }});
 }})();
 </script></body></html>
 """

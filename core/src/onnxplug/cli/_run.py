@@ -22,12 +22,22 @@ DEMO_SAMPLES = "digits_samples.npz"
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("run", help="run a model (without MODEL: the embedded digits demo)")
     parser.add_argument("model", nargs="?", help="path of an .onnx file (default: the embedded demo)")
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                        help="feed an input from a .npy file (repeatable); others get random values")
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="feed an input from a .npy file (repeatable); others get random values",
+    )
     parser.add_argument("--providers", default="", help="comma-separated provider names, highest priority first")
     parser.add_argument("--repeat", type=int, default=1, help="run this many times and report latency")
-    parser.add_argument("--dim", action="append", default=[], metavar="NAME=V",
-                        help="value for a symbolic dimension in random inputs (default 1)")
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=V",
+        help="value for a symbolic dimension in random inputs (default 1)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     parser.set_defaults(handler=run)
 
@@ -93,14 +103,16 @@ def run_demo(args: argparse.Namespace) -> int:
     latencies = []
     correct = 0
     for index in range(len(labels)):
-        outputs, times = _timed_runs(session, {"pixels": pixels[index:index + 1]}, max(1, args.repeat))
+        outputs, times = _timed_runs(session, {"pixels": pixels[index : index + 1]}, max(1, args.repeat))
         latencies.extend(times)
         probabilities, predicted = outputs
         predicted_digit = int(predicted[0])
         correct += predicted_digit == int(labels[index])
         mark = "ok" if predicted_digit == int(labels[index]) else "WRONG"
-        print(f"  sample {index:2d}: predicted {predicted_digit} (p={probabilities[0, predicted_digit]:.2f}), "
-              f"true {int(labels[index])}  {mark}")
+        print(
+            f"  sample {index:2d}: predicted {predicted_digit} (p={probabilities[0, predicted_digit]:.2f}), "
+            f"true {int(labels[index])}  {mark}"
+        )
     print(f"accuracy: {correct}/{len(labels)} = {correct / len(labels):.1%}")
     print(f"median latency: {statistics.median(latencies) * 1e3:.3f} ms per run")
     _print_providers(session)
@@ -123,7 +135,7 @@ def random_feeds(session: InferenceSession, dims: dict[str, int], rng: np.random
 def random_array(type_string: str, shape: tuple[int, ...], rng: np.random.Generator) -> Any:
     if not type_string.startswith("tensor("):
         raise ValueError(f"cannot make random values of type {type_string}; pass it with --input")
-    element = type_string[len("tensor("):-1]
+    element = type_string[len("tensor(") : -1]
     if element == "string":
         return np.full(shape, "a", dtype=object)
     if element == "bool":

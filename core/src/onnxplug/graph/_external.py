@@ -83,8 +83,7 @@ def _parse_entry(tensor: onnx.TensorProto) -> ExternalRef:
     for entry in tensor.external_data:
         if entry.key not in _KEYS:
             raise InvalidGraph(
-                f"initializer '{tensor.name}': unknown external-data key {entry.key!r} "
-                f"(expected {sorted(_KEYS)})"
+                f"initializer '{tensor.name}': unknown external-data key {entry.key!r} (expected {sorted(_KEYS)})"
             )
         fields[entry.key] = entry.value
     location = fields.get("location", "")
@@ -162,4 +161,3 @@ def check_external_data(model: onnx.ModelProto, base_dir: str | None) -> list[Ex
             )
         refs.append(ref)
     return refs
-

@@ -110,7 +110,7 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
     proto = _infer_types(proto)
     try:
         model = _deserialize(prepare_for_ir(proto))
-    except Exception as error:  # noqa: BLE001 - onnx-ir rejects what it cannot represent
+    except Exception as error:
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
     if base_dir is not None:
         ir.external_data.set_base_dir(model.graph, base_dir)
@@ -151,4 +151,3 @@ def _root_cause(error: BaseException) -> str:
     while error.__cause__ is not None:
         error = error.__cause__
     return f"{type(error).__name__}: {error}"
-

@@ -32,8 +32,20 @@ class _Lease:
 class NodeView:
     """One node as a provider sees it."""
 
-    __slots__ = ("_lease", "name", "op_type", "domain", "since_version", "inputs", "outputs",
-                 "_attributes", "_input_types", "_output_types", "_schema", "subgraphs")
+    __slots__ = (
+        "_lease",
+        "name",
+        "op_type",
+        "domain",
+        "since_version",
+        "inputs",
+        "outputs",
+        "_attributes",
+        "_input_types",
+        "_output_types",
+        "_schema",
+        "subgraphs",
+    )
 
     def __init__(self, node: ir.Node, opsets: Mapping[str, int], lease: _Lease) -> None:
         self._lease = lease
@@ -52,7 +64,8 @@ class NodeView:
         self._output_types = tuple(ir_type_string(v.type) for v in node.outputs)
         #: Names of the node's graph attributes (If branches, Loop/Scan bodies).
         self.subgraphs: tuple[str, ...] = tuple(
-            name for name, attr in self._attributes.items()
+            name
+            for name, attr in self._attributes.items()
             if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
         )
 

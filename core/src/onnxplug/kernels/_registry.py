@@ -274,8 +274,7 @@ def _check_against_schema(registry: str, definition: KernelDef, params: list[ins
     if schema is None or schema.since_version != key.since_version:
         known = schema_versions(key.op_type, key.domain)
         raise PluginError(
-            f"{where}: onnx has no such schema version; "
-            f"versions of {key.op_type} are {known or 'none (unknown op)'}"
+            f"{where}: onnx has no such schema version; versions of {key.op_type} are {known or 'none (unknown op)'}"
         )
     attributes = set(schema.attributes)
     keyword_only = {p.name: p for p in params if p.kind is p.KEYWORD_ONLY}

@@ -45,9 +45,7 @@ def schema_versions(op_type: str, domain: str) -> list[int]:
     """Every ``since_version`` onnx knows for an op, oldest first."""
     domain = normalize_domain(domain)
     return sorted(
-        s.since_version
-        for s in onnx.defs.get_all_schemas_with_history()
-        if s.name == op_type and s.domain == domain
+        s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op_type and s.domain == domain
     )
 
 

@@ -18,9 +18,9 @@ import onnx_ir as ir
 from ..api import FuseClaim, KernelClaim, KernelLookup, Provider
 from ..errors import Fail, InvalidGraph, NotImplemented  # noqa: A004 - onnxruntime's name
 from ..graph import GraphView, NodeView
+from ..graph._scopes import node_reads
 from ..kernels import KernelDef
 from ..kernels._schema import STANDARD_DOMAINS
-from ..graph._scopes import node_reads
 from ._fuse import convex_parts, successor_map
 from ._inline import CHAIN_KEY, FunctionInliner, FunctionKey, node_opsets
 
@@ -130,8 +130,9 @@ def _offer(
             try:
                 claims = list(provider.capability(view, slot.kernels) or ())
             except Exception as error:  # noqa: BLE001 - a faulty plugin must not stop the session
-                _warn(f"provider '{provider.name}' failed in capability() and is skipped: "
-                      f"{type(error).__name__}: {error}")
+                _warn(
+                    f"provider '{provider.name}' failed in capability() and is skipped: {type(error).__name__}: {error}"
+                )
                 claims = []
             finally:
                 per_node = declined.setdefault(provider.ort_name, {})
@@ -169,20 +170,25 @@ def _accept_kernel_claim(
     assignments[claim.node] = Assignment(provider, kernel)
 
 
-def _accept_fuse_claim(view: GraphView, provider: Provider, claim: FuseClaim, result: PartitionResult,
-                       successors: Mapping[str, set[str]]) -> None:
+def _accept_fuse_claim(
+    view: GraphView, provider: Provider, claim: FuseClaim, result: PartitionResult, successors: Mapping[str, set[str]]
+) -> None:
     """Accept the convex parts of a FuseClaim's still-unassigned nodes (warning when split)."""
     unknown = [name for name in claim.nodes if name not in view]
     if unknown:
-        _warn(f"provider '{provider.name}' claimed nodes {unknown[:5]} in a FuseClaim, which are not in the graph; "
-              "they are ignored")
+        _warn(
+            f"provider '{provider.name}' claimed nodes {unknown[:5]} in a FuseClaim, which are not in the graph; "
+            "they are ignored"
+        )
     free = {name for name in claim.nodes if name in view and name not in result.assignments}
     if not free:
         return
     parts = convex_parts(free, successors)
     if len(parts) > 1:
-        _warn(f"provider '{provider.name}' claimed a non-convex set of {len(free)} nodes (a path leaves it and "
-              f"comes back); it was split into {len(parts)} convex partitions")
+        _warn(
+            f"provider '{provider.name}' claimed a non-convex set of {len(free)} nodes (a path leaves it and "
+            f"comes back); it was split into {len(parts)} convex partitions"
+        )
     for part in parts:
         name = claim.name if claim.name and len(parts) == 1 and claim.name not in result.fused else ""
         name = name or f"{provider.name}_partition_{len(result.fused)}"

@@ -94,8 +94,9 @@ def build_partition(
                 initializers.append(tensor)
             else:
                 inputs.append(value)
-    outputs = [v for node in members for v in node.outputs
-               if v.name and (id(v) in outside_readers or id(v) in graph_outputs)]
+    outputs = [
+        v for node in members for v in node.outputs if v.name and (id(v) in outside_readers or id(v) in graph_outputs)
+    ]
     graph = helper.make_graph(
         [ir.serde.serialize_node(node) for node in members],
         name,
@@ -105,6 +106,7 @@ def build_partition(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
     model.ir_version = ir_version
-    partition = Partition(name, tuple(n.name for n in members), tuple(v.name for v in inputs),
-                          tuple(v.name for v in outputs), model)
+    partition = Partition(
+        name, tuple(n.name for n in members), tuple(v.name for v in inputs), tuple(v.name for v in outputs), model
+    )
     return partition, inputs, outputs

@@ -81,8 +81,9 @@ class FunctionInliner:
     :param functions: the model's local functions by ``(domain, name, overload)``.
     """
 
-    def __init__(self, graph: ir.Graph, opsets: Mapping[str, int],
-                 functions: Mapping[FunctionKey, ir.Function] | None = None) -> None:
+    def __init__(
+        self, graph: ir.Graph, opsets: Mapping[str, int], functions: Mapping[FunctionKey, ir.Function] | None = None
+    ) -> None:
         self._graph = graph
         self._opsets = dict(opsets)
         self._functions = {(normalize_domain(d), n, o): f for (d, n, o), f in (functions or {}).items()}
@@ -124,8 +125,10 @@ class FunctionInliner:
         try:
             function = ir.serde.deserialize_function(proto)
         except Exception as error:
-            raise Fail(f"the function body of {_describe(key)} for node '{node.name}' cannot be read: "
-                       f"{type(error).__name__}: {error}") from error
+            raise Fail(
+                f"the function body of {_describe(key)} for node '{node.name}' cannot be read: "
+                f"{type(error).__name__}: {error}"
+            ) from error
         return key, function, attributes
 
     # -- expanding -------------------------------------------------------------------------
@@ -146,7 +149,7 @@ class FunctionInliner:
             raise InvalidGraph(f"function {_describe(key)} calls itself ({path}); node '{node.name}' cannot be run")
         if len(chain) >= MAX_DEPTH:
             raise InvalidGraph(f"function calls nest deeper than {MAX_DEPTH} ({path}) at node '{node.name}'")
-        extra_outputs = node.outputs[len(function.outputs):]
+        extra_outputs = node.outputs[len(function.outputs) :]
         if len(node.inputs) > len(function.inputs) or any(_is_used(v) for v in extra_outputs):
             raise InvalidGraph(
                 f"node '{node.name}' calls {_describe(key)} with {len(node.inputs)} inputs and "
@@ -179,12 +182,14 @@ class FunctionInliner:
                 if output.name:
                     output.name = self._fresh(f"{prefix}/{output.name}", self._names("value"))
 
-        cloner = _cloner.Cloner(attr_map=attributes, value_map=value_map, metadata_props={},
-                                post_process=rename, resolve_ref_attrs=True)
+        cloner = _cloner.Cloner(
+            attr_map=attributes, value_map=value_map, metadata_props={}, post_process=rename, resolve_ref_attrs=True
+        )
         return [cloner.clone_node(inner) for inner in function]
 
-    def _output_value(self, function: ir.Function, index: int, new_nodes: list[ir.Node],
-                      opsets: dict[str, int]) -> ir.Value:
+    def _output_value(
+        self, function: ir.Function, index: int, new_nodes: list[ir.Node], opsets: dict[str, int]
+    ) -> ir.Value:
         """The copy of the function's ``index``-th output; an Identity when the body passes an
         input straight through (the caller's value must keep its own name)."""
         value = self._value_map.get(function.outputs[index])
@@ -194,8 +199,9 @@ class FunctionInliner:
         if value is None:
             raise InvalidGraph(f"function output '{function.outputs[index].name}' is never computed")
         opsets.setdefault("", onnx.defs.onnx_opset_version())
-        identity = ir.Node("", "Identity", [value], num_outputs=1,
-                           name=self._fresh(f"{self._prefix}/Identity", self._names("node")))
+        identity = ir.Node(
+            "", "Identity", [value], num_outputs=1, name=self._fresh(f"{self._prefix}/Identity", self._names("node"))
+        )
         identity.outputs[0].name = self._fresh(f"{identity.name}_out", self._names("value"))
         new_nodes.append(identity)
         return identity.outputs[0]
@@ -295,8 +301,9 @@ def _schema_default_attrs(op_type: str, since_version: int, domain: str) -> dict
     return defaults
 
 
-def _context_dependent_bytes(schema: onnx.defs.OpSchema, opset: int, node: ir.Node,
-                             attributes: Mapping[str, ir.Attr]) -> bytes:
+def _context_dependent_bytes(
+    schema: onnx.defs.OpSchema, opset: int, node: ir.Node, attributes: Mapping[str, ir.Attr]
+) -> bytes:
     """A body onnx builds for this very node (it may depend on attributes and input types).
 
     Returns empty bytes when onnx cannot build one, e.g. an input type is unknown.

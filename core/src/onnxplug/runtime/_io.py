@@ -35,7 +35,11 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NodeArg) and (self.name, self.type, self.shape) == (other.name, other.type, other.shape)
+        return isinstance(other, NodeArg) and (self.name, self.type, self.shape) == (
+            other.name,
+            other.type,
+            other.shape,
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -71,11 +75,11 @@ class InputSpec:
 
     name: str
     type_string: str
-    kind: str                      # tensor, sequence, map, optional
-    dtype: np.dtype | None         # tensors only
+    kind: str  # tensor, sequence, map, optional
+    dtype: np.dtype | None  # tensors only
     rank: int | None
-    dims: tuple[int | None, ...]   # None for free dims
-    optional: bool                 # may be omitted (optional type or overridable initializer)
+    dims: tuple[int | None, ...]  # None for free dims
+    optional: bool  # may be omitted (optional type or overridable initializer)
 
     def node_arg(self, shape: list) -> NodeArg:
         return NodeArg(self.name, self.type_string, shape)
@@ -83,8 +87,13 @@ class InputSpec:
 
 def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int]) -> tuple[InputSpec, list]:
     type_proto = info.type
-    kind = {"tensor_type": "tensor", "sequence_type": "sequence", "map_type": "map",
-            "optional_type": "optional", "sparse_tensor_type": "sparse"}.get(type_proto.WhichOneof("value") or "", "tensor")
+    kind = {
+        "tensor_type": "tensor",
+        "sequence_type": "sequence",
+        "map_type": "map",
+        "optional_type": "optional",
+        "sparse_tensor_type": "sparse",
+    }.get(type_proto.WhichOneof("value") or "", "tensor")
     shape = shape_list(type_proto)
     shape = [overrides.get(d, d) if isinstance(d, str) else d for d in shape]
     dtype = rank = None
@@ -102,7 +111,9 @@ def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int
     return spec, shape
 
 
-def input_specs(graph: onnx.GraphProto, overrides: Mapping[str, int]) -> tuple[list[InputSpec], list[NodeArg], list[NodeArg]]:
+def input_specs(
+    graph: onnx.GraphProto, overrides: Mapping[str, int]
+) -> tuple[list[InputSpec], list[NodeArg], list[NodeArg]]:
     """Specs for every feedable input; NodeArgs for ``get_inputs`` and
     ``get_overridable_initializers`` (inputs that are also initializers)."""
     initializers = {t.name for t in graph.initializer}
@@ -143,7 +154,9 @@ def _as_array(spec: InputSpec, value: Any) -> Any:
         try:
             return np.asarray(value, dtype=spec.dtype)
         except (TypeError, ValueError) as error:
-            raise InvalidArgument(f"input '{spec.name}': cannot convert the list to {spec.type_string}: {error}") from None
+            raise InvalidArgument(
+                f"input '{spec.name}': cannot convert the list to {spec.type_string}: {error}"
+            ) from None
     if np.isscalar(value) and not isinstance(value, (float, int, bool, str)):
         return np.asarray(value)
     raise InvalidArgument(
@@ -198,7 +211,9 @@ def _check_tensor(spec: InputSpec, value: np.ndarray) -> None:
             f"Invalid rank for input: {spec.name} Got: {value.ndim} Expected: {spec.rank} "
             f"Please fix either the inputs/outputs or the model."
         )
-    bad = [(i, got, want) for i, (got, want) in enumerate(zip(value.shape, spec.dims)) if want is not None and got != want]
+    bad = [
+        (i, got, want) for i, (got, want) in enumerate(zip(value.shape, spec.dims)) if want is not None and got != want
+    ]
     if bad:
         detail = " ".join(f"index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
         raise InvalidArgument(f"Got invalid dimensions for input: {spec.name} for the following indices {detail}")
@@ -216,8 +231,13 @@ def fresh_outputs(values: Sequence[Any], protected: set[int]) -> list[Any]:
     result = []
     for value in values:
         if isinstance(value, np.ndarray):
-            if value.base is not None or id(value) in protected or id(value) in seen or not value.flags.writeable \
-                    or not value.flags.c_contiguous:
+            if (
+                value.base is not None
+                or id(value) in protected
+                or id(value) in seen
+                or not value.flags.writeable
+                or not value.flags.c_contiguous
+            ):
                 value = np.array(value, copy=True, order="C")
             seen.add(id(value))
         elif isinstance(value, np.generic):

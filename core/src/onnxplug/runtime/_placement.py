@@ -81,13 +81,33 @@ def place(
             current = slot
             if source is not None:
                 current = new_slot(name)
-                before.append(Step(_copy_call(source.transfer().to_host), (slot,), (current,), True,
-                                   f"copy {name} to host", "MemcpyToHost", _label(source), -1))
+                before.append(
+                    Step(
+                        _copy_call(source.transfer().to_host),
+                        (slot,),
+                        (current,),
+                        True,
+                        f"copy {name} to host",
+                        "MemcpyToHost",
+                        _label(source),
+                        -1,
+                    )
+                )
                 home[current] = None
             if target is not None:
                 moved = new_slot(name)
-                before.append(Step(_copy_call(target.transfer().to_device), (current,), (moved,), True,
-                                   f"copy {name} to {target.ort_name}", "MemcpyFromHost", target.ort_name, -1))
+                before.append(
+                    Step(
+                        _copy_call(target.transfer().to_device),
+                        (current,),
+                        (moved,),
+                        True,
+                        f"copy {name} to {target.ort_name}",
+                        "MemcpyFromHost",
+                        target.ort_name,
+                        -1,
+                    )
+                )
             else:
                 moved = current
         home[moved] = target

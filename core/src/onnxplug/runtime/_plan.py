@@ -11,7 +11,7 @@ outputs are dropped.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -164,8 +164,11 @@ def build_plan(
             attr = node.attributes.get(attribute)
             if attr is None or attr.type is not ir.AttributeType.GRAPH:
                 raise Fail(f"node '{node.name}' ({node.op_type}) has no graph attribute '{attribute}'")
-            return SubgraphRunner(build_plan(attr.value, node_opsets, slots, outer=outer_values,
-                                             functions=functions, ir_version=ir_version))
+            return SubgraphRunner(
+                build_plan(
+                    attr.value, node_opsets, slots, outer=outer_values, functions=functions, ir_version=ir_version
+                )
+            )
 
         return compile_attribute
 
@@ -187,14 +190,32 @@ def build_plan(
     for index, unit in enumerate(order_units(units)):
         assignment = partition.assignments[unit[0].name]
         if assignment.partition is None:
-            steps.append(kernel_step(unit[0], assignment.kernel, assignment.provider, index, slot_of, new_slot,
-                                     constants, opsets, compile_subgraph))
+            steps.append(
+                kernel_step(
+                    unit[0],
+                    assignment.kernel,
+                    assignment.provider,
+                    index,
+                    slot_of,
+                    new_slot,
+                    constants,
+                    opsets,
+                    compile_subgraph,
+                )
+            )
             continue
         part, inputs, outputs = build_partition(
-            assignment.partition, unit, readers[assignment.partition],
-            graph_outputs, constant_values, opsets, ir_version)
-        steps.append(fused_step(assignment.partition, assignment.provider, part, inputs, outputs, index,
-                                slot_of, new_slot))
+            assignment.partition,
+            unit,
+            readers[assignment.partition],
+            graph_outputs,
+            constant_values,
+            opsets,
+            ir_version,
+        )
+        steps.append(
+            fused_step(assignment.partition, assignment.provider, part, inputs, outputs, index, slot_of, new_slot)
+        )
     output_slots = tuple(slot_of[id(v)] for v in graph.outputs)
     steps, output_slots, copies = place(steps, output_slots, template, constant_slots, slot_names)
     _schedule_frees(steps, {NONE_SLOT, DROP_SLOT, *outer_slots, *output_slots})

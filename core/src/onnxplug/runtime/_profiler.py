@@ -56,9 +56,14 @@ class Profiler:
 
     def _event(self, category: str, name: str, start: int, end: int, args: dict[str, Any]) -> None:
         event = {
-            "cat": category, "pid": self._pid, "tid": threading.get_native_id(),
-            "dur": max(0, (end - start) // 1000), "ts": max(0, (start - self._start_perf) // 1000),
-            "ph": "X", "name": name, "args": args,
+            "cat": category,
+            "pid": self._pid,
+            "tid": threading.get_native_id(),
+            "dur": max(0, (end - start) // 1000),
+            "ts": max(0, (start - self._start_perf) // 1000),
+            "ph": "X",
+            "name": name,
+            "args": args,
         }
         with self._lock:
             self._events.append(event)
@@ -68,15 +73,21 @@ class Profiler:
 
     def node_event(self, step: Any, start: int, end: int, inputs: Any, outputs: Any) -> None:
         produced = outputs if not step.single else (outputs,)
-        self._event("Node", f"{step.name}_kernel_time", start, end, {
-            "op_name": step.op_type,
-            "provider": step.provider,
-            "node_index": str(step.node_index),
-            "input_type_shape": [_type_shape(v) for v in inputs if v is not None],
-            "output_type_shape": [_type_shape(v) for v in produced],
-            "activation_size": str(_nbytes(inputs)),
-            "output_size": str(_nbytes(produced)),
-        })
+        self._event(
+            "Node",
+            f"{step.name}_kernel_time",
+            start,
+            end,
+            {
+                "op_name": step.op_type,
+                "provider": step.provider,
+                "node_index": str(step.node_index),
+                "input_type_shape": [_type_shape(v) for v in inputs if v is not None],
+                "output_type_shape": [_type_shape(v) for v in produced],
+                "activation_size": str(_nbytes(inputs)),
+                "output_size": str(_nbytes(produced)),
+            },
+        )
 
     def write(self) -> str:
         """Write the trace to ``<prefix>_<date>_<time>.json`` in the current folder; return its path."""

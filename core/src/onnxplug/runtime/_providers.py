@@ -41,8 +41,12 @@ def parse_providers(providers: Any, provider_options: Any) -> list[ProviderReque
     for entry in providers:
         if isinstance(entry, str):
             requests.append((entry, {}))
-        elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str) \
-                and isinstance(entry[1], Mapping):
+        elif (
+            isinstance(entry, (tuple, list))
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], Mapping)
+        ):
             if provider_options is not None:
                 raise InvalidArgument("'provider_options' cannot be given with (name, options) tuples in 'providers'")
             requests.append((entry[0], normalize_options(entry[1])))

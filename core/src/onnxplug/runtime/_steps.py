@@ -29,12 +29,33 @@ class Step:
     :ivar device: the provider whose memory the step reads and writes (``None``: host).
     """
 
-    __slots__ = ("call", "inputs", "outputs", "free", "single", "name", "op_type", "provider", "node_index",
-                 "host_inputs", "device")
+    __slots__ = (
+        "call",
+        "inputs",
+        "outputs",
+        "free",
+        "single",
+        "name",
+        "op_type",
+        "provider",
+        "node_index",
+        "host_inputs",
+        "device",
+    )
 
-    def __init__(self, call: Callable[..., Any], inputs: tuple[int, ...], outputs: tuple[int, ...],
-                 single: bool, name: str, op_type: str, provider: str, node_index: int,
-                 host_inputs: tuple[int, ...] = (), device: Provider | None = None) -> None:
+    def __init__(
+        self,
+        call: Callable[..., Any],
+        inputs: tuple[int, ...],
+        outputs: tuple[int, ...],
+        single: bool,
+        name: str,
+        op_type: str,
+        provider: str,
+        node_index: int,
+        host_inputs: tuple[int, ...] = (),
+        device: Provider | None = None,
+    ) -> None:
         self.call = call
         self.inputs = inputs
         self.outputs = outputs
@@ -52,9 +73,11 @@ def tensor_value(tensor: ir.TensorProtocol) -> np.ndarray:
     """A read-only numpy array for an initializer or attribute tensor (strings as ``str``)."""
     array = tensor.numpy()
     if array.dtype.kind in "SO":
-        array = np.vectorize(
-            lambda s: s.decode("utf-8") if isinstance(s, bytes) else s, otypes=[object]
-        )(array) if array.size else array.astype(object)
+        array = (
+            np.vectorize(lambda s: s.decode("utf-8") if isinstance(s, bytes) else s, otypes=[object])(array)
+            if array.size
+            else array.astype(object)
+        )
     if array.flags.writeable:
         array.flags.writeable = False
     return array
@@ -100,14 +123,24 @@ def kernel_step(
         call = kernel.build(context, attributes)
     except OnnxplugError:
         raise
-    except Exception as error:  # noqa: BLE001 - a kernel factory rejecting its node
+    except Exception as error:
         raise Fail(f"{context.describe()}: cannot be prepared: {type(error).__name__}: {error}") from error
     schema = find_schema(kernel.key.op_type, kernel.key.since_version, kernel.key.domain)
     single = len(node.outputs) == 1 and (schema is None or schema.max_output == 1)
     # Outer-scope values always travel on the host: subgraphs start from host memory.
     host = tuple(kernel.host_inputs) + tuple(range(len(formal), len(formal) + len(implicit)))
-    return Step(call, tuple(formal + implicit), outputs, single, node.name, node.op_type,
-                provider.ort_name, index, host, _device_of(provider))
+    return Step(
+        call,
+        tuple(formal + implicit),
+        outputs,
+        single,
+        node.name,
+        node.op_type,
+        provider.ort_name,
+        index,
+        host,
+        _device_of(provider),
+    )
 
 
 def fused_step(
@@ -128,14 +161,16 @@ def fused_step(
         compiled = provider.compile(partition)
     except OnnxplugError:
         raise
-    except Exception as error:  # noqa: BLE001 - a vendor compiler's failure
+    except Exception as error:
         nodes = ", ".join(partition.nodes[:8]) + (" ..." if len(partition.nodes) > 8 else "")
-        raise EPFail(f"provider '{provider.name}' failed to compile partition {name} ({nodes}): "
-                     f"{type(error).__name__}: {error}") from error
+        raise EPFail(
+            f"provider '{provider.name}' failed to compile partition {name} ({nodes}): {type(error).__name__}: {error}"
+        ) from error
     inputs = tuple(slot_of[id(v)] for v in input_values)
     outputs = tuple(new_slot(v) for v in output_values)
-    return Step(compiled, inputs, outputs, False, name, "FusedPartition", provider.ort_name, index,
-                (), _device_of(provider))
+    return Step(
+        compiled, inputs, outputs, False, name, "FusedPartition", provider.ort_name, index, (), _device_of(provider)
+    )
 
 
 def _type_of(value: ir.Value | None) -> tuple[int, tuple | None] | None:

@@ -52,8 +52,9 @@ class IOBinding:
         self._check_input(name)
         self._inputs[name] = array
 
-    def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any,
-                   shape: Sequence[int], buffer_ptr: int) -> None:
+    def bind_input(
+        self, name: str, device_type: str, device_id: int, element_type: Any, shape: Sequence[int], buffer_ptr: int
+    ) -> None:
         """Bind host memory at ``buffer_ptr`` (optimum's pattern with torch tensors)."""
         self._check_input(name)
         _check_device(device_type)
@@ -63,8 +64,15 @@ class IOBinding:
         self._check_input(name)
         self._inputs[name] = value._onnxplug_value()
 
-    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
-                    shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
+    def bind_output(
+        self,
+        name: str,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        element_type: Any = None,
+        shape: Sequence[int] | None = None,
+        buffer_ptr: int | None = None,
+    ) -> None:
         """Bind an output by name (allocated per run) or to host memory at ``buffer_ptr``."""
         self._check_output(name)
         _check_device(device_type)

@@ -33,7 +33,7 @@ class OrtDevice:
     def make(cls, device_type: str, device_id: int = 0) -> OrtDevice:
         kind = cls._TYPES.get(str(device_type).lower())
         if kind is None:
-            raise Exception(f"Unsupported device type: {device_type}")  # noqa: TRY002 - onnxruntime's class
+            raise Exception(f"Unsupported device type: {device_type}")
         return cls(kind, 0, device_id)
 
     @staticmethod
@@ -74,7 +74,7 @@ def _check_device(device_type: str) -> None:
             f"Can't allocate memory on the device '{device_type}': no installed provider owns such a device "
             "through OrtValue (values live in host memory)"
         )
-    raise Exception(f"Unsupported device type: {device_type}")  # noqa: TRY002 - onnxruntime's class
+    raise Exception(f"Unsupported device type: {device_type}")
 
 
 class OrtValue:
@@ -88,8 +88,9 @@ class OrtValue:
     # -- construction ------------------------------------------------------------------------
 
     @staticmethod
-    def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0,
-                            vendor_id: int = -1) -> OrtValue:
+    def ortvalue_from_numpy(
+        array: np.ndarray, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
         """Wrap ``array`` (no copy for contiguous numeric arrays)."""
         _check_device(device_type)
         if not isinstance(array, np.ndarray):
@@ -112,8 +113,14 @@ class OrtValue:
         return OrtValue(np.ascontiguousarray(array).view(dtype))
 
     @staticmethod
-    def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any, device_type: str = "cpu",
-                                     device_id: int = 0, vendor_id: int = -1, memory_info: Any = None) -> OrtValue:
+    def ortvalue_from_shape_and_type(
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        vendor_id: int = -1,
+        memory_info: Any = None,
+    ) -> OrtValue:
         """A new zero-filled tensor; ``element_type`` is a numpy type or a TensorProto code."""
         _check_device(device_type)
         dtype = np_dtype(element_type) if isinstance(element_type, int) else np.dtype(element_type)
@@ -187,7 +194,8 @@ class OrtValue:
         source = value._value if isinstance(value, OrtValue) else np.asarray(value)
         if source.size != target.size or source.dtype != target.dtype:
             raise RuntimeError(
-                f"update_inplace: got {source.dtype}{list(source.shape)}, the value holds {target.dtype}{list(target.shape)}"
+                f"update_inplace: got {source.dtype}{list(source.shape)}, "
+                f"the value holds {target.dtype}{list(target.shape)}"
             )
         if not target.flags.writeable:
             self._value = target = target.copy()

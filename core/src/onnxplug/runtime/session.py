@@ -124,9 +124,13 @@ class InferenceSession:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             _name_nodes(self._loaded.model)
             fill_missing_opsets(self._loaded.model)
-            self._plan = build_plan(self._loaded.model.graph, self._loaded.opsets, slots,
-                                    functions=self._loaded.model.functions,
-                                    ir_version=self._loaded.proto.ir_version)
+            self._plan = build_plan(
+                self._loaded.model.graph,
+                self._loaded.opsets,
+                slots,
+                functions=self._loaded.model.functions,
+                ir_version=self._loaded.proto.ir_version,
+            )
         except BaseException:
             for provider in providers:
                 provider.close()
@@ -173,8 +177,9 @@ class InferenceSession:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
-            run_options: RunOptions | None = None) -> list[Any]:
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: RunOptions | None = None
+    ) -> list[Any]:
         """Run the model.
 
         :param output_names: outputs to return (``None`` or ``[]``: all, in graph order).
@@ -208,15 +213,21 @@ class InferenceSession:
         for name in output_names:
             index = self._output_index.get(name)
             if index is None:
-                raise InvalidArgument(f"Invalid output name: {name} (the model's outputs are {list(self._output_index)})")
+                raise InvalidArgument(
+                    f"Invalid output name: {name} (the model's outputs are {list(self._output_index)})"
+                )
             indices.append(index)
         return indices
 
     def _input_names(self) -> set[str]:
         return {spec.name for spec in self._input_specs}
 
-    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, Any],
-                            run_options: RunOptions | None = None) -> list[OrtValue]:
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: dict[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
         """Like :meth:`run` with OrtValues in and out (numpy arrays are accepted in too)."""
         return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
 
@@ -228,9 +239,14 @@ class InferenceSession:
             raise ValueError("IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
 
-    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
-                  callback: Callable[[list[Any], Any, str], None], user_data: Any,
-                  run_options: RunOptions | None = None) -> None:
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        callback: Callable[[list[Any], Any, str], None],
+        user_data: Any,
+        run_options: RunOptions | None = None,
+    ) -> None:
         """Run on a worker thread and call ``callback(results, user_data, error_message)``.
 
         Missing inputs are reported at once (as onnxruntime does); any other failure reaches the
@@ -249,8 +265,9 @@ class InferenceSession:
 
         threading.Thread(target=work, name="onnxplug-run-async", daemon=True).start()
 
-    def set_providers(self, providers: Sequence[Any] | None = None,
-                      provider_options: Sequence[dict] | None = None) -> None:
+    def set_providers(
+        self, providers: Sequence[Any] | None = None, provider_options: Sequence[dict] | None = None
+    ) -> None:
         """Rebuild the session with other providers.  No fallback: an unknown or unavailable
         provider raises, and the session holds no model until a valid call."""
         requests = parse_providers(providers, provider_options)

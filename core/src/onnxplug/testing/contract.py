@@ -69,7 +69,9 @@ def _graph_model(elem_type: int) -> onnx.ModelProto:
     dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     rng = np.random.default_rng(7)
     return make_model(
-        nodes, [("x", elem_type, [3, 4])], [("y", elem_type, [3, 5])],
+        nodes,
+        [("x", elem_type, [3, 4])],
+        [("y", elem_type, [3, 5])],
         {"w": rng.standard_normal((4, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype)},
     )
 
@@ -113,8 +115,11 @@ class ProviderContract:
         return KernelLookup(environment.kernel_registries(created))
 
     def _session(self, model: onnx.ModelProto, environment: Environment) -> InferenceSession:
-        return InferenceSession(model.SerializeToString(), providers=[(self._ort_name(environment), self.provider_options)],
-                                environment=environment)
+        return InferenceSession(
+            model.SerializeToString(),
+            providers=[(self._ort_name(environment), self.provider_options)],
+            environment=environment,
+        )
 
     def _ort_name(self, environment: Environment) -> str:
         return environment.factory(self.provider).ort_name
@@ -167,8 +172,11 @@ class ProviderContract:
                 assert kernels.resolve(node) is not None, f"{claim} has no kernel for {node.key_string()}"
 
     def test_unsupported_dtype_is_not_claimed(self, created: Provider, kernels: KernelLookup) -> None:
-        closed = [name for name, elem in (("float16", TensorProto.FLOAT16), ("float64", TensorProto.DOUBLE))
-                  if not getattr(self.requirements, name)]
+        closed = [
+            name
+            for name, elem in (("float16", TensorProto.FLOAT16), ("float64", TensorProto.DOUBLE))
+            if not getattr(self.requirements, name)
+        ]
         if not closed:
             pytest.skip("every dtype group is open")
         for name in closed:
@@ -179,7 +187,9 @@ class ProviderContract:
     # -- running -----------------------------------------------------------------------------
 
     @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
-    def test_small_graph_matches_reference(self, dtype: str, environment: Environment, factory: ProviderFactory) -> None:
+    def test_small_graph_matches_reference(
+        self, dtype: str, environment: Environment, factory: ProviderFactory
+    ) -> None:
         _requires(dtype)(self)
         if not factory.devices():
             pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
@@ -201,7 +211,11 @@ class ProviderContract:
         _requires("transfer")(self)
         transfer = created.transfer()
         assert transfer is not None, "requirement 'transfer' is open but transfer() returned None"
-        for array in (np.arange(12, dtype=np.float32).reshape(3, 4), np.array([True, False]), np.zeros((0, 2), np.int64)):
+        for array in (
+            np.arange(12, dtype=np.float32).reshape(3, 4),
+            np.array([True, False]),
+            np.zeros((0, 2), np.int64),
+        ):
             back = transfer.to_host(transfer.to_device(array))
             assert isinstance(back, np.ndarray) and back.dtype == array.dtype and back.shape == array.shape
             np.testing.assert_array_equal(back, array)
@@ -211,8 +225,9 @@ class ProviderContract:
             pytest.skip("requirement 'transfer' is open")
         assert created.transfer() is None
 
-    def test_close_is_idempotent_and_session_close_releases(self, factory: ProviderFactory,
-                                                           environment: Environment) -> None:
+    def test_close_is_idempotent_and_session_close_releases(
+        self, factory: ProviderFactory, environment: Environment
+    ) -> None:
         devices = factory.devices()
         if not devices:
             pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")

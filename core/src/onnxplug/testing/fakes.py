@@ -153,5 +153,6 @@ def fake_plugin(*factories: FakeFactory) -> types.SimpleNamespace:
         registry = registries.get(provider.name)
         return [registry] if registry is not None else []
 
-    return types.SimpleNamespace(onnxplug_provider_factories=onnxplug_provider_factories,
-                                 onnxplug_kernels=onnxplug_kernels)
+    return types.SimpleNamespace(
+        onnxplug_provider_factories=onnxplug_provider_factories, onnxplug_kernels=onnxplug_kernels
+    )

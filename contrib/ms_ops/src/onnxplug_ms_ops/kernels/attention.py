@@ -43,11 +43,13 @@ def key_mask(mask_index, batch, seq, past, total, filter_value, causal, op):
         elif mask_index.ndim == 4 and dims[0] == batch and dims[1] == 1 and dims[2] >= total and dims[3] >= total:
             # Megatron GPT-2: (batch, 1, max_sequence_length, max_sequence_length), rows at the
             # query positions.
-            window = mask_index[:, 0, past:past + seq, :total]
+            window = mask_index[:, 0, past : past + seq, :total]
             mask[window <= 0] = filter_value
         else:
-            raise Fail(f"{op}: mask_index of shape {dims} fits none of (batch)={batch}, (2*batch), "
-                       f"(batch, total)=({batch}, {total}), (batch, seq, total)=({batch}, {seq}, {total})")
+            raise Fail(
+                f"{op}: mask_index of shape {dims} fits none of (batch)={batch}, (2*batch), "
+                f"(batch, total)=({batch}, {total}), (batch, seq, total)=({batch}, {seq}, {total})"
+            )
     if causal:
         future = np.arange(total)[None, :] > past + np.arange(seq)[:, None]
         mask[:, future] = _LOWEST
@@ -89,17 +91,28 @@ def _check_bias(attention_bias, batch, num_heads, seq, total, op):
         or dims[1] not in (1, num_heads)
         or dims[2:] != (seq, total)
     ):
-        raise Fail(f"{op}: attention_bias of shape {dims} does not broadcast to "
-                   f"({batch}, {num_heads}, {seq}, {total})")
+        raise Fail(f"{op}: attention_bias of shape {dims} does not broadcast to ({batch}, {num_heads}, {seq}, {total})")
 
 
 @kernel("Attention", since=(1,), factory=True)
-def attention(ctx, *, num_heads, qkv_hidden_sizes=None, unidirectional, scale=None, mask_filter_value=None,
-              do_rotary=None, rotary_embedding_dim=None, past_present_share_buffer=None):
+def attention(
+    ctx,
+    *,
+    num_heads,
+    qkv_hidden_sizes=None,
+    unidirectional,
+    scale=None,
+    mask_filter_value=None,
+    do_rotary=None,
+    rotary_embedding_dim=None,
+    past_present_share_buffer=None,
+):
     op = "Attention"
     if do_rotary:
-        raise NotImplementedError_(f"{op}: do_rotary=1 is not supported (onnxruntime's CPU kernel has no rotary "
-                                   "either); use RotaryEmbedding + MultiHeadAttention")
+        raise NotImplementedError_(
+            f"{op}: do_rotary=1 is not supported (onnxruntime's CPU kernel has no rotary "
+            "either); use RotaryEmbedding + MultiHeadAttention"
+        )
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
     want_present = ctx.num_outputs > 1 and ctx.outputs_used[1]
 
@@ -109,8 +122,10 @@ def attention(ctx, *, num_heads, qkv_hidden_sizes=None, unidirectional, scale=No
         batch, seq, _ = x.shape
         sizes = tuple(qkv_hidden_sizes) if qkv_hidden_sizes else (weights.shape[1] // 3,) * 3
         if len(sizes) != 3 or sum(sizes) != weights.shape[1] or any(s % num_heads or s <= 0 for s in sizes):
-            raise Fail(f"{op}: qkv_hidden_sizes {sizes} must be three positive multiples of num_heads={num_heads} "
-                       f"summing to the weights' second dimension {weights.shape[1]}")
+            raise Fail(
+                f"{op}: qkv_hidden_sizes {sizes} must be three positive multiples of num_heads={num_heads} "
+                f"summing to the weights' second dimension {weights.shape[1]}"
+            )
         if sizes[0] != sizes[1]:
             raise Fail(f"{op}: Q and K hidden sizes differ ({sizes[0]} vs {sizes[1]})")
         dtype = compute_dtype(x.dtype)
@@ -119,23 +134,27 @@ def attention(ctx, *, num_heads, qkv_hidden_sizes=None, unidirectional, scale=No
             if bias.shape != (weights.shape[1],):
                 raise Fail(f"{op}: bias must have shape ({weights.shape[1]},), got {bias.shape}")
             qkv = qkv + bias.astype(dtype, copy=False)
-        q = heads(qkv[..., :sizes[0]], num_heads, op, "Q")
-        k = heads(qkv[..., sizes[0]:sizes[0] + sizes[1]], num_heads, op, "K")
-        v = heads(qkv[..., sizes[0] + sizes[1]:], num_heads, op, "V")
+        q = heads(qkv[..., : sizes[0]], num_heads, op, "Q")
+        k = heads(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads, op, "K")
+        v = heads(qkv[..., sizes[0] + sizes[1] :], num_heads, op, "V")
         past_len = 0
         share = bool(past_present_share_buffer) and past is not None
         if past is not None:
             expected = (2, batch, num_heads)
             if past.ndim != 5 or past.shape[:3] != expected or past.shape[4] != k.shape[3] or sizes[1] != sizes[2]:
-                raise Fail(f"{op}: past must be (2, {batch}, {num_heads}, past_len, {k.shape[3]}) with equal K/V "
-                           f"hidden sizes, got {past.shape}")
+                raise Fail(
+                    f"{op}: past must be (2, {batch}, {num_heads}, past_len, {k.shape[3]}) with equal K/V "
+                    f"hidden sizes, got {past.shape}"
+                )
             if share:
                 if past_sequence_length is None:
                     raise Fail(f"{op}: past_present_share_buffer needs the past_sequence_length input")
                 past_len = int(past_sequence_length.reshape(-1)[0])
                 if not 0 <= past_len <= past.shape[3] - seq:
-                    raise InvalidArgument(f"{op}: past_sequence_length {past_len} does not leave room for {seq} "
-                                          f"tokens in a buffer of {past.shape[3]}")
+                    raise InvalidArgument(
+                        f"{op}: past_sequence_length {past_len} does not leave room for {seq} "
+                        f"tokens in a buffer of {past.shape[3]}"
+                    )
                 k = np.concatenate([past[0, :, :, :past_len].astype(dtype), k], axis=2)
                 v = np.concatenate([past[1, :, :, :past_len].astype(dtype), v], axis=2)
             else:
@@ -178,7 +197,7 @@ def _mha_inputs(query, key, value, bias, num_heads, op):
     hidden = query.shape[2]
     q_bias = k_bias = v_bias = None
     if bias is not None:
-        q_bias, k_bias, v_bias = bias[:hidden], bias[hidden:2 * hidden], bias[2 * hidden:]
+        q_bias, k_bias, v_bias = bias[:hidden], bias[hidden : 2 * hidden], bias[2 * hidden :]
     q = heads(query + q_bias if q_bias is not None else query, num_heads, op, "query")
     if key is None:
         raise Fail(f"{op}: key is required unless query is packed QKV")
@@ -205,11 +224,23 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
     want_qk = ctx.num_outputs > 3 and ctx.outputs_used[3]
 
-    def run(query, key=None, value=None, bias=None, key_padding_mask=None, attention_bias=None, past_key=None,
-            past_value=None, past_sequence_length=None, cache_indirection=None):
+    def run(
+        query,
+        key=None,
+        value=None,
+        bias=None,
+        key_padding_mask=None,
+        attention_bias=None,
+        past_key=None,
+        past_value=None,
+        past_sequence_length=None,
+        cache_indirection=None,
+    ):
         if cache_indirection is not None or past_sequence_length is not None:
-            raise NotImplementedError_(f"{op}: cache_indirection and past_sequence_length (buffer sharing for beam "
-                                       "search) are not supported on CPU")
+            raise NotImplementedError_(
+                f"{op}: cache_indirection and past_sequence_length (buffer sharing for beam "
+                "search) are not supported on CPU"
+            )
         dtype = compute_dtype(query.dtype)
         as_float = [None if t is None else t.astype(dtype, copy=False) for t in (query, key, value, bias)]
         q, k, v, cached = _mha_inputs(*as_float, num_heads, op)
@@ -219,8 +250,9 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
         past_len = 0
         if past_key is not None and not cached:
             if past_key.ndim != 4 or past_key.shape[:2] != (batch, num_heads) or past_key.shape[3] != k.shape[3]:
-                raise Fail(f"{op}: past_key must be ({batch}, {num_heads}, past_len, {k.shape[3]}), "
-                           f"got {past_key.shape}")
+                raise Fail(
+                    f"{op}: past_key must be ({batch}, {num_heads}, past_len, {k.shape[3]}), got {past_key.shape}"
+                )
             past_len = past_key.shape[2]
             k = np.concatenate([past_key.astype(dtype), k], axis=2)
             v = np.concatenate([past_value.astype(dtype), v], axis=2)

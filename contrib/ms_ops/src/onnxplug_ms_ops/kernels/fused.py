@@ -64,8 +64,9 @@ def _activation(name, params, op):
 
 
 @kernel("FusedGemm", since=(1,), factory=True)
-def fused_gemm(ctx, *, alpha, beta, transA, transB, activation, activation_alpha=None, activation_beta=None,
-               activation_gamma=None):
+def fused_gemm(
+    ctx, *, alpha, beta, transA, transB, activation, activation_alpha=None, activation_beta=None, activation_gamma=None
+):
     act = _activation(activation, (activation_alpha, activation_beta, activation_gamma), "FusedGemm")
 
     def run(a, b, c=None):
@@ -128,8 +129,9 @@ def _conv_geometry(spatial, kernel_shape, auto_pad, pads, strides, dilations):
         begin, end = list(pads[:rank]), list(pads[rank:])
     else:
         raise InvalidArgument(f"unknown auto_pad {auto_pad!r}")
-    outs = [(size + b + e - span) // stride + 1
-            for size, b, e, span, stride in zip(spatial, begin, end, spans, strides)]
+    outs = [
+        (size + b + e - span) // stride + 1 for size, b, e, span, stride in zip(spatial, begin, end, spans, strides)
+    ]
     if any(o <= 0 for o in outs):
         raise Fail(f"convolution output would be empty: input {tuple(spatial)}, kernel {tuple(kernel_shape)}")
     return begin, end, strides, dilations, outs
@@ -144,15 +146,11 @@ def conv(x, w, b, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     kernel_shape = tuple(kernel_shape) if kernel_shape else w.shape[2:]
     if c != w.shape[1] * group or m % group:
         raise Fail(f"Conv: channels {c} and weights {w.shape} do not fit group={group}")
-    begin, end, strides, dilations, outs = _conv_geometry(
-        x.shape[2:], kernel_shape, auto_pad, pads, strides, dilations
-    )
+    begin, end, strides, dilations, outs = _conv_geometry(x.shape[2:], kernel_shape, auto_pad, pads, strides, dilations)
     padded = np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)))
     cols = []
     for offset in np.ndindex(*kernel_shape):
-        index = tuple(
-            slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilations, strides, outs)
-        )
+        index = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilations, strides, outs))
         cols.append(padded[(slice(None), slice(None)) + index])
     taps = math.prod(kernel_shape)
     stacked = np.stack(cols, axis=2).reshape(n, group, (c // group) * taps, -1)
@@ -164,11 +162,22 @@ def conv(x, w, b, *, auto_pad, dilations, group, kernel_shape, pads, strides):
 
 
 @kernel("FusedConv", since=(1,), factory=True)
-def fused_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None,
-               activation=None, activation_params=None):
+def fused_conv(
+    ctx,
+    *,
+    auto_pad,
+    dilations=None,
+    group,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+    activation=None,
+    activation_params=None,
+):
     act = _activation(activation, tuple(activation_params or ()), "FusedConv")
-    geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-                    pads=pads, strides=strides)
+    geometry = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
 
     def run(x, w, b=None, z=None):
         y = conv(x, w, b, **geometry)

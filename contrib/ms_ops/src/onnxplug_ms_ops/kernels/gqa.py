@@ -49,8 +49,18 @@ def _cache_rows(cache, positions, op):
 
 
 @kernel("RotaryEmbedding", since=(1,))
-def rotary_embedding(x, position_ids, cos_cache, sin_cache, *, num_heads=None, rotary_embedding_dim=None,
-                     interleaved=None, is_packed_batching=None, scale=None):
+def rotary_embedding(
+    x,
+    position_ids,
+    cos_cache,
+    sin_cache,
+    *,
+    num_heads=None,
+    rotary_embedding_dim=None,
+    interleaved=None,
+    is_packed_batching=None,
+    scale=None,
+):
     op = "RotaryEmbedding"
     if is_packed_batching:
         raise NotImplementedError_(f"{op}: is_packed_batching=1 is not supported")
@@ -72,8 +82,10 @@ def rotary_embedding(x, position_ids, cos_cache, sin_cache, *, num_heads=None, r
         raise Fail(f"{op}: input must be 3-D (B, S, hidden) or 4-D (B, N, S, H), got {x.shape}")
     rot = rotary_embedding_dim or head_size
     if rot > head_size or rot != 2 * cos_cache.shape[1]:
-        raise Fail(f"{op}: rotary dimension {rot} needs cos/sin caches with {rot // 2} columns and at most "
-                   f"head size {head_size}; got caches {cos_cache.shape}")
+        raise Fail(
+            f"{op}: rotary dimension {rot} needs cos/sin caches with {rot // 2} columns and at most "
+            f"head size {head_size}; got caches {cos_cache.shape}"
+        )
     if position_ids.size == 1:
         positions = np.broadcast_to(position_ids.reshape(-1)[0] + np.arange(seq), (batch, seq))
     elif position_ids.shape == (batch, seq):
@@ -104,10 +116,27 @@ def _sink_softmax(scores, valid, sink):
 
 
 @kernel("GroupQueryAttention", since=(1,), factory=True)
-def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=None, local_window_size, do_rotary=None,
-                          rotary_interleaved=None, causal, smooth_softmax, qk_output, sliding_window_cache,
-                          k_quant_type, v_quant_type, kv_cache_bit_width=None, qk_norm_epsilon, q_norm_epsilon=None,
-                          k_norm_epsilon=None):
+def group_query_attention(
+    ctx,
+    *,
+    num_heads,
+    kv_num_heads,
+    scale=None,
+    softcap=None,
+    local_window_size,
+    do_rotary=None,
+    rotary_interleaved=None,
+    causal,
+    smooth_softmax,
+    qk_output,
+    sliding_window_cache,
+    k_quant_type,
+    v_quant_type,
+    kv_cache_bit_width=None,
+    qk_norm_epsilon,
+    q_norm_epsilon=None,
+    k_norm_epsilon=None,
+):
     op = "GroupQueryAttention"
     if k_quant_type != "NONE" or v_quant_type != "NONE":
         raise NotImplementedError_(f"{op}: quantized KV caches (k_quant_type={k_quant_type!r}) are not supported")
@@ -119,9 +148,25 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
         raise Fail(f"{op}: local_window_size must be -1 when causal is 0")
     group = num_heads // kv_num_heads
 
-    def run(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None, total_sequence_length=None,
-            cos_cache=None, sin_cache=None, position_ids=None, attention_bias=None, head_sink=None, k_scale=None,
-            v_scale=None, q_norm_weight=None, k_norm_weight=None, query_seqlens=None):
+    def run(
+        query,
+        key=None,
+        value=None,
+        past_key=None,
+        past_value=None,
+        seqlens_k=None,
+        total_sequence_length=None,
+        cos_cache=None,
+        sin_cache=None,
+        position_ids=None,
+        attention_bias=None,
+        head_sink=None,
+        k_scale=None,
+        v_scale=None,
+        q_norm_weight=None,
+        k_norm_weight=None,
+        query_seqlens=None,
+    ):
         if q_norm_weight is not None or k_norm_weight is not None or query_seqlens is not None:
             raise NotImplementedError_(f"{op}: q_norm_weight, k_norm_weight and query_seqlens are not supported")
         if query.ndim != 3:
@@ -133,17 +178,18 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
             if value is not None or width % (num_heads + 2 * kv_num_heads):
                 raise Fail(f"{op}: packed QKV width {width} is not (num_heads + 2 * kv_num_heads) * head_size")
             head = width // (num_heads + 2 * kv_num_heads)
-            q_part = wide[..., :num_heads * head]
-            k_part = wide[..., num_heads * head:(num_heads + kv_num_heads) * head]
-            v_part = wide[..., (num_heads + kv_num_heads) * head:]
+            q_part = wide[..., : num_heads * head]
+            k_part = wide[..., num_heads * head : (num_heads + kv_num_heads) * head]
+            v_part = wide[..., (num_heads + kv_num_heads) * head :]
         else:
             if value is None or width % num_heads:
                 raise Fail(f"{op}: query width {width} is not a multiple of num_heads, or value is missing")
             head = width // num_heads
             q_part, k_part, v_part = wide, key.astype(dtype, copy=False), value.astype(dtype, copy=False)
             if k_part.shape != (batch, seq, kv_num_heads * head) or v_part.shape != k_part.shape:
-                raise Fail(f"{op}: key {key.shape} and value {value.shape} must be "
-                           f"({batch}, {seq}, {kv_num_heads * head})")
+                raise Fail(
+                    f"{op}: key {key.shape} and value {value.shape} must be ({batch}, {seq}, {kv_num_heads * head})"
+                )
         q = q_part.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
         k_new = k_part.reshape(batch, seq, kv_num_heads, head).transpose(0, 2, 1, 3)
         v_new = v_part.reshape(batch, seq, kv_num_heads, head).transpose(0, 2, 1, 3)
@@ -156,20 +202,26 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
         first_prompt = seq > 1 and seq == total_max
         past_lens = np.zeros(batch, dtype=np.int64) if first_prompt else lengths - seq
         if (past_lens < 0).any() or (lengths > total_max).any():
-            raise InvalidArgument(f"{op}: seqlens_k {seqlens_k.tolist()} do not fit sequence_length {seq} "
-                                  f"and total_sequence_length {total_max}")
+            raise InvalidArgument(
+                f"{op}: seqlens_k {seqlens_k.tolist()} do not fit sequence_length {seq} "
+                f"and total_sequence_length {total_max}"
+            )
         buffer = 0 if past_key is None else past_key.shape[2]
         if (past_key is None) != (past_value is None) or (
-            past_key is not None and (past_key.shape != (batch, kv_num_heads, buffer, head)
-                                      or past_value.shape != past_key.shape)):
+            past_key is not None
+            and (past_key.shape != (batch, kv_num_heads, buffer, head) or past_value.shape != past_key.shape)
+        ):
             raise Fail(f"{op}: past_key/past_value must both be ({batch}, {kv_num_heads}, past, {head})")
         if (past_lens > buffer).any():
-            raise InvalidArgument(f"{op}: seqlens_k {seqlens_k.tolist()} needs more cached tokens than "
-                                  f"past_key holds ({buffer})")
+            raise InvalidArgument(
+                f"{op}: seqlens_k {seqlens_k.tolist()} needs more cached tokens than past_key holds ({buffer})"
+            )
         present_len = max(buffer, total_max)
         if (past_lens + seq > present_len).any():
-            raise InvalidArgument(f"{op}: {seq} new tokens after {past_lens.tolist()} cached ones exceed the "
-                                  f"present cache length {present_len}")
+            raise InvalidArgument(
+                f"{op}: {seq} new tokens after {past_lens.tolist()} cached ones exceed the "
+                f"present cache length {present_len}"
+            )
 
         if do_rotary:
             if cos_cache is None or sin_cache is None:
@@ -224,7 +276,11 @@ def group_query_attention(ctx, *, num_heads, kv_num_heads, scale=None, softcap=N
         out = out.reshape(batch, num_heads, seq, head).transpose(0, 2, 1, 3).reshape(batch, seq, num_heads * head)
         # onnxruntime reports masked-out scores as 0 (not -inf) before the softmax
         qk = probs if qk_output == 2 else np.where(valid, scores, 0)
-        return (out.astype(query.dtype, copy=False), present[0].astype(query.dtype, copy=False),
-                present[1].astype(query.dtype, copy=False), qk[..., :total_max].astype(query.dtype, copy=False))
+        return (
+            out.astype(query.dtype, copy=False),
+            present[0].astype(query.dtype, copy=False),
+            present[1].astype(query.dtype, copy=False),
+            qk[..., :total_max].astype(query.dtype, copy=False),
+        )
 
     return run

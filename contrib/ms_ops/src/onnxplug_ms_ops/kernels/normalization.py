@@ -119,14 +119,27 @@ def simplified_layer_norm(x, scale, *, axis, epsilon, stash_type):
 def _lookup(table: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
     bad = (ids < 0) | (ids >= table.shape[0])
     if bad.any():
-        raise InvalidArgument(f"EmbedLayerNormalization: {name} value {int(ids[bad][0])} is out of range "
-                              f"[0, {table.shape[0]})")
+        raise InvalidArgument(
+            f"EmbedLayerNormalization: {name} value {int(ids[bad][0])} is out of range [0, {table.shape[0]})"
+        )
     return table[ids]
 
 
 @kernel("EmbedLayerNormalization", since=(1,))
-def embed_layer_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding=None,
-                     gamma=None, beta=None, mask=None, position_ids=None, *, epsilon, mask_index_type=None):
+def embed_layer_norm(
+    input_ids,
+    segment_ids,
+    word_embedding,
+    position_embedding,
+    segment_embedding=None,
+    gamma=None,
+    beta=None,
+    mask=None,
+    position_ids=None,
+    *,
+    epsilon,
+    mask_index_type=None,
+):
     if input_ids.ndim != 2:
         raise Fail(f"EmbedLayerNormalization: input_ids must be 2-D (batch, sequence), got {input_ids.shape}")
     batch, seq = input_ids.shape

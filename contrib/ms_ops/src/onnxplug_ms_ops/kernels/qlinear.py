@@ -53,14 +53,32 @@ def _binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_
 
 @kernel("QLinearAdd", since=(1,))
 def qlinear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    return _binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point,
-                   lambda da, db, sa, sb, sc: da * (sa / sc) + db * (sb / sc))
+    return _binary(
+        a,
+        a_scale,
+        a_zero_point,
+        b,
+        b_scale,
+        b_zero_point,
+        c_scale,
+        c_zero_point,
+        lambda da, db, sa, sb, sc: da * (sa / sc) + db * (sb / sc),
+    )
 
 
 @kernel("QLinearMul", since=(1,))
 def qlinear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    return _binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point,
-                   lambda da, db, sa, sb, sc: (da * db) * (sa * sb / sc))
+    return _binary(
+        a,
+        a_scale,
+        a_zero_point,
+        b,
+        b_scale,
+        b_zero_point,
+        c_scale,
+        c_zero_point,
+        lambda da, db, sa, sb, sc: (da * db) * (sa * sb / sc),
+    )
 
 
 def _table_op(x, x_scale, x_zero_point, y_scale, y_zero_point, fn):
@@ -74,14 +92,16 @@ def _table_op(x, x_scale, x_zero_point, y_scale, y_zero_point, fn):
 
 @kernel("QLinearSigmoid", since=(1,))
 def qlinear_sigmoid(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
-    return _table_op(x, x_scale, x_zero_point, y_scale, y_zero_point,
-                     lambda v: (1.0 / (1.0 + np.exp(-v))).astype(np.float32))
+    return _table_op(
+        x, x_scale, x_zero_point, y_scale, y_zero_point, lambda v: (1.0 / (1.0 + np.exp(-v))).astype(np.float32)
+    )
 
 
 @kernel("QLinearLeakyRelu", since=(1,))
 def qlinear_leaky_relu(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, alpha):
-    return _table_op(x, x_scale, x_zero_point, y_scale, y_zero_point,
-                     lambda v: np.where(v >= 0, v, v * np.float32(alpha)))
+    return _table_op(
+        x, x_scale, x_zero_point, y_scale, y_zero_point, lambda v: np.where(v >= 0, v, v * np.float32(alpha))
+    )
 
 
 @kernel("QLinearGlobalAveragePool", since=(1,))
@@ -107,7 +127,7 @@ def qlinear_concat(y_scale, y_zero_point, *inputs, axis):
     dtype = y_zero_point.dtype
     parts = []
     for i in range(0, len(inputs), 3):
-        x, s, z = inputs[i:i + 3]
+        x, s, z = inputs[i : i + 3]
         if x.dtype != dtype:
             raise Fail(f"QLinearConcat: input {i // 3} has type {x.dtype}, expected {dtype}")
         sx, zx = np.float32(scalar(s, "scale")), scalar(z, "zero point")
@@ -158,10 +178,11 @@ def nhwc_max_pool(x, *, auto_pad, kernel_shape, dilations=None, strides=None, pa
     if any(o <= 0 for o in outs):
         raise Fail(f"NhwcMaxPool: output would be empty for input {x.shape} and kernel {tuple(kernel_shape)}")
     low = np.iinfo(x.dtype).min
-    extra = [max(0, (o - 1) * s + span - (size + b + e)) for o, s, span, size, b, e in
-             zip(outs, strides, spans, spatial, begin, end)]
-    padded = np.pad(x, [(0, 0)] + [(b, e + x_) for b, e, x_ in zip(begin, end, extra)] + [(0, 0)],
-                    constant_values=low)
+    extra = [
+        max(0, (o - 1) * s + span - (size + b + e))
+        for o, s, span, size, b, e in zip(outs, strides, spans, spatial, begin, end)
+    ]
+    padded = np.pad(x, [(0, 0)] + [(b, e + x_) for b, e, x_ in zip(begin, end, extra)] + [(0, 0)], constant_values=low)
     result = None
     for offset in np.ndindex(*kernel_shape):
         index = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilations, strides, outs))

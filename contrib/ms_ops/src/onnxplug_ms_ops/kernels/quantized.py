@@ -20,7 +20,7 @@ def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
     """Little-endian bit stream along the last axis -> integers of ``bits`` bits (int32)."""
     stream = np.unpackbits(packed, axis=-1, bitorder="little")
     count = stream.shape[-1] // bits
-    stream = stream[..., :count * bits].reshape(packed.shape[:-1] + (count, bits)).astype(np.int32)
+    stream = stream[..., : count * bits].reshape(packed.shape[:-1] + (count, bits)).astype(np.int32)
     return stream @ (1 << np.arange(bits, dtype=np.int32))
 
 
@@ -133,7 +133,7 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     q, a_scale, a_zero = quantize_dynamic_uint8(a)
     b_zero = _per_column(b_zero_point, "b_zero_point", columns, 0, op)
     acc = _integer_matmul(q - a_zero, b.astype(np.float64) - b_zero, op)
-    scale = (np.float32(a_scale) * _per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32))
+    scale = np.float32(a_scale) * _per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
     y = acc.astype(np.float32) * scale
     if bias is not None:
         y = y + bias

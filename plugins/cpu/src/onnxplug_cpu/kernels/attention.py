@@ -66,8 +66,11 @@ def _as_4d(q, k, v, q_num_heads, kv_num_heads):
     if ranks == (3, 3, 3):
         if q_num_heads is None or kv_num_heads is None:
             raise Fail("3-D Q/K/V need the q_num_heads and kv_num_heads attributes")
-        return (_split_heads(q, q_num_heads, "Q"), _split_heads(k, kv_num_heads, "K"),
-                _split_heads(v, kv_num_heads, "V"))
+        return (
+            _split_heads(q, q_num_heads, "Q"),
+            _split_heads(k, kv_num_heads, "K"),
+            _split_heads(v, kv_num_heads, "V"),
+        )
     if ranks != (4, 4, 4):
         raise Fail(f"Q, K and V must all be 3-D or all 4-D, got ranks {ranks}")
     if q_num_heads is not None and q_num_heads != q.shape[1]:
@@ -103,8 +106,7 @@ def _key_positions(total, q_len, offset, is_causal, left, right, nonpad):
         return None
     keys = np.arange(total)
     # Absolute position of each query: (q, 1), or (B, 1, q, 1) with a per-batch offset.
-    position = np.arange(q_len)[:, None] + (
-        offset if np.ndim(offset) == 0 else np.reshape(offset, (-1, 1, 1, 1)))
+    position = np.arange(q_len)[:, None] + (offset if np.ndim(offset) == 0 else np.reshape(offset, (-1, 1, 1, 1)))
     allowed = np.ones((1, 1), dtype=bool)
     if is_causal:
         allowed = allowed & (keys <= position)
@@ -126,8 +128,7 @@ def _bias(mask, structural, total, dtype):
             raise Fail(f"attn_mask must have rank 1 to 4, got shape {mask.shape}")
         short = total - mask.shape[-1]
         if short < 0:
-            raise Fail(f"attn_mask last dimension {mask.shape[-1]} exceeds the "
-                       f"total sequence length {total}")
+            raise Fail(f"attn_mask last dimension {mask.shape[-1]} exceeds the total sequence length {total}")
         if mask.dtype == np.bool_:
             if short:  # shorter masks are padded with "not allowed"
                 mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, short)])
@@ -135,17 +136,33 @@ def _bias(mask, structural, total, dtype):
         else:
             additive = mask.astype(dtype)
             if short:
-                additive = np.pad(additive, [(0, 0)] * (mask.ndim - 1) + [(0, short)],
-                                  constant_values=-np.inf)
+                additive = np.pad(additive, [(0, 0)] * (mask.ndim - 1) + [(0, short)], constant_values=-np.inf)
     if allowed is None:
         return additive
     zero = np.zeros((), dtype) if additive is None else additive
     return np.where(allowed, zero, dtype.type(-np.inf))
 
 
-def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_causal,
-              kv_num_heads, q_num_heads, qk_matmul_output_mode, scale, softcap,
-              softmax_precision, left_window_size, right_window_size, want_qk):
+def attention(
+    q,
+    k,
+    v,
+    attn_mask,
+    past_key,
+    past_value,
+    nonpad_kv_seqlen,
+    *,
+    is_causal,
+    kv_num_heads,
+    q_num_heads,
+    qk_matmul_output_mode,
+    scale,
+    softcap,
+    softmax_precision,
+    left_window_size,
+    right_window_size,
+    want_qk,
+):
     """The whole operator; returns ``(Y, present_key, present_value, qk_or_None)``."""
     three_d = q.ndim == 3
     q4, k4, v4 = _as_4d(q, k, v, q_num_heads, kv_num_heads)
@@ -171,8 +188,7 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
             raise InvalidArgument(f"nonpad_kv_seqlen {nonpad_kv_seqlen.tolist()} outside [0, {total}]")
         # External cache: the query block ends at the last valid key (bottom-right alignment).
         offset = nonpad_kv_seqlen.astype(np.int64) - q_len
-    structural = _key_positions(total, q_len, offset, is_causal, left_window_size,
-                                right_window_size, nonpad_kv_seqlen)
+    structural = _key_positions(total, q_len, offset, is_causal, left_window_size, right_window_size, nonpad_kv_seqlen)
     bias = _bias(attn_mask, structural, total, dtype)
     full = (batch, q_heads, q_len, total)
     if bias is not None:
@@ -186,8 +202,11 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
     qs = q4.astype(dtype) * root
     ks = present_key.astype(dtype) * root
     # Query head h reads K/V head h // group: view Q as (B, kv_heads, group, S, D).
-    scores = np.matmul(qs.reshape(batch, kv_heads, group, q_len, head),
-                       np.swapaxes(ks, -1, -2)[:, :, None]).reshape(full).astype(dtype, copy=False)
+    scores = (
+        np.matmul(qs.reshape(batch, kv_heads, group, q_len, head), np.swapaxes(ks, -1, -2)[:, :, None])
+        .reshape(full)
+        .astype(dtype, copy=False)
+    )
     qk = scores if qk_matmul_output_mode == _QK_RAW else None
     if softcap > 0:
         cap = dtype.type(softcap)  # a float32 scalar would promote bfloat16 scores
@@ -211,8 +230,7 @@ def attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, *, is_
     if qk_matmul_output_mode == _QK_SOFTMAX:
         qk = probs
     probs = probs.astype(dtype, copy=False)
-    out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, total),
-                    present_value.astype(dtype)[:, :, None])
+    out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, total), present_value.astype(dtype)[:, :, None])
     out = out.reshape(batch, q_heads, q_len, -1)
     if three_d:
         out = out.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
@@ -236,42 +254,79 @@ def _runner(ctx, attrs):
             raise Fail(f"{name} must be -1 or nonnegative, got {attrs[name]}")
 
     def run(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
-        return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen,
-                         want_qk=want_qk, **attrs)
+        return attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, want_qk=want_qk, **attrs)
 
     return run
 
 
 @kernel("Attention", since=(23, 24), factory=True)
-def attention_23(ctx, *, is_causal, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode,
-                 scale=None, softcap, softmax_precision=None):
-    return _runner(ctx, dict(
-        is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-        softmax_precision=softmax_precision, left_window_size=-1, right_window_size=-1))
+def attention_23(
+    ctx,
+    *,
+    is_causal,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode,
+    scale=None,
+    softcap,
+    softmax_precision=None,
+):
+    return _runner(
+        ctx,
+        dict(
+            is_causal=is_causal,
+            kv_num_heads=kv_num_heads,
+            q_num_heads=q_num_heads,
+            qk_matmul_output_mode=qk_matmul_output_mode,
+            scale=scale,
+            softcap=softcap,
+            softmax_precision=softmax_precision,
+            left_window_size=-1,
+            right_window_size=-1,
+        ),
+    )
 
 
 @kernel("Attention", since=(25,), factory=True)
-def attention_25(ctx, *, is_causal, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode,
-                 scale=None, softcap, softmax_precision=None, left_window_size,
-                 right_window_size):
-    return _runner(ctx, dict(
-        is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-        softmax_precision=softmax_precision, left_window_size=left_window_size,
-        right_window_size=right_window_size))
+def attention_25(
+    ctx,
+    *,
+    is_causal,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode,
+    scale=None,
+    softcap,
+    softmax_precision=None,
+    left_window_size,
+    right_window_size,
+):
+    return _runner(
+        ctx,
+        dict(
+            is_causal=is_causal,
+            kv_num_heads=kv_num_heads,
+            q_num_heads=q_num_heads,
+            qk_matmul_output_mode=qk_matmul_output_mode,
+            scale=scale,
+            softcap=softcap,
+            softmax_precision=softmax_precision,
+            left_window_size=left_window_size,
+            right_window_size=right_window_size,
+        ),
+    )
 
 
 @kernel("RotaryEmbedding", since=(23,))
-def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved, num_heads=None,
-                     rotary_embedding_dim):
+def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved, num_heads=None, rotary_embedding_dim):
     """Rotate the first ``rotary_embedding_dim`` features of every head by position angles."""
     if x.ndim == 4:
         heads = x.transpose(0, 2, 1, 3)  # (B, S, H, D)
     elif x.ndim == 3:
         if not num_heads or x.shape[2] % num_heads:
-            raise Fail(f"3-D input of shape {x.shape} needs num_heads dividing its hidden size, "
-                       f"got num_heads={num_heads}")
+            raise Fail(
+                f"3-D input of shape {x.shape} needs num_heads dividing its hidden size, got num_heads={num_heads}"
+            )
         heads = x.reshape(x.shape[0], x.shape[1], num_heads, x.shape[2] // num_heads)
     else:
         raise Fail(f"input must be 3-D or 4-D, got shape {x.shape}")
@@ -281,13 +336,18 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved,
         raise Fail(f"rotary_embedding_dim {dim} must be even and at most the head size {head}")
     half = dim // 2
     if position_ids is not None:
-        if position_ids.size and (position_ids.min() < 0 or position_ids.max() >= cos_cache.shape[0]
-                                  or position_ids.max() >= sin_cache.shape[0]):
+        if position_ids.size and (
+            position_ids.min() < 0
+            or position_ids.max() >= cos_cache.shape[0]
+            or position_ids.max() >= sin_cache.shape[0]
+        ):
             raise InvalidArgument(f"position_ids outside [0, {cos_cache.shape[0]}) of the caches")
         cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
     if cos_cache.shape[-1] != half or sin_cache.shape[-1] != half:
-        raise Fail(f"cos/sin caches of shapes {cos_cache.shape}/{sin_cache.shape} need a last "
-                   f"dimension of rotary_embedding_dim/2 = {half}")
+        raise Fail(
+            f"cos/sin caches of shapes {cos_cache.shape}/{sin_cache.shape} need a last "
+            f"dimension of rotary_embedding_dim/2 = {half}"
+        )
     dtype = compute_dtype(x)
     cos = cos_cache.astype(dtype)[..., None, :]  # broadcast over heads
     sin = sin_cache.astype(dtype)[..., None, :]
@@ -339,8 +399,10 @@ def flex_attention(ctx, *, prob_mod=None, score_mod=None, scale=None, softmax_pr
         dtype = compute_dtype(q, k, v)
         soft = compute_dtype(q) if softmax_precision is None else np_dtype(softmax_precision)
         root = dtype.type(np.sqrt(np.float32(1 / np.sqrt(head) if scale is None else scale)))
-        scores = np.matmul((q.astype(dtype) * root).reshape(batch, kv_heads, group, q_len, head),
-                           np.swapaxes(k.astype(dtype) * root, -1, -2)[:, :, None])
+        scores = np.matmul(
+            (q.astype(dtype) * root).reshape(batch, kv_heads, group, q_len, head),
+            np.swapaxes(k.astype(dtype) * root, -1, -2)[:, :, None],
+        )
         scores = scores.reshape(batch, q_heads, q_len, kv_len).astype(soft)
         if score_runner is not None:
             scores = _modify(score_runner, "score_mod", scores, outer)
@@ -349,8 +411,7 @@ def flex_attention(ctx, *, prob_mod=None, score_mod=None, scale=None, softmax_pr
             probs = exp / np.sum(exp, axis=-1, keepdims=True)
         if prob_runner is not None:
             probs = _modify(prob_runner, "prob_mod", probs, outer)
-        out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, kv_len),
-                        v.astype(soft)[:, :, None])
+        out = np.matmul(probs.reshape(batch, kv_heads, group, q_len, kv_len), v.astype(soft)[:, :, None])
         return out.reshape(batch, q_heads, q_len, -1).astype(q.dtype)
 
     return run

@@ -21,8 +21,7 @@ _RULES = ("linear", "gated", "delta", "gated_delta")
 def _heads(x, heads, name, dtype):
     """``(B, T, H*D) -> (B, H, T, D)`` in ``dtype``."""
     if x.ndim != 3 or x.shape[2] % heads:
-        raise Fail(f"{name} must be (B, T, H*D) with H={heads} dividing the last dimension, "
-                   f"got shape {x.shape}")
+        raise Fail(f"{name} must be (B, T, H*D) with H={heads} dividing the last dimension, got shape {x.shape}")
     b, t, hidden = x.shape
     return x.reshape(b, t, heads, hidden // heads).transpose(0, 2, 1, 3).astype(dtype)
 
@@ -30,21 +29,31 @@ def _heads(x, heads, name, dtype):
 def _per_head(x, name, batch, steps, widths, dtype):
     """Decay/beta ``(B, T, W)`` -> ``(B, W', T, rest)`` for W = W' * rest, one of ``widths``."""
     if x.ndim != 3 or x.shape[:2] != (batch, steps) or x.shape[2] not in widths:
-        raise Fail(f"{name} must have shape ({batch}, {steps}, one of {sorted(set(widths))}), "
-                   f"got {x.shape}")
+        raise Fail(f"{name} must have shape ({batch}, {steps}, one of {sorted(set(widths))}), got {x.shape}")
     heads = widths[x.shape[2]]
     return x.reshape(batch, steps, heads, -1).transpose(0, 2, 1, 3).astype(dtype)
 
 
 @kernel("LinearAttention", since=(27,))
-def linear_attention(query, key, value, past_state=None, decay=None, beta=None, *, chunk_size,
-                     kv_num_heads, q_num_heads, scale, update_rule):
+def linear_attention(
+    query,
+    key,
+    value,
+    past_state=None,
+    decay=None,
+    beta=None,
+    *,
+    chunk_size,
+    kv_num_heads,
+    q_num_heads,
+    scale,
+    update_rule,
+):
     """Run the recurrence token by token (``chunk_size`` is only a tiling hint)."""
     if update_rule not in _RULES:
         raise Fail(f"update_rule must be one of {_RULES}, got '{update_rule}'")
     if q_num_heads <= 0 or kv_num_heads <= 0 or q_num_heads % kv_num_heads:
-        raise Fail(f"q_num_heads {q_num_heads} must be a positive multiple of "
-                   f"kv_num_heads {kv_num_heads}")
+        raise Fail(f"q_num_heads {q_num_heads} must be a positive multiple of kv_num_heads {kv_num_heads}")
     gated = update_rule in ("gated", "gated_delta")
     delta = update_rule in ("delta", "gated_delta")
     if gated != (decay is not None):
@@ -62,9 +71,11 @@ def linear_attention(query, key, value, past_state=None, decay=None, beta=None, 
     group = q_num_heads // kv_num_heads
     q = q.reshape(batch, kv_num_heads, group, steps, d_k)
     if gated:  # per head (B, H, T, 1) or per key feature (B, H, T, d_k)
-        decay = np.exp(_per_head(decay, "decay", batch, steps,
-                                 {kv_num_heads: kv_num_heads, kv_num_heads * d_k: kv_num_heads},
-                                 dtype))
+        decay = np.exp(
+            _per_head(
+                decay, "decay", batch, steps, {kv_num_heads: kv_num_heads, kv_num_heads * d_k: kv_num_heads}, dtype
+            )
+        )
     if delta:  # per head (B, H, T, 1) or shared (B, 1, T, 1)
         beta = _per_head(beta, "beta", batch, steps, {kv_num_heads: kv_num_heads, 1: 1}, dtype)
     shape = (batch, kv_num_heads, d_k, d_v)
@@ -88,8 +99,7 @@ def linear_attention(query, key, value, past_state=None, decay=None, beta=None, 
         out[:, :, :, t] = np.einsum("bhgd,bhdm->bhgm", q[:, :, :, t], state)
     out = (out * factor).reshape(batch, q_num_heads, steps, d_v).transpose(0, 2, 1, 3)
     state_dtype = query.dtype if past_state is None else past_state.dtype
-    return (out.reshape(batch, steps, q_num_heads * d_v).astype(query.dtype),
-            state.astype(state_dtype))
+    return (out.reshape(batch, steps, q_num_heads * d_v).astype(query.dtype), state.astype(state_dtype))
 
 
 @kernel("CausalConvWithState", since=(27,))
@@ -116,7 +126,7 @@ def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation)
     taps = weight[:, 0].astype(dtype)
     out = np.zeros((batch, channels, length), dtype)
     for j in range(width):  # one pass per kernel tap
-        out += taps[:, j, None] * wide[:, :, j:j + length]
+        out += taps[:, j, None] * wide[:, :, j : j + length]
     if bias is not None:
         out += bias.astype(dtype)[:, None]
     if activation != "none":
@@ -124,4 +134,4 @@ def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation)
         out = out.astype(x.dtype).astype(dtype)
         with np.errstate(over="ignore"):
             out = out / (1 + np.exp(-out))
-    return out.astype(x.dtype), padded[:, :, padded.shape[2] - (width - 1):]
+    return out.astype(x.dtype), padded[:, :, padded.shape[2] - (width - 1) :]

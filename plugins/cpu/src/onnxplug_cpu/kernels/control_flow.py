@@ -60,8 +60,9 @@ def if_(ctx, *, then_branch, else_branch):
     else_run = ctx.subgraph("else_branch")
     for name, runner in (("then_branch", then_run), ("else_branch", else_run)):
         if len(runner.output_names) != ctx.num_outputs:
-            raise Fail(f"{ctx.describe()}: {name} has {len(runner.output_names)} outputs, "
-                       f"the node has {ctx.num_outputs}")
+            raise Fail(
+                f"{ctx.describe()}: {name} has {len(runner.output_names)} outputs, the node has {ctx.num_outputs}"
+            )
 
     def run(cond, *outer):
         branch = then_run if _scalar_bool(cond, "If condition") else else_run
@@ -79,12 +80,16 @@ def loop(ctx, *, body):
     runner = ctx.subgraph("body")
     carried = ctx.num_inputs - 2
     if len(runner.input_names) != carried + 2:
-        raise Fail(f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, expected "
-                   f"{carried + 2} (iteration number, condition and {carried} loop-carried values)")
+        raise Fail(
+            f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, expected "
+            f"{carried + 2} (iteration number, condition and {carried} loop-carried values)"
+        )
     scans = len(runner.output_names) - 1 - carried
     if scans < 0:
-        raise Fail(f"{ctx.describe()}: the body has {len(runner.output_names)} outputs, expected at "
-                   f"least {carried + 1} (condition and {carried} loop-carried values)")
+        raise Fail(
+            f"{ctx.describe()}: the body has {len(runner.output_names)} outputs, expected at "
+            f"least {carried + 1} (condition and {carried} loop-carried values)"
+        )
     formal = ctx.num_inputs
     what = ctx.describe()
 
@@ -109,8 +114,8 @@ def loop(ctx, *, body):
             outputs = runner([np.array(iteration, dtype=np.int64), cond_value, *state], outer)
             cond_value = outputs[0]
             keep_going = _scalar_bool(cond_value, "Loop body condition")
-            state = outputs[1:1 + carried]
-            for bucket, value in zip(collected, outputs[1 + carried:]):
+            state = outputs[1 : 1 + carried]
+            for bucket, value in zip(collected, outputs[1 + carried :]):
                 bucket.append(value)
             iteration += 1
         stacked = []
@@ -142,15 +147,25 @@ def _normalise_axis(axis, rank, what):
 
 
 @kernel("Scan", since=(9, 11, 16, 19, 21, 23, 24, 25), factory=True)
-def scan(ctx, *, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
-         scan_output_axes=None, scan_output_directions=None):
+def scan(
+    ctx,
+    *,
+    body,
+    num_scan_inputs,
+    scan_input_axes=None,
+    scan_input_directions=None,
+    scan_output_axes=None,
+    scan_output_directions=None,
+):
     runner = ctx.subgraph("body")
     formal = ctx.num_inputs
     n_scan_in = num_scan_inputs
     n_state = formal - n_scan_in
     if n_state < 0 or len(runner.input_names) != formal:
-        raise Fail(f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, the node "
-                   f"has {formal} with num_scan_inputs={n_scan_in}")
+        raise Fail(
+            f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, the node "
+            f"has {formal} with num_scan_inputs={n_scan_in}"
+        )
     n_scan_out = len(runner.output_names) - n_state
     if n_scan_out < 0:
         raise Fail(f"{ctx.describe()}: the body has fewer outputs than the {n_state} state variables")
@@ -203,16 +218,18 @@ def scan_8(ctx, *, body, num_scan_inputs, directions=None):
     n_scan_in = num_scan_inputs
     n_state = formal - 1 - n_scan_in
     if n_state < 0 or len(runner.input_names) != formal - 1:
-        raise Fail(f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, the node "
-                   f"has {formal - 1} with num_scan_inputs={n_scan_in}")
+        raise Fail(
+            f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, the node "
+            f"has {formal - 1} with num_scan_inputs={n_scan_in}"
+        )
     n_scan_out = len(runner.output_names) - n_state
     dirs = _axes(directions, n_scan_in, 0, "directions")
     what = ctx.describe()
 
     def run(sequence_lens, *args):
         states = [np.asarray(s) for s in args[:n_state]]
-        inputs = [np.asarray(x) for x in args[n_state:formal - 1]]
-        outer = args[formal - 1:]
+        inputs = [np.asarray(x) for x in args[n_state : formal - 1]]
+        outer = args[formal - 1 :]
         if not inputs:
             raise Fail(f"{what}: Scan-8 needs at least one scan input")
         batch, max_len = inputs[0].shape[0], inputs[0].shape[1]
@@ -244,8 +261,10 @@ def scan_8(ctx, *, body, num_scan_inputs, directions=None):
             for bucket, value in zip(final_states, state):
                 bucket.append(value)
             per_batch.append(collected)
-        results = [np.stack(bucket) if bucket else np.empty((0,) + s.shape[1:], s.dtype)
-                   for bucket, s in zip(final_states, states)]
+        results = [
+            np.stack(bucket) if bucket else np.empty((0,) + s.shape[1:], s.dtype)
+            for bucket, s in zip(final_states, states)
+        ]
         for k in range(n_scan_out):
             template = next((c[k][0] for c in per_batch if c[k]), None)
             if template is None:
@@ -254,7 +273,7 @@ def scan_8(ctx, *, body, num_scan_inputs, directions=None):
             out = np.zeros((batch, max_len) + np.shape(template), dtype=template.dtype)
             for b, collected in enumerate(per_batch):
                 if collected[k]:
-                    out[b, :len(collected[k])] = _stack(collected[k], what)
+                    out[b, : len(collected[k])] = _stack(collected[k], what)
             results.append(out)
         return tuple(results)
 

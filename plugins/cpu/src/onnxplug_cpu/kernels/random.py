@@ -73,14 +73,12 @@ def _like_dtype(input, dtype, op):  # noqa: A002 - the schema's name
 
 @kernel("RandomNormalLike", since=(1, 22))
 def random_normal_like(input, *, dtype=None, mean, scale, seed=None):  # noqa: A002
-    return _normal(input.shape, _like_dtype(input, dtype, "RandomNormalLike"), mean, scale, seed,
-                   "RandomNormalLike")
+    return _normal(input.shape, _like_dtype(input, dtype, "RandomNormalLike"), mean, scale, seed, "RandomNormalLike")
 
 
 @kernel("RandomUniformLike", since=(1, 22))
 def random_uniform_like(input, *, dtype=None, low, high, seed=None):  # noqa: A002
-    return _uniform(input.shape, _like_dtype(input, dtype, "RandomUniformLike"), low, high, seed,
-                    "RandomUniformLike")
+    return _uniform(input.shape, _like_dtype(input, dtype, "RandomUniformLike"), low, high, seed, "RandomUniformLike")
 
 
 @kernel("Bernoulli", since=(15, 22))

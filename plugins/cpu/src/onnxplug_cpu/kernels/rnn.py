@@ -46,7 +46,7 @@ def _activations(names, alphas, betas, per_direction, directions, defaults, op):
         names = (names[:per_direction] or list(defaults)) * directions
     alphas, betas = list(alphas or ()), list(betas or ())
     funcs = []
-    for name in names[:per_direction * directions]:
+    for name in names[: per_direction * directions]:
         entry = _ACTIVATIONS.get(name.lower())
         if entry is None:
             raise InvalidArgument(f"{op}: unknown activation {name!r}")
@@ -56,7 +56,7 @@ def _activations(names, alphas, betas, per_direction, directions, defaults, op):
         if beta is not None and betas:
             beta = betas.pop(0)
         funcs.append(lambda x, fn=fn, a=alpha, b=beta: fn(x, a, b))
-    return [funcs[d * per_direction:(d + 1) * per_direction] for d in range(directions)]
+    return [funcs[d * per_direction : (d + 1) * per_direction] for d in range(directions)]
 
 
 class _Inputs:
@@ -76,19 +76,21 @@ class _Inputs:
         steps, batch, _ = self.x.shape
         hidden = hidden_size if hidden_size is not None else R.shape[-1]
         if W.shape[0] != self.directions or W.shape[1] != gates * hidden or R.shape[1:] != (gates * hidden, hidden):
-            raise InvalidArgument(f"{op}: W {list(W.shape)} / R {list(R.shape)} do not fit hidden_size {hidden} "
-                                  f"and {self.directions} direction(s)")
+            raise InvalidArgument(
+                f"{op}: W {list(W.shape)} / R {list(R.shape)} do not fit hidden_size {hidden} "
+                f"and {self.directions} direction(s)"
+            )
         self.hidden, self.steps, self.batch = hidden, steps, batch
         self.w = W.astype(work, copy=False)
         self.r = R.astype(work, copy=False)
-        self.b = (np.zeros((self.directions, 2 * gates * hidden), work) if B is None
-                  else B.astype(work, copy=False))
+        self.b = np.zeros((self.directions, 2 * gates * hidden), work) if B is None else B.astype(work, copy=False)
         self.lens = None
         if sequence_lens is not None:
             lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
             if lens.shape != (batch,) or np.any(lens < 0) or np.any(lens > steps):
-                raise InvalidArgument(f"{op}: sequence_lens {lens.tolist()} do not fit batch {batch} and "
-                                      f"sequence length {steps}")
+                raise InvalidArgument(
+                    f"{op}: sequence_lens {lens.tolist()} do not fit batch {batch} and sequence length {steps}"
+                )
             if np.any(lens < steps):
                 self.lens = lens
         self.initial = [self.state(s, work) for s in initial]
@@ -101,7 +103,7 @@ class _Inputs:
 
     def projected(self, d, gates):
         """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``."""
-        return self.x @ self.w[d].T + self.b[d, :gates * self.hidden]
+        return self.x @ self.w[d].T + self.b[d, : gates * self.hidden]
 
     def run(self, step, d, states):
         """Run ``step(x_t, states) -> states`` (hidden first) over time; returns Y and states."""
@@ -137,16 +139,29 @@ def _clipper(clip):
 
 
 @kernel("RNN", since=(1, 7, 14, 22))
-def rnn(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
-        activation_beta=None, activations, clip=None, direction, hidden_size=None, **legacy):
-    data = _Inputs("RNN", X, W, R, B, sequence_lens, [initial_h], 1, hidden_size, direction,
-                   legacy.get("layout", 0))
+def rnn(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations,
+    clip=None,
+    direction,
+    hidden_size=None,
+    **legacy,
+):
+    data = _Inputs("RNN", X, W, R, B, sequence_lens, [initial_h], 1, hidden_size, direction, legacy.get("layout", 0))
     funcs = _activations(activations, activation_alpha, activation_beta, 1, data.directions, ("Tanh",), "RNN")
     clipped = _clipper(clip)
     ys, finals = [], [[]]
     for d in range(data.directions):
         xw = data.projected(d, 1)
-        rt, rb = data.r[d].T, data.b[d, data.hidden:]
+        rt, rb = data.r[d].T, data.b[d, data.hidden :]
         f = funcs[d][0]
 
         def step(t, states, xw=xw, rt=rt, rb=rb, f=f):
@@ -159,12 +174,24 @@ def rnn(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @kernel("GRU", since=(1, 3, 7, 14, 22))
-def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
-        activation_beta=None, activations=None, clip=None, direction, hidden_size=None, **legacy):
-    data = _Inputs("GRU", X, W, R, B, sequence_lens, [initial_h], 3, hidden_size, direction,
-                   legacy.get("layout", 0))
-    funcs = _activations(activations, activation_alpha, activation_beta, 2, data.directions,
-                         ("Sigmoid", "Tanh"), "GRU")
+def gru(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction,
+    hidden_size=None,
+    **legacy,
+):
+    data = _Inputs("GRU", X, W, R, B, sequence_lens, [initial_h], 3, hidden_size, direction, legacy.get("layout", 0))
+    funcs = _activations(activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU")
     linear_before_reset = legacy.get("linear_before_reset", 0)
     clipped = _clipper(clip)
     size = data.hidden
@@ -172,20 +199,20 @@ def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha
     for d in range(data.directions):
         xw = data.projected(d, 3)
         r = data.r[d]
-        r_zr, r_h = r[:2 * size].T, r[2 * size:].T
-        rb = data.b[d, 3 * size:]
-        rb_zr, rb_h = rb[:2 * size], rb[2 * size:]
+        r_zr, r_h = r[: 2 * size].T, r[2 * size :].T
+        rb = data.b[d, 3 * size :]
+        rb_zr, rb_h = rb[: 2 * size], rb[2 * size :]
         f, g = funcs[d]
 
         def step(t, states, xw=xw, r_zr=r_zr, r_h=r_h, rb_zr=rb_zr, rb_h=rb_h, f=f, g=g):
             h = states[0]
             x = xw[t]
-            zr = f(clipped(x[:, :2 * size] + h @ r_zr + rb_zr))
+            zr = f(clipped(x[:, : 2 * size] + h @ r_zr + rb_zr))
             z, reset = zr[:, :size], zr[:, size:]
             if linear_before_reset:
-                candidate = g(clipped(x[:, 2 * size:] + reset * (h @ r_h + rb_h)))
+                candidate = g(clipped(x[:, 2 * size :] + reset * (h @ r_h + rb_h)))
             else:
-                candidate = g(clipped(x[:, 2 * size:] + (reset * h) @ r_h + rb_h))
+                candidate = g(clipped(x[:, 2 * size :] + (reset * h) @ r_h + rb_h))
             return [(1 - z) * candidate + z * h]
 
         y, (h,) = data.run(step, d, [data.initial[0][d]])
@@ -195,13 +222,31 @@ def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @kernel("LSTM", since=(1, 7, 14, 22))
-def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
-         activation_alpha=None, activation_beta=None, activations=None, clip=None, direction,
-         hidden_size=None, input_forget, **legacy):
-    data = _Inputs("LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size,
-                   direction, legacy.get("layout", 0))
-    funcs = _activations(activations, activation_alpha, activation_beta, 3, data.directions,
-                         ("Sigmoid", "Tanh", "Tanh"), "LSTM")
+def lstm(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    P=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction,
+    hidden_size=None,
+    input_forget,
+    **legacy,
+):
+    data = _Inputs(
+        "LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size, direction, legacy.get("layout", 0)
+    )
+    funcs = _activations(
+        activations, activation_alpha, activation_beta, 3, data.directions, ("Sigmoid", "Tanh", "Tanh"), "LSTM"
+    )
     clipped = _clipper(clip)
     size = data.hidden
     work = data.x.dtype
@@ -214,8 +259,8 @@ def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=
     ys, finals = [], [[], []]
     for d in range(data.directions):
         xw = data.projected(d, 4)
-        rt, rb = data.r[d].T, data.b[d, 4 * size:]
-        p_i, p_o, p_f = peep[d, :size], peep[d, size:2 * size], peep[d, 2 * size:]
+        rt, rb = data.r[d].T, data.b[d, 4 * size :]
+        p_i, p_o, p_f = peep[d, :size], peep[d, size : 2 * size], peep[d, 2 * size :]
         f, g, h_act = funcs[d]
 
         def step(t, states, xw=xw, rt=rt, rb=rb, p_i=p_i, p_o=p_o, p_f=p_f, f=f, g=g, h_act=h_act):
@@ -225,9 +270,9 @@ def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=
             if input_forget:
                 forget = 1 - i
             else:
-                forget = f(clipped(gates[:, 2 * size:3 * size] + p_f * c))
-            cell = forget * c + i * g(clipped(gates[:, 3 * size:]))
-            o = f(clipped(gates[:, size:2 * size] + p_o * cell))
+                forget = f(clipped(gates[:, 2 * size : 3 * size] + p_f * c))
+            cell = forget * c + i * g(clipped(gates[:, 3 * size :]))
+            o = f(clipped(gates[:, size : 2 * size] + p_o * cell))
             return [o * h_act(cell), cell]
 
         y, (h, c) = data.run(step, d, [data.initial[0][d], data.initial[1][d]])

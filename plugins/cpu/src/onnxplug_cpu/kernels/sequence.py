@@ -52,8 +52,11 @@ def sequence_insert(input_sequence, tensor, position=None):
     sequence = _sequence(input_sequence, "SequenceInsert input_sequence")
     if sequence and sequence[0].dtype != tensor.dtype:
         raise InvalidArgument(f"SequenceInsert: tensor of type {tensor.dtype} into a sequence of {sequence[0].dtype}")
-    index = len(sequence) if position is None else _position(
-        position, len(sequence), inclusive_end=True, what="SequenceInsert")
+    index = (
+        len(sequence)
+        if position is None
+        else _position(position, len(sequence), inclusive_end=True, what="SequenceInsert")
+    )
     return [*sequence[:index], tensor, *sequence[index:]]
 
 
@@ -71,7 +74,7 @@ def sequence_erase(input_sequence, position=None):
             raise InvalidArgument("SequenceErase: cannot erase from an empty sequence")
         return sequence[:-1]
     index = _position(position, len(sequence), inclusive_end=False, what="SequenceErase")
-    return [*sequence[:index], *sequence[index + 1:]]
+    return [*sequence[:index], *sequence[index + 1 :]]
 
 
 @kernel("SequenceLength", since=(11,))
@@ -96,8 +99,10 @@ def split_to_sequence(input, split=None, *, axis, keepdims):  # noqa: A002 - the
         return parts
     split = np.asarray(split)
     if split.dtype.kind not in "iu" or split.ndim > 1:
-        raise InvalidArgument(f"SplitToSequence: split must be an integer scalar or 1-D tensor, got "
-                              f"{split.dtype} shape {list(split.shape)}")
+        raise InvalidArgument(
+            f"SplitToSequence: split must be an integer scalar or 1-D tensor, got "
+            f"{split.dtype} shape {list(split.shape)}"
+        )
     if split.ndim == 0:
         size = int(split)
         if size <= 0:
@@ -106,8 +111,9 @@ def split_to_sequence(input, split=None, *, axis, keepdims):  # noqa: A002 - the
     else:
         sizes = [int(s) for s in split]
         if any(s < 0 for s in sizes) or sum(sizes) != length:
-            raise InvalidArgument(f"SplitToSequence: split {sizes} does not add up to dimension {length} "
-                                  f"of axis {axis}")
+            raise InvalidArgument(
+                f"SplitToSequence: split {sizes} does not add up to dimension {length} of axis {axis}"
+            )
     bounds = np.cumsum(sizes)[:-1]
     return list(np.split(input, bounds, axis=axis))
 
@@ -137,16 +143,17 @@ def sequence_map(ctx, *, body):
     if len(runner.input_names) != formal:
         raise Fail(f"{ctx.describe()}: the body takes {len(runner.input_names)} inputs, the node has {formal}")
     if len(runner.output_names) != ctx.num_outputs:
-        raise Fail(f"{ctx.describe()}: the body has {len(runner.output_names)} outputs, the node has "
-                   f"{ctx.num_outputs}")
+        raise Fail(f"{ctx.describe()}: the body has {len(runner.output_names)} outputs, the node has {ctx.num_outputs}")
 
     def run(input_sequence, *args):
         sequence = _sequence(input_sequence, "SequenceMap input_sequence")
-        extra, outer = args[:formal - 1], args[formal - 1:]
+        extra, outer = args[: formal - 1], args[formal - 1 :]
         for value in extra:
             if isinstance(value, list) and len(value) != len(sequence):
-                raise InvalidArgument(f"SequenceMap: additional sequence of length {len(value)} does not "
-                                      f"match input_sequence of length {len(sequence)}")
+                raise InvalidArgument(
+                    f"SequenceMap: additional sequence of length {len(value)} does not "
+                    f"match input_sequence of length {len(sequence)}"
+                )
         results = [[] for _ in runner.output_names]
         for i, element in enumerate(sequence):
             check_terminate()
