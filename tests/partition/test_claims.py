@@ -208,3 +208,30 @@ def test_unclaimed_node_error_lists_every_provider_reason():
     env.register(fake_plugin(FakeFactory("picky", decline)), name="picky")
     with pytest.raises(onnxplug.NotImplemented, match=r"Relu.*PickyExecutionProvider: not on this chip"):
         onnxplug.InferenceSession(CHAIN, providers=["PickyExecutionProvider"], environment=env)
+
+
+class _BrokenCompiler(FakeFactory):
+    def create(self, device, options):
+        provider = super().create(device, options)
+
+        def refuse(partition):
+            raise RuntimeError("compiler ran out of registers")
+
+        provider.compile = refuse
+        return provider
+
+
+def test_partition_that_fails_to_compile_falls_back_with_a_warning():
+    broken = _BrokenCompiler("broken", lambda graph, kernels: [FuseClaim(("r", "n", "a"))])
+    with pytest.warns(UserWarning, match=r"provider 'broken' failed to compile partition .*registers.*fall back"):
+        session = _session(CHAIN, broken)
+    assert {s.provider for s in session._plan.steps} == {"CPUExecutionProvider"}
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+
+
+def test_compile_failure_without_fallback_is_epfail():
+    broken = _BrokenCompiler("broken", lambda graph, kernels: [FuseClaim(("r", "n", "a"))])
+    env = onnxplug.Environment()
+    env.register(fake_plugin(broken), name="fakes")
+    with pytest.raises(onnxplug.EPFail, match=r"failed to compile partition broken_partition_0 \(r, n, a\): RuntimeError: compiler ran out"):
+        onnxplug.InferenceSession(CHAIN, providers=[broken.ort_name], environment=env, enable_fallback=0)

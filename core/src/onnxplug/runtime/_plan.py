@@ -11,15 +11,17 @@ outputs are dropped.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 
-from ..errors import Fail, OnnxplugError
+from ..errors import EPFail, Fail, OnnxplugError
+from ..graph import GraphView
 from ..graph._scopes import execution_order, node_reads, order_units
 from ..kernels._runstate import current_run
-from ..partition import PartitionResult, ProviderSlot, build_partition, partition_graph
+from ..partition import PartitionResult, ProviderSlot, build_partition, node_opsets, partition_graph
 from ._placement import Copy, place
 from ._steps import DROP_SLOT, NONE_SLOT, Step, fused_step, kernel_step, tensor_value
 
@@ -117,6 +119,7 @@ def build_plan(
     outer: Sequence[ir.Value] = (),
     functions: Mapping[tuple[str, str, str], ir.Function] | None = None,
     ir_version: int = 8,
+    fallback: bool = True,
 ) -> GraphPlan:
     """Compile ``graph`` for the given providers.
 
@@ -128,6 +131,8 @@ def build_plan(
     :param functions: the model's local functions by ``(domain, name, overload)``, for inlining
         (subgraphs are compiled with them too).
     :param ir_version: the model's IR version, stamped on fused partitions' models.
+    :param fallback: when a provider fails to compile a partition, run its nodes with other
+        providers' kernels (with a warning) instead of failing.
     """
     partition = partition_graph(graph, execution_order(graph), opsets, slots, functions=functions)
     slot_of: dict[int, int] = {}
@@ -205,17 +210,23 @@ def build_plan(
             )
             continue
         part, inputs, outputs = build_partition(
-            assignment.partition,
-            unit,
-            readers[assignment.partition],
-            graph_outputs,
-            constant_values,
-            opsets,
+            assignment.partition, unit, readers[assignment.partition], graph_outputs, constant_values, opsets,
             ir_version,
         )
-        steps.append(
-            fused_step(assignment.partition, assignment.provider, part, inputs, outputs, index, slot_of, new_slot)
-        )
+        try:
+            steps.append(
+                fused_step(assignment.partition, assignment.provider, part, inputs, outputs, index, slot_of, new_slot)
+            )
+        except EPFail as error:
+            if not fallback:
+                raise
+            warnings.warn(f"{error.message}; its {len(unit)} nodes fall back to other providers", UserWarning,
+                          stacklevel=2)
+            for node in unit:
+                provider, kernel = _fallback_kernel(node, opsets, slots, assignment.provider)
+                steps.append(kernel_step(node, kernel, provider, index, slot_of, new_slot, constants, opsets,
+                                         compile_subgraph))
+
     output_slots = tuple(slot_of[id(v)] for v in graph.outputs)
     steps, output_slots, copies = place(steps, output_slots, template, constant_slots, slot_names)
     _schedule_frees(steps, {NONE_SLOT, DROP_SLOT, *outer_slots, *output_slots})
@@ -231,6 +242,20 @@ def build_plan(
         constant_ids=frozenset(constant_ids),
         copies=copies,
     )
+
+
+def _fallback_kernel(node: ir.Node, opsets: Mapping[str, int], slots: Sequence[ProviderSlot],
+                     failed: Any) -> tuple[Any, Any]:
+    """The first other provider with a kernel for ``node`` (CPU, in practice)."""
+    view = GraphView(node.graph, node_opsets(node, opsets), [node])._nodes[0]
+    for slot in slots:
+        if slot.provider is failed:
+            continue
+        kernel = slot.kernels.resolve(view)
+        if kernel is not None:
+            return slot.provider, kernel
+    raise EPFail(f"node '{node.name}' ({node.op_type}) fell out of a partition that failed to compile, and no "
+                 "other provider has a kernel for it")
 
 
 def _outside_readers(nodes: list[ir.Node], partition: PartitionResult) -> dict[str, set[int]]:

@@ -130,6 +130,7 @@ class InferenceSession:
                 slots,
                 functions=self._loaded.model.functions,
                 ir_version=self._loaded.proto.ir_version,
+                fallback=self._fallback,
             )
         except BaseException:
             for provider in providers:
