@@ -233,5 +233,8 @@ def test_compile_failure_without_fallback_is_epfail():
     broken = _BrokenCompiler("broken", lambda graph, kernels: [FuseClaim(("r", "n", "a"))])
     env = onnxplug.Environment()
     env.register(fake_plugin(broken), name="fakes")
-    with pytest.raises(onnxplug.EPFail, match=r"failed to compile partition broken_partition_0 \(r, n, a\): RuntimeError: compiler ran out"):
+    with pytest.raises(
+        onnxplug.EPFail,
+        match=r"failed to compile partition broken_partition_0 \(r, n, a\): RuntimeError: compiler ran out",
+    ):
         onnxplug.InferenceSession(CHAIN, providers=[broken.ort_name], environment=env, enable_fallback=0)

@@ -5,6 +5,8 @@ onnxruntime.  Plugins are discovered through the ``onnxplug`` entry-point group 
 needed (never at import).
 """
 
+import logging
+
 from ._plugins import Environment, PluginRecord, default_environment
 from ._version import __version__
 from .errors import (
@@ -27,6 +29,7 @@ from .errors import (
     RuntimeException,
 )
 from .hookspecs import hookimpl
+from .kernels._runstate import set_global_seed
 from .runtime import (
     ExecutionMode,
     ExecutionOrder,
@@ -79,6 +82,9 @@ __all__ = [
     "get_device",
     "get_version_string",
     "hookimpl",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "set_seed",
 ]
 
 
@@ -100,3 +106,25 @@ def get_device() -> str:
 
 def get_version_string() -> str:
     return __version__
+
+
+_SEVERITY_LEVELS = {0: 10, 1: 20, 2: 30, 3: 40, 4: 50}  # Verbose, Info, Warning, Error, Fatal
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """Level of the ``onnxplug`` logger: 0 verbose, 1 info, 2 warning (default), 3 error, 4 fatal.
+
+    :raises RuntimeError: another value (as onnxruntime).
+    """
+    if severity not in _SEVERITY_LEVELS:
+        raise RuntimeError(f"Invalid logging severity {severity!r}: expected 0 (verbose) to 4 (fatal)")
+    logging.getLogger("onnxplug").setLevel(_SEVERITY_LEVELS[severity])
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """Accepted for compatibility (onnxplug has no VLOG levels)."""
+
+
+def set_seed(seed: int) -> None:
+    """Seed the random ops that have no ``seed`` attribute, for reproducible runs."""
+    set_global_seed(seed)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import onnx
 import onnx_ir as ir
+from onnx import helper
 
 from ..kernels._schema import find_schema, normalize_domain
+from ._scopes import node_reads
 from ._types import ir_type_string
 
 __all__ = ["GraphView", "NodeView"]
@@ -113,7 +116,11 @@ class GraphView:
 
     def __init__(self, graph: ir.Graph, opsets: Mapping[str, int], nodes: list[ir.Node] | None = None):
         self._lease = _Lease()
-        self._nodes = [NodeView(n, opsets, self._lease) for n in (graph if nodes is None else nodes)]
+        self._graph = graph
+        self._opsets = dict(opsets)
+        self._ir_nodes = list(graph if nodes is None else nodes)
+        self._model_bytes: bytes | None = None
+        self._nodes = [NodeView(n, opsets, self._lease) for n in self._ir_nodes]
         self._by_name = {n.name: n for n in self._nodes}
         self.inputs: tuple[str, ...] = tuple(v.name or "" for v in graph.inputs)
         self.outputs: tuple[str, ...] = tuple(v.name or "" for v in graph.outputs)
@@ -138,6 +145,55 @@ class GraphView:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def model_bytes(self) -> bytes:
+        """The view's nodes as a standalone serialized ONNX model, for providers whose vendor
+        library decides support on a model (OpenVINO's ``convert_partially``, TensorRT's parser).
+
+        Values the nodes read from outside (subgraphs' outer-scope reads included) are graph
+        inputs with their inferred types and shapes, except initializers that cannot be
+        overridden, which are embedded; values read outside the view or that are graph outputs
+        are outputs.  Node names are kept, so support answers map back to the view's nodes.
+        The bytes are built once per view.
+        """
+        self._lease.check()
+        if self._model_bytes is None:
+            self._model_bytes = self._build_model().SerializeToString()
+        return self._model_bytes
+
+    def _build_model(self) -> onnx.ModelProto:
+        graph = self._graph
+        members = {id(node) for node in self._ir_nodes}
+        produced = {id(v) for node in self._ir_nodes for v in node.outputs}
+        fed = {id(v) for v in graph.inputs}
+        constants = {id(v) for v in graph.initializers.values() if id(v) not in fed and v.const_value is not None}
+        inputs: list[ir.Value] = []
+        initializers: list[onnx.TensorProto] = []
+        seen: set[int] = set()
+        for node in self._ir_nodes:
+            for value in node_reads(node):
+                if id(value) in produced or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if id(value) in constants:
+                    tensor = ir.serde.serialize_tensor(value.const_value)
+                    tensor.name = value.name
+                    initializers.append(tensor)
+                else:
+                    inputs.append(value)
+        read_outside = {id(v) for node in graph if id(node) not in members for v in node_reads(node)}
+        read_outside.update(id(v) for v in graph.outputs)
+        outputs = [v for node in self._ir_nodes for v in node.outputs if v.name and id(v) in read_outside]
+        proto = helper.make_graph(
+            [ir.serde.serialize_node(node) for node in self._ir_nodes],
+            graph.name or "view",
+            [ir.serde.serialize_value(v) for v in inputs],
+            [ir.serde.serialize_value(v) for v in outputs],
+            initializers,
+        )
+        model = helper.make_model(proto, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
+        model.ir_version = onnx.IR_VERSION
+        return model
 
     def decline(self, node: NodeView | str, reason: str) -> None:
         """Record why the provider being asked does not claim ``node``."""

@@ -5,7 +5,7 @@ See :class:`KernelRegistry` for how a provider or op library declares kernels.
 
 from ._limits import check_allocation, max_tensor_bytes
 from ._registry import KernelDef, KernelKey, KernelRegistry, NodeContext
-from ._runstate import check_terminate, current_run
+from ._runstate import check_terminate, current_run, unseeded_rng
 from ._schema import attribute_defaults, find_schema, normalize_domain, schema_versions
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "max_tensor_bytes",
     "normalize_domain",
     "schema_versions",
+    "unseeded_rng",
 ]

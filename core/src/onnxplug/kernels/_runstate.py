@@ -52,3 +52,33 @@ def enter_run(state: RunState) -> contextvars.Token:
 
 def leave_run(token: contextvars.Token) -> None:
     _CURRENT.reset(token)
+
+
+# -- the process-wide seed of onnxruntime's set_seed ---------------------------------------------
+
+_SEED_LOCK = __import__("threading").Lock()
+_GLOBAL_SEED: list[int | None] = [None]
+_SEED_DRAWS = [0]
+
+
+def set_global_seed(seed: int) -> None:
+    """Seed random ops that have no ``seed`` attribute (``onnxplug.set_seed``)."""
+    with _SEED_LOCK:
+        _GLOBAL_SEED[0] = int(seed)
+        _SEED_DRAWS[0] = 0
+
+
+def unseeded_rng() -> Any:
+    """The generator a random op without a ``seed`` attribute draws from.
+
+    Fresh OS entropy, unless :func:`set_global_seed` was called: then a reproducible sequence of
+    generators (the n-th unseeded draw after ``set_seed(s)`` is always the same).
+    """
+    import numpy as np
+
+    with _SEED_LOCK:
+        seed = _GLOBAL_SEED[0]
+        if seed is None:
+            return np.random.default_rng()
+        _SEED_DRAWS[0] += 1
+        return np.random.default_rng([seed, _SEED_DRAWS[0]])

@@ -85,7 +85,9 @@ class InputSpec:
         return NodeArg(self.name, self.type_string, shape)
 
 
-def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int]) -> tuple[InputSpec, list]:
+def _spec(
+    info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int], denotations: Mapping[str, int]
+) -> tuple[InputSpec, list]:
     type_proto = info.type
     kind = {
         "tensor_type": "tensor",
@@ -96,6 +98,10 @@ def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int
     }.get(type_proto.WhichOneof("value") or "", "tensor")
     shape = shape_list(type_proto)
     shape = [overrides.get(d, d) if isinstance(d, str) else d for d in shape]
+    if denotations and type_proto.WhichOneof("value") == "tensor_type":
+        for index, dim in enumerate(type_proto.tensor_type.shape.dim):
+            if dim.denotation in denotations and not dim.HasField("dim_value"):
+                shape[index] = denotations[dim.denotation]
     dtype = rank = None
     dims: tuple[int | None, ...] = ()
     if kind == "tensor":
@@ -112,14 +118,18 @@ def _spec(info: onnx.ValueInfoProto, optional: bool, overrides: Mapping[str, int
 
 
 def input_specs(
-    graph: onnx.GraphProto, overrides: Mapping[str, int]
+    graph: onnx.GraphProto, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
 ) -> tuple[list[InputSpec], list[NodeArg], list[NodeArg]]:
     """Specs for every feedable input; NodeArgs for ``get_inputs`` and
-    ``get_overridable_initializers`` (inputs that are also initializers)."""
+    ``get_overridable_initializers`` (inputs that are also initializers).
+
+    :param overrides: free dimension values by ``dim_param`` name.
+    :param denotations: free dimension values by denotation (``DATA_BATCH``...).
+    """
     initializers = {t.name for t in graph.initializer}
     specs, inputs, overridable = [], [], []
     for info in graph.input:
-        spec, shape = _spec(info, info.name in initializers, overrides)
+        spec, shape = _spec(info, info.name in initializers, overrides, denotations or {})
         specs.append(spec)
         (overridable if info.name in initializers else inputs).append(spec.node_arg(shape))
     return specs, inputs, overridable

@@ -210,7 +210,12 @@ def build_plan(
             )
             continue
         part, inputs, outputs = build_partition(
-            assignment.partition, unit, readers[assignment.partition], graph_outputs, constant_values, opsets,
+            assignment.partition,
+            unit,
+            readers[assignment.partition],
+            graph_outputs,
+            constant_values,
+            opsets,
             ir_version,
         )
         try:
@@ -220,12 +225,14 @@ def build_plan(
         except EPFail as error:
             if not fallback:
                 raise
-            warnings.warn(f"{error.message}; its {len(unit)} nodes fall back to other providers", UserWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"{error.message}; its {len(unit)} nodes fall back to other providers", UserWarning, stacklevel=2
+            )
             for node in unit:
                 provider, kernel = _fallback_kernel(node, opsets, slots, assignment.provider)
-                steps.append(kernel_step(node, kernel, provider, index, slot_of, new_slot, constants, opsets,
-                                         compile_subgraph))
+                steps.append(
+                    kernel_step(node, kernel, provider, index, slot_of, new_slot, constants, opsets, compile_subgraph)
+                )
 
     output_slots = tuple(slot_of[id(v)] for v in graph.outputs)
     steps, output_slots, copies = place(steps, output_slots, template, constant_slots, slot_names)
@@ -244,8 +251,9 @@ def build_plan(
     )
 
 
-def _fallback_kernel(node: ir.Node, opsets: Mapping[str, int], slots: Sequence[ProviderSlot],
-                     failed: Any) -> tuple[Any, Any]:
+def _fallback_kernel(
+    node: ir.Node, opsets: Mapping[str, int], slots: Sequence[ProviderSlot], failed: Any
+) -> tuple[Any, Any]:
     """The first other provider with a kernel for ``node`` (CPU, in practice)."""
     view = GraphView(node.graph, node_opsets(node, opsets), [node])._nodes[0]
     for slot in slots:
@@ -254,8 +262,10 @@ def _fallback_kernel(node: ir.Node, opsets: Mapping[str, int], slots: Sequence[P
         kernel = slot.kernels.resolve(view)
         if kernel is not None:
             return slot.provider, kernel
-    raise EPFail(f"node '{node.name}' ({node.op_type}) fell out of a partition that failed to compile, and no "
-                 "other provider has a kernel for it")
+    raise EPFail(
+        f"node '{node.name}' ({node.op_type}) fell out of a partition that failed to compile, and no "
+        "other provider has a kernel for it"
+    )
 
 
 def _outside_readers(nodes: list[ir.Node], partition: PartitionResult) -> dict[str, set[int]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,39 +23,17 @@ from ..graph import load_model
 from ..graph._load import fill_missing_opsets
 from ..kernels._runstate import RunState, enter_run, leave_run
 from ..partition import ProviderSlot
+from ._executors import ParallelExecutor, execute_profiled
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
 from ._plan import GraphPlan, build_plan
+from ._prepare import name_nodes, override_initializers, write_optimized_model
+from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
 from .iobinding import IOBinding
-from .options import RunOptions, SessionOptions
+from .options import ExecutionMode, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 
 __all__ = ["InferenceSession"]
-
-
-def _name_nodes(model: Any) -> None:
-    """Give every node a unique name (``<OpType>_<index>`` where missing), as claims, errors
-    and profiles refer to nodes by name."""
-    taken: set[str] = set()
-    index = 0
-    pending = [model.graph]
-    while pending:
-        graph = pending.pop()
-        for node in graph:
-            name = node.name
-            if not name or name in taken:
-                base = f"{node.op_type}_{index}" if not name else name
-                name, suffix = base, 1
-                while name in taken:
-                    name, suffix = f"{base}_{suffix}", suffix + 1
-                node.name = name
-            taken.add(name)
-            index += 1
-            for attr in node.attributes.values():
-                if attr.type.name == "GRAPH":
-                    pending.append(attr.value)
-                elif attr.type.name == "GRAPHS":
-                    pending.extend(attr.value)
 
 
 def _thread_controller(threads: int) -> Any:
@@ -101,12 +80,22 @@ class InferenceSession:
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        external_dir = self._sess_options._entries().get("session.model_external_data_dir")
+        options = self._sess_options
+        self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
+        start = time.perf_counter_ns()
+        external_dir = options._entries().get("session.model_external_data_dir")
         self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
-        self._threads = _thread_controller(self._sess_options.intra_op_num_threads)
+        if self._profiler is not None:
+            loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
+            self._profiler.session_event(loading, start, time.perf_counter_ns())
+        self._threads = _thread_controller(options.intra_op_num_threads)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
+        self._parallel: ParallelExecutor | None = None
+        start = time.perf_counter_ns()
         self._create(parse_providers(providers, provider_options))
+        if self._profiler is not None:
+            self._profiler.session_event("session_initialization", start, time.perf_counter_ns())
         self._environment.notify_session_created(self)
 
     # -- creation --------------------------------------------------------------------------
@@ -114,7 +103,8 @@ class InferenceSession:
     def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
         proto = self._loaded.proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
-        self._input_specs, self._inputs, self._overridable = input_specs(proto.graph, overrides)
+        denotations = self._sess_options.__dict__.get("_denotation_overrides", {})
+        self._input_specs, self._inputs, self._overridable = input_specs(proto.graph, overrides, denotations)
         inferred = {v.name: v for v in proto.graph.value_info}
         self._outputs = output_args(proto.graph, inferred)
         self._meta = ModelMetadata.from_proto(proto)
@@ -122,8 +112,9 @@ class InferenceSession:
         providers = create_providers(chosen)
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
-            _name_nodes(self._loaded.model)
+            name_nodes(self._loaded.model)
             fill_missing_opsets(self._loaded.model)
+            override_initializers(self._loaded.model, self._sess_options.__dict__.get("_initializers", {}))
             self._plan = build_plan(
                 self._loaded.model.graph,
                 self._loaded.opsets,
@@ -137,8 +128,12 @@ class InferenceSession:
                 provider.close()
             raise
         self._providers = providers
-        self._spec_slots = {name: i for i, name in enumerate(self._plan.input_names)}
         self._output_index = {name: i for i, name in enumerate(self._plan.output_names)}
+        options = self._sess_options
+        if options.execution_mode == ExecutionMode.ORT_PARALLEL:
+            self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
+        if options.optimized_model_filepath:
+            write_optimized_model(self._loaded, options.optimized_model_filepath)
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -192,18 +187,41 @@ class InferenceSession:
         indices = self._output_indices(output_names)
         feeds = check_feeds(self._input_specs, input_feed)
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
+        profiler = self._profiler
+        start = profiler.now() if profiler is not None else 0
         token = enter_run(RunState(run_options))
         try:
             if self._threads is None:
-                results = plan.execute(inputs)
+                results = self._execute(plan, inputs, profiler)
             else:
                 with self._threads.limit(limits=self._sess_options.intra_op_num_threads, user_api="blas"):
-                    results = plan.execute(inputs)
+                    results = self._execute(plan, inputs, profiler)
         finally:
             leave_run(token)
+        if profiler is not None:
+            profiler.session_event("model_run", start, profiler.now())
         protected = set(plan.constant_ids) | {id(v) for v in feeds.values()}
         protected.update(id(getattr(v, "base", None)) for v in feeds.values() if getattr(v, "base", None) is not None)
         return fresh_outputs([results[i] for i in indices], protected)
+
+    def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
+        if self._parallel is not None:
+            return self._parallel.execute(inputs, profiler)
+        if profiler is not None:
+            return execute_profiled(plan, inputs, profiler)
+        return plan.execute(inputs)
+
+    # -- profiling -------------------------------------------------------------------------
+
+    def end_profiling(self) -> str:
+        """Write the trace (Chrome trace JSON) and stop profiling; returns the file's path, or
+        ``""`` when profiling is off or already ended."""
+        profiler, self._profiler = self._profiler, None
+        return "" if profiler is None else profiler.write()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """Epoch nanoseconds at which profiling started (0 when it is off), as onnxruntime."""
+        return 0 if self._profiler is None else self._profiler.start_time_ns
 
     def _output_indices(self, output_names: Sequence[str] | None) -> list[int]:
         if isinstance(output_names, (str, bytes)):
@@ -290,6 +308,9 @@ class InferenceSession:
 
     def close(self) -> None:
         """Release the providers' resources (the session cannot run afterwards)."""
+        if self._parallel is not None:
+            self._parallel.close()
+            self._parallel = None
         for provider in self._providers:
             provider.close()
         self._providers = []

@@ -2,7 +2,8 @@
 
 With a ``seed`` attribute every run starts a fresh ``numpy.random.Generator`` from that seed, so
 the same node gives the same values on every run and in every session (and runs from several
-threads cannot disturb each other's draws).  Without a seed each run draws from fresh OS entropy.
+threads cannot disturb each other's draws).  Without a seed each run draws from fresh OS entropy,
+unless ``onnxplug.set_seed`` fixed the process-wide sequence.
 The seed is a float attribute; its exact bit pattern seeds the generator, so 0.5 and 0.75 differ.
 Values will not match onnxruntime's or numpy's legacy ``RandomState`` streams.
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 from onnxplug.errors import InvalidArgument
 from onnxplug.graph import np_dtype
-from onnxplug.kernels import check_allocation
+from onnxplug.kernels import check_allocation, unseeded_rng
 
 from ._registry import kernel
 
@@ -22,7 +23,7 @@ _FLOAT_KINDS = "f"
 
 def _generator(seed):
     if seed is None or np.isnan(seed):
-        return np.random.default_rng()
+        return unseeded_rng()  # fresh entropy, or the sequence onnxplug.set_seed fixed
     return np.random.default_rng(int(np.float64(seed).view(np.uint64)))
 
 
