@@ -265,32 +265,43 @@ def _unsupported(frontend, model: onnx.ModelProto, nodes: Iterable[onnx.NodeProt
         for output in node.output:  # the op feeding a result is renamed after the output
             by_name.setdefault(output, node.name)
     found: dict[str, str] = {}
-    for op in _ops(converted):
-        if op.get_type_name() != "NotSupportedONNXNode":
+    for op in converted.get_ordered_ops():
+        bad = op if op.get_type_name() == "NotSupportedONNXNode" else _unsupported_inside(op)
+        if bad is None:
             continue
-        attributes = op.get_attributes()
+        name = by_name.get(op.get_friendly_name())
+        if name is None:
+            continue
+        attributes = bad.get_attributes()
         op_type = attributes.get("ONNX_META_type", "this op")
         domain = attributes.get("ONNX_META_domain", "")
-        name = by_name.get(op.get_friendly_name())
-        if name is not None:
-            label = f"{domain}::{op_type}" if domain else op_type
-            found[name] = f"OpenVINO's ONNX frontend has no conversion for {label}"
+        label = f"{domain}::{op_type}" if domain else op_type
+        where = "" if bad is op else " (inside its subgraph)"
+        found[name] = f"OpenVINO's ONNX frontend has no conversion for {label}{where}"
     return found
 
 
-def _ops(model) -> Iterable:
-    """Every op of an OpenVINO model, inside If/Loop bodies too."""
-    pending = [model]
+def _bodies(op) -> list:
+    """The subgraph bodies of an If/Loop op (none for other ops)."""
+    getter = getattr(op, "get_function", None)
+    if getter is None:
+        return []
+    bodies = []
+    for index in range(8):
+        try:
+            bodies.append(getter(index))
+        except Exception:  # noqa: BLE001 - past the last body
+            break
+    return bodies
+
+
+def _unsupported_inside(op):
+    """The first NotSupportedONNXNode inside ``op``'s bodies (at any depth), or ``None``."""
+    pending = _bodies(op)
     while pending:
-        current = pending.pop()
-        for op in current.get_ordered_ops():
-            yield op
-            for getter in ("get_function", "get_then_body", "get_else_body"):
-                body = getattr(op, getter, None)
-                if body is None:
-                    continue
-                try:
-                    found = body() if getter != "get_function" else [body(i) for i in range(_body_count(op))]
-                except Exception:  # noqa: BLE001 - not a multi-body op after all
-                    continue
-                pending.extend(found if isinstance(found, list) else [found])
+        body = pending.pop()
+        for inner in body.get_ordered_ops():
+            if inner.get_type_name() == "NotSupportedONNXNode":
+                return inner
+            pending.extend(_bodies(inner))
+    return None

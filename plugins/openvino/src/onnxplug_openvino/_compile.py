@@ -1,0 +1,125 @@
+"""Compiling a partition with OpenVINO and running it.
+
+``core.read_model(bytes)`` → ``core.compile_model(model, device, config)``.  Compiled models are
+kept in memory by content (model bytes, device, properties), so sessions over the same model
+share them; with ``cache_dir`` OpenVINO also caches compiled blobs on disk (``CACHE_DIR``).
+
+Running uses one infer request per thread and partition, created on first use, so one session
+can run from many threads.  Outputs are numpy arrays the caller owns (OpenVINO copies them out
+of its buffers: ``share_outputs=False``).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxplug.api import CompiledPartition
+from onnxplug.errors import EPFail
+
+from ._options import Settings
+
+__all__ = ["compile_partition", "clear_cache"]
+
+_CACHE_SIZE = 32
+_compiled: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _lock:
+        _compiled.clear()
+
+
+def _describe(partition: Any) -> str:
+    nodes = ", ".join(partition.nodes[:8]) + (" ..." if len(partition.nodes) > 8 else "")
+    return f"partition {partition.name} ({nodes})"
+
+
+def _compile_cached(data: bytes, settings: Settings, core: Any) -> Any:
+    key = (hashlib.sha256(data).hexdigest(), settings.device, settings.config)
+    with _lock:
+        found = _compiled.get(key)
+        if found is not None:
+            _compiled.move_to_end(key)
+            return found
+    model = core.read_model(data)
+    compiled = core.compile_model(model, settings.device, settings.config_dict())
+    with _lock:
+        _compiled[key] = compiled
+        while len(_compiled) > _CACHE_SIZE:
+            _compiled.popitem(last=False)
+    return compiled
+
+
+def _port_index(ports: Sequence[Any], name: str) -> int | None:
+    for index, port in enumerate(ports):
+        if name in port.get_names():
+            return index
+    return None
+
+
+def compile_partition(partition: Any, settings: Settings, core: Any) -> CompiledPartition:
+    """A CompiledPartition running ``partition`` on ``settings.device``.
+
+    :raises EPFail: OpenVINO failed to read or compile the partition's model (naming its nodes).
+    """
+    data = partition.model_bytes()
+    try:
+        compiled = _compile_cached(data, settings, core)
+    except Exception as error:
+        raise EPFail(
+            f"OpenVINO failed to compile {_describe(partition)} for {settings.device}: {type(error).__name__}: {error}"
+        ) from error
+    # Which compiled-model port each partition input feeds and each output comes from.
+    feeds: list[tuple[int, int]] = []
+    for position, name in enumerate(partition.inputs):
+        index = _port_index(compiled.inputs, name)
+        if index is not None:  # an input OpenVINO optimized away is simply not fed
+            feeds.append((position, index))
+    sources: list[int] = []
+    for name in partition.outputs:
+        index = _port_index(compiled.outputs, name)
+        if index is None:
+            raise EPFail(f"OpenVINO's compiled model for {_describe(partition)} has no output '{name}'")
+        sources.append(index)
+    expected = _output_dtypes(partition.model)
+    local = threading.local()
+    where = _describe(partition)
+
+    def run(*values: Any) -> list[np.ndarray]:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
+        try:
+            result = request.infer({port: values[pos] for pos, port in feeds}, share_inputs=True, share_outputs=False)
+        except Exception as error:
+            raise EPFail(f"OpenVINO failed to run {where}: {type(error).__name__}: {error}") from error
+        arrays = result.to_tuple()
+        outputs = []
+        for index, dtype in zip(sources, expected):
+            array = arrays[index]
+            if dtype is not None and array.dtype != dtype:
+                array = array.astype(dtype)
+            outputs.append(array)
+        return outputs
+
+    return CompiledPartition(partition.inputs, partition.outputs, run)
+
+
+def _output_dtypes(model: onnx.ModelProto) -> list[np.dtype | None]:
+    """The numpy dtype each output must have (OpenVINO may widen or narrow some types)."""
+    found: list[np.dtype | None] = []
+    for info in model.graph.output:
+        element = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
+        try:
+            found.append(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(element)) if element else None)
+        except (KeyError, TypeError):
+            found.append(None)
+    return found

@@ -1,0 +1,121 @@
+"""The OpenVINO provider and its factory: claims what OpenVINO converts, compiles it, runs it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderFactory
+from onnxplug.errors import InvalidArgument
+
+from ._options import OPTION_NAMES, Settings, parse_options
+
+INSTALL_HINT = "pip install onnxplug[openvino]"
+
+_core_lock = threading.Lock()
+_core: Any = None
+
+
+def shared_core() -> Any:
+    """One ``openvino.Core`` per process (it loads the device plugins once)."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            import openvino
+
+            _core = openvino.Core()
+        return _core
+
+
+def _device_kind(name: str) -> tuple[str, int]:
+    """``"GPU.1"`` → ``("gpu", 1)``; ``"CPU"`` → ``("cpu", 0)``."""
+    base, _, index = name.partition(".")
+    return base.lower(), int(index) if index.isdigit() else 0
+
+
+class OpenVINOProvider(Provider):
+    """Claims connected convex runs of the nodes OpenVINO converts, and compiles each one."""
+
+    def __init__(self, factory: ProviderFactory, device: Device, settings: Settings):
+        super().__init__(factory, device)
+        self.settings = settings
+        self._closed = False
+
+    def capability(self, graph, kernels):
+        from ._groups import convex_groups
+        from ._support import analyze
+
+        support = analyze(graph.model_bytes())
+        for name, reason in support.declined.items():
+            if name in graph:
+                graph.decline(name, reason)
+        supported = set(support.supported)
+        nodes = graph.nodes
+        return [FuseClaim(tuple(group)) for group in convex_groups(nodes, supported)]
+
+    def compile(self, partition) -> CompiledPartition:
+        from ._compile import compile_partition
+
+        return compile_partition(partition, self.settings, shared_core())
+
+    def transfer(self) -> None:
+        return None  # OpenVINO's CPU plugin reads and writes host memory
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class OpenVINOProviderFactory(ProviderFactory):
+    name = "openvino"
+    ort_name = "OpenVINOExecutionProvider"
+    priority = 100  # asked before the CPU provider (priority 0)
+    option_names = OPTION_NAMES
+    uses_kernels = False
+
+    def __init__(self) -> None:
+        self._reason = ""
+
+    def _available(self) -> list[str]:
+        try:
+            return list(shared_core().available_devices)
+        except ImportError as error:
+            self._reason = f"the openvino package is not installed ({error}); {INSTALL_HINT}"
+        except Exception as error:  # noqa: BLE001 - devices() must never raise
+            self._reason = f"openvino failed to list devices: {type(error).__name__}: {error}"
+        return []
+
+    def devices(self) -> list[Device]:
+        found = []
+        core = None
+        for name in self._available():
+            kind, index = _device_kind(name)
+            label = name
+            try:
+                core = core or shared_core()
+                label = f"{name}: {core.get_property(name, 'FULL_DEVICE_NAME')}"
+            except Exception:  # noqa: BLE001 - the name alone will do
+                pass
+            found.append(Device(kind, index, vendor="Intel OpenVINO", name=label))
+        if not found and not self._reason:
+            self._reason = "OpenVINO sees no device"
+        # The CPU first: sessions create the provider on the first device.
+        found.sort(key=lambda d: (d.kind != "cpu", d.kind, d.id))
+        return found
+
+    def unavailable_reason(self) -> str:
+        if not self._reason:
+            self.devices()
+        return self._reason or "no device found"
+
+    def create(self, device: Device, options: Mapping[str, str]) -> OpenVINOProvider:
+        self.check_options(options)
+        available = self._available()
+        if not available:
+            raise InvalidArgument(f"{self.ort_name}: {self.unavailable_reason()}")
+        default = next(
+            (n for n in available if _device_kind(n) == (device.kind, device.id)),
+            available[0],
+        )
+        settings = parse_options(options, default, available, self.ort_name)
+        return OpenVINOProvider(self, device, settings)
