@@ -83,7 +83,10 @@ def _assert_equal(expected, actual):
             _assert_equal(e, a)
     elif isinstance(expected, np.ndarray):
         assert isinstance(actual, np.ndarray) and actual.dtype == expected.dtype and actual.shape == expected.shape
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+        if expected.dtype == object:
+            assert actual.tolist() == expected.tolist()
+        else:
+            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
     else:
         assert expected == actual
 
@@ -393,3 +396,52 @@ def test_outputs_never_alias():
 
 def test_env_is_not_polluted():
     assert "ONNXPLUG_BLOCK" not in os.environ
+
+
+def test_string_tensors_in_and_out():
+    model = make_model([helper.make_node("Identity", ["s"], ["t"])], [("s", TensorProto.STRING, [2])],
+                       [("t", TensorProto.STRING, [2])]).SerializeToString()
+    for feed in (np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object), ["a", "bc"]):
+        result = _assert_same(lambda rt, feed=feed: _session(rt, model).run(None, {"s": feed}))
+        assert result[0].dtype == object and result[0].tolist() == ["a", "bc"]
+
+
+def test_sequence_input_and_output():
+    seq_type = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, None))
+    nodes = [helper.make_node("SequenceLength", ["seq"], ["n"]), helper.make_node("Identity", ["seq"], ["same"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_value_info("seq", seq_type)],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                               helper.make_value_info("same", seq_type)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = {"seq": [np.ones(2, np.float32), np.zeros(3, np.float32)]}
+    _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(None, feed))
+    _assert_same(lambda rt: [(a.name, a.type, a.shape) for a in _session(rt, model.SerializeToString()).get_inputs()])
+
+
+def test_zipmap_output_is_a_list_of_dicts():
+    nodes = [
+        helper.make_node("Identity", ["x"], ["probs"]),
+        helper.make_node("ZipMap", ["probs"], ["zipped"], domain="ai.onnx.ml", classlabels_int64s=[3, 7]),
+    ]
+    out_type = helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.INT64,
+                                                                          helper.make_tensor_type_proto(F, None)))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 2])],
+                              [helper.make_value_info("zipped", out_type)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    x = np.array([[0.25, 0.75], [0.5, 0.5]], np.float32)
+    result = _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(None, {"x": x}))
+    assert result == [[{3: 0.25, 7: 0.75}, {3: 0.5, 7: 0.5}]]
+    _assert_same(lambda rt: [o.type for o in _session(rt, model.SerializeToString()).get_outputs()])
+
+
+def test_optional_input_omitted_or_none():
+    opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2]))
+    nodes = [helper.make_node("OptionalHasElement", ["maybe"], ["has"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_value_info("maybe", opt_type)],
+                              [helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(None, {"maybe": np.ones(2, np.float32)}))
+    _assert_same(lambda rt: [(a.name, a.type, a.shape) for a in _session(rt, model.SerializeToString()).get_inputs()])
