@@ -29,8 +29,9 @@ def test_onnx_backend_test_runs_on_onnxplug():
 
 
 def test_protocol_functions():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])],
-                       [("y", TensorProto.FLOAT, [2])])
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
     assert onnxplug.backend.supports_device("CPU") and not onnxplug.backend.supports_device("CUDA")
     assert onnxplug.backend.is_compatible(model)
     (y,) = onnxplug.backend.run_model(model, [np.array([-1.0, 1.0], np.float32)])

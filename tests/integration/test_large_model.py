@@ -22,12 +22,23 @@ def test_model_over_2gib_loads_from_path(tmp_path):
     for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", str(ELEMENTS * 4))):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-    nodes = [helper.make_node("Shape", ["big"], ["size"]), helper.make_node("Slice", ["big", "start", "stop"], ["head"])]
+    nodes = [
+        helper.make_node("Shape", ["big"], ["size"]),
+        helper.make_node("Slice", ["big", "start", "stop"], ["head"]),
+    ]
     graph = helper.make_graph(
-        nodes, "large", [], [helper.make_tensor_value_info("size", TensorProto.INT64, [1]),
-                             helper.make_tensor_value_info("head", TensorProto.FLOAT, [4])],
-        [tensor, helper.make_tensor("start", TensorProto.INT64, [1], [0]),
-         helper.make_tensor("stop", TensorProto.INT64, [1], [4])],
+        nodes,
+        "large",
+        [],
+        [
+            helper.make_tensor_value_info("size", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("head", TensorProto.FLOAT, [4]),
+        ],
+        [
+            tensor,
+            helper.make_tensor("start", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("stop", TensorProto.INT64, [1], [4]),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, tmp_path / "model.onnx")

@@ -399,8 +399,9 @@ def test_env_is_not_polluted():
 
 
 def test_string_tensors_in_and_out():
-    model = make_model([helper.make_node("Identity", ["s"], ["t"])], [("s", TensorProto.STRING, [2])],
-                       [("t", TensorProto.STRING, [2])]).SerializeToString()
+    model = make_model(
+        [helper.make_node("Identity", ["s"], ["t"])], [("s", TensorProto.STRING, [2])], [("t", TensorProto.STRING, [2])]
+    ).SerializeToString()
     for feed in (np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object), ["a", "bc"]):
         result = _assert_same(lambda rt, feed=feed: _session(rt, model).run(None, {"s": feed}))
         assert result[0].dtype == object and result[0].tolist() == ["a", "bc"]
@@ -409,9 +410,12 @@ def test_string_tensors_in_and_out():
 def test_sequence_input_and_output():
     seq_type = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, None))
     nodes = [helper.make_node("SequenceLength", ["seq"], ["n"]), helper.make_node("Identity", ["seq"], ["same"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_value_info("seq", seq_type)],
-                              [helper.make_tensor_value_info("n", TensorProto.INT64, []),
-                               helper.make_value_info("same", seq_type)])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_value_info("seq", seq_type)],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []), helper.make_value_info("same", seq_type)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     feed = {"seq": [np.ones(2, np.float32), np.zeros(3, np.float32)]}
@@ -424,10 +428,12 @@ def test_zipmap_output_is_a_list_of_dicts():
         helper.make_node("Identity", ["x"], ["probs"]),
         helper.make_node("ZipMap", ["probs"], ["zipped"], domain="ai.onnx.ml", classlabels_int64s=[3, 7]),
     ]
-    out_type = helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.INT64,
-                                                                          helper.make_tensor_type_proto(F, None)))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 2])],
-                              [helper.make_value_info("zipped", out_type)])
+    out_type = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(F, None))
+    )
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F, [2, 2])], [helper.make_value_info("zipped", out_type)]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
     model.ir_version = 8
     x = np.array([[0.25, 0.75], [0.5, 0.5]], np.float32)
@@ -439,8 +445,12 @@ def test_zipmap_output_is_a_list_of_dicts():
 def test_optional_input_omitted_or_none():
     opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2]))
     nodes = [helper.make_node("OptionalHasElement", ["maybe"], ["has"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_value_info("maybe", opt_type)],
-                              [helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_value_info("maybe", opt_type)],
+        [helper.make_tensor_value_info("has", TensorProto.BOOL, [])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(None, {"maybe": np.ones(2, np.float32)}))

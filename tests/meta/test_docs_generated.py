@@ -11,8 +11,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_operator_table_is_current():
     # A separate process: other tests register schemas of their own into onnx.defs.
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "op_table.py"), "--check"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "op_table.py"), "--check"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
 
 
