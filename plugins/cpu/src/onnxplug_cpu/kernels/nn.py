@@ -24,13 +24,13 @@ def _compute_dtype(dtype):
 
 
 def _conv_weights(w, group):
-    """``(M, C/g, *k)`` weights as ``(g, C/g*K, M/g)`` for ``cols @ weights``."""
+    """``(M, C/g, *k)`` weights as ``(g, M/g, C/g*K)`` for ``weights @ cols``."""
     m = w.shape[0]
     if group <= 0 or m % group:
         raise InvalidArgument(f"Conv: {m} output channels cannot be split into group={group}")
     w = w.astype(_compute_dtype(w.dtype))
     per_group = math.prod(w.shape[1:])
-    return np.ascontiguousarray(w.reshape(group, m // group, per_group).transpose(0, 2, 1))
+    return np.ascontiguousarray(w.reshape(group, m // group, per_group))
 
 
 @kernel("Conv", since=(1, 11, 22), factory=True)
@@ -56,15 +56,16 @@ def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, 
         if out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
             # A pointwise convolution is a plain matmul over channels: no im2col copy.
             pixels = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(out))
-            y = np.matmul(weights.transpose(0, 2, 1), pixels).reshape((n, w.shape[0]) + out)
+            y = np.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
         else:
             view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
-            # (N, C, *out, *k) -> (N, g, P, C/g*K): the im2col copy.
+            # (N, C, *out, *k) -> (N, g, C/g*K, P): the im2col copy.  Output positions stay the
+            # innermost axis, so the copy reads input rows in order and the product lands in
+            # (N, M, *out) layout without a transpose.
             view = view.reshape((n, group, c // group) + view.shape[2:])
-            order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-            cols = view.transpose(order).reshape(n, group, math.prod(out), (c // group) * math.prod(ks))
-            y = np.matmul(cols, weights)  # (N, g, P, M/g)
-            y = y.transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
+            order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
+            cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
+            y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
         if b is not None:
             y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
         return y.astype(x.dtype, copy=False)
@@ -238,10 +239,9 @@ def deform_conv(
     sampled = sampled.reshape((n, og, c // og, k) + out)
     if mask is not None:
         sampled = sampled * mask.astype(ct).reshape((n, og, 1, k) + out)
-    # (N, C, K, P) -> (N, g, P, C/g*K) for the same matmul as Conv.
-    p = math.prod(out)
-    cols = sampled.reshape(n, group, (c // group) * k, p).transpose(0, 1, 3, 2)
-    y = np.matmul(cols, _conv_weights(w, group)).transpose(0, 1, 3, 2).reshape((n, w.shape[0]) + out)
+    # (N, C, K, P) -> (N, g, C/g*K, P) for the same matmul as Conv.
+    cols = sampled.reshape(n, group, (c // group) * k, math.prod(out))
+    y = np.matmul(_conv_weights(w, group), cols).reshape((n, w.shape[0]) + out)
     if b is not None:
         y = y + b.astype(ct).reshape(1, -1, 1, 1)
     return y.astype(x.dtype)
