@@ -184,3 +184,24 @@ def test_logger_severity():
     onnxplug.set_default_logger_severity(2)
     with pytest.raises(RuntimeError):
         onnxplug.set_default_logger_severity(7)
+
+
+def test_constant_subgraphs_are_folded_unless_optimizations_are_off():
+    nodes = [
+        helper.make_node("Shape", ["w"], ["shape"], name="shape"),
+        helper.make_node("ConstantOfShape", ["shape"], ["ones"], name="ones", value=helper.make_tensor("", F, [1], [1])),
+        helper.make_node("Add", ["x", "ones"], ["y"], name="add"),
+        helper.make_node("RandomUniformLike", ["w"], ["noise"], name="noise"),
+    ]
+    model = make_model(nodes, [("x", F, [2])], [("y", F, [2]), ("noise", F, [2])],
+                       {"w": np.zeros(2, np.float32)}).SerializeToString()
+    folded = onnxplug.InferenceSession(model)
+    assert [s.name for s in folded._plan.steps] == ["add", "noise"]  # random ops are never folded
+    off = onnxplug.SessionOptions()
+    off.graph_optimization_level = onnxplug.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unfolded = onnxplug.InferenceSession(model, off)
+    assert [s.name for s in unfolded._plan.steps] == ["shape", "ones", "add", "noise"]
+    for session in (folded, unfolded):
+        y, noise = session.run(None, {"x": np.array([1, 2], np.float32)})
+        np.testing.assert_array_equal(y, [2, 3])
+        assert noise.shape == (2,)

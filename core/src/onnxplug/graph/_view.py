@@ -153,7 +153,9 @@ class GraphView:
         Values the nodes read from outside (subgraphs' outer-scope reads included) are graph
         inputs with their inferred types and shapes, except initializers that cannot be
         overridden, which are embedded; values read outside the view or that are graph outputs
-        are outputs.  Node names are kept, so support answers map back to the view's nodes.
+        are outputs; the other values the nodes produce are listed in ``value_info`` with the
+        types the session knows (the types a fused partition's model will declare).  Node names
+        are kept, so support answers map back to the view's nodes.
         The bytes are built once per view.
         """
         self._lease.check()
@@ -184,12 +186,19 @@ class GraphView:
         read_outside = {id(v) for node in graph if id(node) not in members for v in node_reads(node)}
         read_outside.update(id(v) for v in graph.outputs)
         outputs = [v for node in self._ir_nodes for v in node.outputs if v.name and id(v) in read_outside]
+        inner = [
+            v
+            for node in self._ir_nodes
+            for v in node.outputs
+            if v.name and v.type is not None and id(v) not in read_outside
+        ]
         proto = helper.make_graph(
             [ir.serde.serialize_node(node) for node in self._ir_nodes],
             graph.name or "view",
             [ir.serde.serialize_value(v) for v in inputs],
             [ir.serde.serialize_value(v) for v in outputs],
             initializers,
+            value_info=[ir.serde.serialize_value(v) for v in inner],
         )
         model = helper.make_model(proto, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
         model.ir_version = onnx.IR_VERSION

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from ..errors import EPFail, Fail, OnnxplugError
@@ -120,6 +121,7 @@ def build_plan(
     functions: Mapping[tuple[str, str, str], ir.Function] | None = None,
     ir_version: int = 8,
     fallback: bool = True,
+    fold_constants: bool = True,
 ) -> GraphPlan:
     """Compile ``graph`` for the given providers.
 
@@ -133,6 +135,8 @@ def build_plan(
     :param ir_version: the model's IR version, stamped on fused partitions' models.
     :param fallback: when a provider fails to compile a partition, run its nodes with other
         providers' kernels (with a warning) instead of failing.
+    :param fold_constants: run host nodes whose inputs are all constants once, now (shape
+        arithmetic, ConstantOfShape, weight reshapes), instead of on every run.
     """
     partition = partition_graph(graph, execution_order(graph), opsets, slots, functions=functions)
     slot_of: dict[int, int] = {}
@@ -195,19 +199,17 @@ def build_plan(
     for index, unit in enumerate(order_units(units)):
         assignment = partition.assignments[unit[0].name]
         if assignment.partition is None:
-            steps.append(
-                kernel_step(
-                    unit[0],
-                    assignment.kernel,
-                    assignment.provider,
-                    index,
-                    slot_of,
-                    new_slot,
-                    constants,
-                    opsets,
-                    compile_subgraph,
-                )
+            step = kernel_step(
+                unit[0], assignment.kernel, assignment.provider, index, slot_of, new_slot, constants, opsets,
+                compile_subgraph,
             )
+            folded = _fold(unit[0], step, template, constant_slots) if fold_constants else None
+            if folded is None:
+                steps.append(step)
+            else:  # computed now: downstream kernels see the values as constants
+                for value, array in zip(unit[0].outputs, folded):
+                    constants[id(value)] = constant_slots[slot_of[id(value)]] = array
+                    constant_ids.add(id(array))
             continue
         part, inputs, outputs = build_partition(
             assignment.partition,
@@ -249,6 +251,43 @@ def build_plan(
         constant_ids=frozenset(constant_ids),
         copies=copies,
     )
+
+
+#: Ops whose result differs between runs: never folded.
+_NOT_FOLDABLE = frozenset({
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+    "Dropout",
+})
+#: Folded results larger than this stay computed per run (a constant kept in memory for good).
+_FOLD_LIMIT_BYTES = 64 << 20
+
+
+def _fold(node: ir.Node, step: Step, template: list[Any], constant_slots: dict[int, Any]) -> list[Any] | None:
+    """The node's outputs computed now, when every input is a constant, it runs on the host and
+    its result is deterministic; ``None`` otherwise (or when it fails: the run reports it)."""
+    if step.device is not None or node.op_type in _NOT_FOLDABLE or not node.inputs:
+        return None
+    if any(slot not in constant_slots and slot != NONE_SLOT for slot in step.inputs):
+        return None
+    if any(not v.name for v in node.outputs):
+        return None
+    try:
+        result = step.call(*[template[slot] if slot == NONE_SLOT else constant_slots[slot] for slot in step.inputs])
+    except Exception:  # noqa: BLE001 - left to fail at run time, with the node named
+        return None
+    outputs = [result] if step.single else list(result)[: len(step.outputs)]
+    if len(outputs) != len(step.outputs) or not all(isinstance(o, np.ndarray) for o in outputs):
+        return None
+    if sum(o.nbytes for o in outputs) > _FOLD_LIMIT_BYTES:
+        return None
+    frozen = []
+    for slot, array in zip(step.outputs, outputs):
+        if array.flags.writeable:
+            array = array.copy() if array.base is not None else array
+            array.flags.writeable = False
+        template[slot] = array
+        frozen.append(array)
+    return frozen
 
 
 def _fallback_kernel(

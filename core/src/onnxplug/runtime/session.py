@@ -30,7 +30,7 @@ from ._prepare import name_nodes, override_initializers, write_optimized_model
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
 from .iobinding import IOBinding
-from .options import ExecutionMode, RunOptions, SessionOptions
+from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 
 __all__ = ["InferenceSession"]
@@ -122,6 +122,7 @@ class InferenceSession:
                 functions=self._loaded.model.functions,
                 ir_version=self._loaded.proto.ir_version,
                 fallback=self._fallback,
+                fold_constants=self._sess_options.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             )
         except BaseException:
             for provider in providers:

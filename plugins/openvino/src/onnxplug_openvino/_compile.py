@@ -65,6 +65,54 @@ def _port_index(ports: Sequence[Any], name: str) -> int | None:
     return None
 
 
+def _input_feeds(ports: Sequence[Any], partition: Any) -> list[tuple[int, int]]:
+    """``(position in the call, compiled input port)`` pairs.
+
+    Parameters keep their ONNX input name as friendly name, except where the frontend folds an
+    identity-like op (Dropout, Identity) between an input and an output: the Parameter is then
+    renamed after the output.  Inputs the model does not use are dropped.  An unnamed port is
+    paired with the one unmatched input of its element type and shape.
+
+    :raises EPFail: a port that cannot be told apart.
+    """
+    position = {name: i for i, name in enumerate(partition.inputs)}
+    feeds: list[tuple[int, int]] = []
+    unmatched: list[int] = []
+    for index, port in enumerate(ports):
+        names = [port.get_node().get_friendly_name(), *sorted(port.get_names())]
+        found = next((position[n] for n in names if n in position), None)
+        if found is None:
+            unmatched.append(index)
+        else:
+            feeds.append((found, index))
+    if unmatched:
+        declared = {i.name: i.type.tensor_type for i in partition.model.graph.input}
+        free = [name for name in partition.inputs if position[name] not in {f for f, _ in feeds}]
+        for index in unmatched:
+            port = ports[index]
+            shape, element = str(port.get_partial_shape()), port.get_element_type().to_dtype()
+            fits = [
+                name
+                for name in free
+                if name in declared
+                and _shape_text(declared[name]) == shape
+                and onnx.helper.tensor_dtype_to_np_dtype(declared[name].elem_type) == element
+            ]
+            if len(fits) != 1:
+                raise EPFail(
+                    f"OpenVINO renamed input port {index} of {_describe(partition)} to "
+                    f"{sorted(port.get_names())}; cannot tell which of {free} feeds it"
+                )
+            free.remove(fits[0])
+            feeds.append((position[fits[0]], index))
+    return feeds
+
+
+def _shape_text(tensor_type: onnx.TypeProto.Tensor) -> str:
+    dims = [str(d.dim_value) if d.HasField("dim_value") else "?" for d in tensor_type.shape.dim]
+    return "[" + ",".join(dims) + "]"
+
+
 def compile_partition(partition: Any, settings: Settings, core: Any) -> CompiledPartition:
     """A CompiledPartition running ``partition`` on ``settings.device``.
 
@@ -77,18 +125,19 @@ def compile_partition(partition: Any, settings: Settings, core: Any) -> Compiled
         raise EPFail(
             f"OpenVINO failed to compile {_describe(partition)} for {settings.device}: {type(error).__name__}: {error}"
         ) from error
-    # Which compiled-model port each partition input feeds and each output comes from.
-    feeds: list[tuple[int, int]] = []
-    for position, name in enumerate(partition.inputs):
-        index = _port_index(compiled.inputs, name)
-        if index is not None:  # an input OpenVINO optimized away is simply not fed
-            feeds.append((position, index))
-    sources: list[int] = []
-    for name in partition.outputs:
-        index = _port_index(compiled.outputs, name)
-        if index is None:
-            raise EPFail(f"OpenVINO's compiled model for {_describe(partition)} has no output '{name}'")
-        sources.append(index)
+    # Which compiled-model port each partition input feeds and each output comes from.  The ports
+    # keep the model's order; names are only a fallback, since OpenVINO merges tensor names (a
+    # Dropout that folds away gives its input port the output's name too).
+    feeds = _input_feeds(compiled.inputs, partition)
+    if len(compiled.outputs) == len(partition.outputs):
+        sources = list(range(len(partition.outputs)))
+    else:
+        sources = []
+        for name in partition.outputs:
+            index = _port_index(compiled.outputs, name)
+            if index is None:
+                raise EPFail(f"OpenVINO's compiled model for {_describe(partition)} has no output '{name}'")
+            sources.append(index)
     expected = _output_dtypes(partition.model)
     local = threading.local()
     where = _describe(partition)
@@ -97,8 +146,13 @@ def compile_partition(partition: Any, settings: Settings, core: Any) -> Compiled
         request = getattr(local, "request", None)
         if request is None:
             request = local.request = compiled.create_infer_request()
+        inputs = {}
+        for position, port in feeds:
+            value = values[position]
+            # Inputs are shared, not copied; OpenVINO refuses read-only arrays (constants, feeds).
+            inputs[port] = value if isinstance(value, np.ndarray) and value.flags.writeable else np.array(value)
         try:
-            result = request.infer({port: values[pos] for pos, port in feeds}, share_inputs=True, share_outputs=False)
+            result = request.infer(inputs, share_inputs=True, share_outputs=False)
         except Exception as error:
             raise EPFail(f"OpenVINO failed to run {where}: {type(error).__name__}: {error}") from error
         arrays = result.to_tuple()

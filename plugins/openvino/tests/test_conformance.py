@@ -1,0 +1,111 @@
+"""ONNX's node test cases with OpenVINO first and the CPU provider behind it.
+
+Every case that passes on the CPU provider alone (those not listed as expected failures in
+``plugins/cpu/tests/xfail.toml``) must still pass when OpenVINO runs what it claims: a claim on
+a node OpenVINO computes differently is a bug in the plugin's capability, not in the case.
+Partitions OpenVINO fails to compile fall back to the CPU provider (with a warning).
+
+Case loading and comparison are the conformance suite's own (``tests/conformance/_harness.py``).
+At the end the run prints how many nodes OpenVINO ran.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openvino", reason="the 'openvino' package is not installed (pip install onnxplug[openvino])")
+
+import onnxplug  # noqa: E402 - after the skip
+
+REPO = Path(__file__).resolve().parents[3]
+HARNESS = REPO / "tests" / "conformance" / "_harness.py"
+XFAIL_FILE = REPO / "plugins" / "cpu" / "tests" / "xfail.toml"
+OV = "OpenVINOExecutionProvider"
+
+#: Cases whose reference rounds every float16 step while OpenVINO keeps float32 intermediates
+#: inside a fused partition (more accurate, but past the case's tolerance).
+TOLERANCES = {"test_attention_4d_causal_fp16_expanded": 2e-3}
+
+pytestmark = [pytest.mark.slow, pytest.mark.conformance]
+
+
+def _harness():
+    name = "onnxplug_conformance_harness"
+    if name not in sys.modules:
+        if not HARNESS.exists():
+            return None
+        spec = importlib.util.spec_from_file_location(name, HARNESS)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _cases() -> list:
+    harness = _harness()
+    if harness is None:
+        return []
+    expectations = harness.load_expectations(str(XFAIL_FILE))
+    params = []
+    for case in harness.load_cases(("node",)):
+        expectation = expectations.get((case.suite, case.name))
+        if expectation is not None and expectation.reason is not None:
+            continue  # fails on the CPU provider alone
+        params.append(pytest.param(case, expectation, id=case.name))
+    return params
+
+
+@pytest.fixture(scope="module")
+def tally(request):
+    counts = {"cases": 0, "with_openvino": 0, "openvino_nodes": 0, "cpu_nodes": 0}
+    yield counts
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and counts["cases"]:
+        reporter.write_line(
+            f"\nOpenVINO conformance: {counts['cases']} node cases ran; OpenVINO ran {counts['openvino_nodes']} "
+            f"nodes in {counts['with_openvino']} cases, the CPU provider {counts['cpu_nodes']} nodes"
+        )
+
+
+def _ran_by(session) -> tuple[int, int]:
+    """(nodes run inside OpenVINO partitions, nodes run by kernels) of the main graph, after any
+    compile fallback."""
+    plan = session._plan
+    fused = plan.partition.fused
+    openvino = kernels = 0
+    for step in plan.steps:
+        if step.node_index < 0:
+            continue
+        if step.op_type == "FusedPartition" and step.provider == OV:
+            openvino += len(fused[step.name][1])
+        else:
+            kernels += 1
+    return openvino, kernels
+
+
+@pytest.mark.parametrize("case, expectation", _cases())
+def test_node_case_with_openvino_first(case, expectation, tally):
+    harness = _harness()
+    sessions = []
+
+    def factory(source, providers=None, enable_fallback=1):
+        session = onnxplug.InferenceSession(source, providers=[OV, "CPUExecutionProvider"])
+        sessions.append(session)
+        return session
+
+    if case.name in TOLERANCES:
+        expectation = harness.Expectation(rtol=TOLERANCES[case.name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # compile fallbacks warn; the results are what counts
+        harness.run_case(case, expectation, session_factory=factory)
+    tally["cases"] += 1
+    for session in sessions:
+        openvino, kernels = _ran_by(session)
+        tally["openvino_nodes"] += openvino
+        tally["cpu_nodes"] += kernels
+        tally["with_openvino"] += bool(openvino)

@@ -1,0 +1,332 @@
+"""The OpenVINO provider through onnxplug's public API: options, partitioning, results, caching.
+
+Everything runs through ``onnxplug.InferenceSession(..., providers=["OpenVINOExecutionProvider"])``;
+only the tests of the plugin's own helpers (the claim grouping, the capability cache, the
+missing-package path) import ``onnxplug_openvino``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.testing import make_model
+
+pytest.importorskip("openvino", reason="the 'openvino' package is not installed (pip install onnxplug[openvino])")
+
+OV = "OpenVINOExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def _mlp() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Add", ["h", "b"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1),
+    ]
+    return make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [2, 8])],
+        [("y", TensorProto.FLOAT, [2, 16])],
+        {"w": rng.standard_normal((8, 16)).astype(np.float32), "b": rng.standard_normal(16).astype(np.float32)},
+    )
+
+
+def _x(shape=(2, 8), seed=1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _conv_ml_model() -> onnx.ModelProto:
+    """Conv → Relu → Flatten → LinearClassifier (ai.onnx.ml) and a conv branch after it."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+        helper.make_node(
+            "LinearClassifier",
+            ["f"],
+            ["label", "scores"],
+            name="classifier",
+            domain="ai.onnx.ml",
+            coefficients=rng.standard_normal(3 * 2 * 4 * 4).astype(np.float32).tolist(),
+            intercepts=[0.1, -0.2, 0.3],
+            classlabels_ints=[0, 1, 2],
+        ),
+        helper.make_node("Sigmoid", ["scores"], ["p"], name="sigmoid"),
+        helper.make_node("Mul", ["p", "two"], ["y"], name="mul"),
+    ]
+    return make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [("label", TensorProto.INT64, [1]), ("y", TensorProto.FLOAT, [1, 3])],
+        {"w": rng.standard_normal((2, 3, 3, 3)).astype(np.float32), "two": np.array(2.0, np.float32)},
+        extra_opsets={"ai.onnx.ml": 1},
+    )
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def test_unknown_option_names_it_and_the_valid_ones():
+    with pytest.raises(onnxplug.InvalidArgument) as raised:
+        onnxplug.InferenceSession(_mlp().SerializeToString(), providers=[(OV, {"no_such_key": "1"})])
+    message = str(raised.value)
+    assert "no_such_key" in message
+    for valid in ("device_type", "precision", "num_of_threads", "num_streams", "cache_dir"):
+        assert valid in message
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"precision": "FP8"}, "precision"),
+        ({"num_of_threads": "zero"}, "num_of_threads"),
+        ({"num_streams": "-1"}, "num_streams"),
+        ({"device_type": "TPU"}, "device_type"),
+    ],
+)
+def test_bad_option_values_are_rejected(options, named):
+    with pytest.raises(onnxplug.InvalidArgument, match=named):
+        onnxplug.InferenceSession(_mlp().SerializeToString(), providers=[(OV, options)])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"precision": "FP32", "num_of_threads": "1", "num_streams": "1"},
+        {"precision": "ACCURACY"},
+        {"device_type": "CPU"},
+        {"device_type": "AUTO:CPU"},
+    ],
+)
+def test_valid_options_run_and_agree_with_cpu(options):
+    model = _mlp().SerializeToString()
+    session = onnxplug.InferenceSession(model, providers=[(OV, options)])
+    assert session.get_providers() == [OV, CPU]
+    assert session.get_provider_options()[OV] == options
+    assert session.partition_counts() == {OV: 4}
+    (got,) = session.run(None, {"x": _x()})
+    (expected,) = onnxplug.InferenceSession(model, providers=[CPU]).run(None, {"x": _x()})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["FP16", "BF16"])
+def test_reduced_precisions_on_request(precision):
+    model = _mlp().SerializeToString()
+    (got,) = onnxplug.InferenceSession(model, providers=[(OV, {"precision": precision})]).run(None, {"x": _x()})
+    (expected,) = onnxplug.InferenceSession(model, providers=[CPU]).run(None, {"x": _x()})
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=5e-2, atol=5e-2)
+
+
+# -- partitioning ----------------------------------------------------------------------------
+
+
+def test_ml_ops_stay_on_cpu_and_the_rest_splits_around_them():
+    model = _conv_ml_model().SerializeToString()
+    feeds = {"x": np.random.default_rng(5).standard_normal((1, 3, 4, 4)).astype(np.float32)}
+    session = onnxplug.InferenceSession(model, providers=[OV])
+    assert session.partition_counts() == {OV: 5, CPU: 1}
+    fused = session._plan.partition.fused
+    assert sorted(sorted(nodes) for _, nodes in fused.values()) == [["conv", "flatten", "relu"], ["mul", "sigmoid"]]
+    reasons = session._plan.partition.declined[OV]["classifier"]
+    assert any("ai.onnx.ml" in reason for reason in reasons)
+    got = session.run(None, feeds)
+    expected = onnxplug.InferenceSession(model, providers=[CPU]).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
+def test_partition_command_shows_what_openvino_took_and_why_it_declined(tmp_path):
+    from onnxplug.cli import main
+
+    path = tmp_path / "mixed.onnx"
+    onnx.save(_conv_ml_model(), str(path))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["partition", str(path), "--providers", OV]) == 0
+    text = out.getvalue()
+    assert f"{OV}: 5 nodes" in text
+    assert "fused partition" in text
+    assert "declined classifier (LinearClassifier): ai.onnx.ml ops have no OpenVINO conversion" in text
+
+
+def test_run_command(tmp_path):
+    from onnxplug.cli import main
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), str(path))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", str(path), "--providers", OV]) == 0
+    assert OV in out.getvalue()
+
+
+def test_unconvertible_op_is_declined_with_the_frontends_reason():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Det", ["r"], ["d"], name="det"),
+        helper.make_node("Neg", ["d"], ["y"], name="neg"),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [3, 3])], [("y", TensorProto.FLOAT, [])], opset=21)
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert session.partition_counts() == {OV: 2, CPU: 1}
+    assert session._plan.partition.declined[OV]["det"] == ["OpenVINO's ONNX frontend has no conversion for Det"]
+    x = np.eye(3, dtype=np.float32) * 2
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, -8.0, rtol=1e-6)
+
+
+def test_dynamic_rank_input_is_declined():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, None)], [("y", TensorProto.FLOAT, None)])
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert session.partition_counts() == {CPU: 1}
+    assert "dynamic rank" in session._plan.partition.declined[OV]["relu"][0]
+
+
+def test_unsupported_element_type_is_declined():
+    nodes = [helper.make_node("Identity", ["x"], ["y"], name="identity")]
+    model = make_model(nodes, [("x", TensorProto.STRING, [2])], [("y", TensorProto.STRING, [2])])
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert session.partition_counts() == {CPU: 1}
+    assert "element type string" in session._plan.partition.declined[OV]["identity"][0]
+
+
+def test_claims_are_convex_so_the_core_never_splits_them(recwarn):
+    # a → (Det: not OpenVINO) → c, and a → c directly: {a, c} is connected but not convex.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Det", ["a"], ["d"], name="det"),
+        helper.make_node("Add", ["a", "d"], ["y"], name="c"),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [3, 3])], [("y", TensorProto.FLOAT, [3, 3])], opset=21)
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert not [w for w in recwarn if "non-convex" in str(w.message)]
+    assert session.partition_counts() == {OV: 2, CPU: 1}
+    assert len(session._plan.partition.fused) == 2
+    x = np.eye(3, dtype=np.float32)
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, x + 1.0, rtol=1e-6)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def test_outputs_are_fresh_numpy_arrays():
+    session = onnxplug.InferenceSession(_mlp().SerializeToString(), providers=[OV])
+    (first,) = session.run(None, {"x": _x()})
+    (second,) = session.run(None, {"x": _x()})
+    assert isinstance(first, np.ndarray) and first.flags.writeable
+    assert not np.shares_memory(first, second)
+    kept = first.copy()
+    first[...] = 0
+    (third,) = session.run(None, {"x": _x()})
+    np.testing.assert_array_equal(third, kept)
+
+
+def test_one_session_from_many_threads():
+    session = onnxplug.InferenceSession(_mlp().SerializeToString(), providers=[OV])
+    inputs = [_x(seed=i) for i in range(8)]
+    expected = [session.run(None, {"x": x})[0] for x in inputs]
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(20):
+                results[i] = session.run(None, {"x": inputs[i]})[0]
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for i, value in enumerate(expected):
+        np.testing.assert_array_equal(results[i], value)
+
+
+def test_integer_and_bool_outputs_keep_their_types():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Greater", ["x", "zero"], ["g"], name="greater"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [2, 3])],
+        [("s", TensorProto.INT64, [2]), ("g", TensorProto.BOOL, [2, 3])],
+        {"zero": np.array(0.0, np.float32)},
+    )
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    shape, greater = session.run(None, {"x": _x((2, 3))})
+    assert shape.dtype == np.int64 and shape.tolist() == [2, 3]
+    assert greater.dtype == np.bool_ and greater.shape == (2, 3)
+
+
+def test_cache_dir_writes_compiled_blobs(tmp_path):
+    cache = tmp_path / "ov-cache"
+    model = _mlp().SerializeToString()
+    session = onnxplug.InferenceSession(model, providers=[(OV, {"cache_dir": str(cache)})])
+    (got,) = session.run(None, {"x": _x()})
+    assert list(cache.glob("*.blob")), "OpenVINO wrote no compiled blob into cache_dir"
+    again = onnxplug.InferenceSession(model, providers=[(OV, {"cache_dir": str(cache)})])
+    np.testing.assert_array_equal(again.run(None, {"x": _x()})[0], got)
+
+
+# -- the plugin's own helpers ----------------------------------------------------------------
+
+
+def test_capability_and_compiled_models_are_cached_by_content():
+    from onnxplug_openvino import _compile, _support
+
+    _support.clear_cache()
+    _compile.clear_cache()
+    model = _mlp().SerializeToString()
+    onnxplug.InferenceSession(model, providers=[OV])
+    onnxplug.InferenceSession(model, providers=[OV])
+    assert len(_support._cache) == 1
+    assert len(_compile._compiled) == 1
+
+
+def test_convex_groups_split_connected_runs_at_re_entry():
+    from onnxplug_openvino._groups import convex_groups
+
+    class Node:
+        def __init__(self, name, inputs, outputs):
+            self.name, self.inputs, self.outputs = name, tuple(inputs), tuple(outputs)
+
+    nodes = [
+        Node("a", ["x"], ["a"]),
+        Node("b", ["a"], ["b"]),  # unsupported
+        Node("c", ["a", "b"], ["c"]),
+        Node("d", ["c"], ["d"]),
+        Node("e", ["x"], ["e"]),  # supported, not connected to the others
+    ]
+    assert convex_groups(nodes, {"a", "c", "d", "e"}) == [["a"], ["c", "d"], ["e"]]
+    assert convex_groups(nodes, {"a", "b", "c", "d"}) == [["a", "b", "c", "d"]]
+
+
+def test_missing_openvino_means_no_device_and_an_install_hint(monkeypatch):
+    import sys
+
+    from onnxplug_openvino import provider
+
+    monkeypatch.setattr(provider, "_core", None)
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino → ImportError
+    factory = provider.OpenVINOProviderFactory()
+    assert factory.devices() == []
+    assert "pip install onnxplug[openvino]" in factory.unavailable_reason()
