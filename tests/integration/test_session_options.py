@@ -189,12 +189,15 @@ def test_logger_severity():
 def test_constant_subgraphs_are_folded_unless_optimizations_are_off():
     nodes = [
         helper.make_node("Shape", ["w"], ["shape"], name="shape"),
-        helper.make_node("ConstantOfShape", ["shape"], ["ones"], name="ones", value=helper.make_tensor("", F, [1], [1])),
+        helper.make_node(
+            "ConstantOfShape", ["shape"], ["ones"], name="ones", value=helper.make_tensor("", F, [1], [1])
+        ),
         helper.make_node("Add", ["x", "ones"], ["y"], name="add"),
         helper.make_node("RandomUniformLike", ["w"], ["noise"], name="noise"),
     ]
-    model = make_model(nodes, [("x", F, [2])], [("y", F, [2]), ("noise", F, [2])],
-                       {"w": np.zeros(2, np.float32)}).SerializeToString()
+    model = make_model(
+        nodes, [("x", F, [2])], [("y", F, [2]), ("noise", F, [2])], {"w": np.zeros(2, np.float32)}
+    ).SerializeToString()
     folded = onnxplug.InferenceSession(model)
     assert [s.name for s in folded._plan.steps] == ["add", "noise"]  # random ops are never folded
     off = onnxplug.SessionOptions()

@@ -238,3 +238,18 @@ def test_compile_failure_without_fallback_is_epfail():
         match=r"failed to compile partition broken_partition_0 \(r, n, a\): RuntimeError: compiler ran out",
     ):
         onnxplug.InferenceSession(CHAIN, providers=[broken.ort_name], environment=env, enable_fallback=0)
+
+
+@pytest.mark.parametrize("dlpack", [False, True], ids=["host-hop", "dlpack"])
+def test_copies_between_two_devices(dlpack):
+    first = FakeFactory("first", _ops("Relu"), device_memory=True)
+    second = FakeFactory("second", _ops("Neg"), device_memory=True, dlpack=dlpack)
+    session = _session(CHAIN, first, second)
+    kinds = [s.op_type for s in session._plan.steps if s.node_index < 0]
+    if dlpack:
+        assert kinds.count("MemcpyDLPack") == 1
+        assert "r: FirstExecutionProvider -> SecondExecutionProvider" in [str(c) for c in session._plan.copies]
+    else:
+        assert "MemcpyDLPack" not in kinds
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
+    assert second.transfer.dlpack_imports == (1 if dlpack else 0)

@@ -164,13 +164,23 @@ class CompiledPartition:
 class DataTransfer:
     """Copies between host memory (numpy) and a provider's device memory.
 
-    Host providers have none (:meth:`Provider.transfer` returns ``None``).
+    Host providers have none (:meth:`Provider.transfer` returns ``None``).  A transfer that sets
+    ``accepts_dlpack`` takes values from another device directly through
+    :meth:`from_dlpack` (the DLPack protocol, ``__dlpack__``), so a value moving between two
+    devices skips the hop through host memory.
     """
+
+    #: Whether :meth:`from_dlpack` can import another provider's values.
+    accepts_dlpack: bool = False
 
     def to_device(self, value: Any) -> Any:
         raise NotImplementedError
 
     def to_host(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def from_dlpack(self, value: Any) -> Any:
+        """A device value made from another device's value that implements ``__dlpack__``."""
         raise NotImplementedError
 
 

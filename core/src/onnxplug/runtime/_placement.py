@@ -3,7 +3,7 @@
 Every value has a home: graph inputs, constants and outer-scope values live on the host; a
 step's outputs live in its provider's memory (host for providers without a transfer).  Where a
 step reads a value that lives elsewhere, a copy step is inserted before it (device→host,
-host→device, or device→host→device between two devices); one copy serves every later reader.
+host→device, and between two devices DLPack when the target accepts it, else a host hop); one copy serves every later reader.
 Constants needed on a device are copied once, when the plan is built.  Graph outputs end on the
 host.
 """
@@ -77,6 +77,21 @@ def place(
         if slot in constants and source is None and target is not None:
             moved = new_slot(name)
             template[moved] = target.transfer().to_device(constants[slot])
+        elif source is not None and target is not None and target.transfer().accepts_dlpack:
+            # Device to device through DLPack: one step, no host hop.
+            moved = new_slot(name)
+            before.append(
+                Step(
+                    _copy_call(target.transfer().from_dlpack),
+                    (slot,),
+                    (moved,),
+                    True,
+                    f"copy {name} to {target.ort_name}",
+                    "MemcpyDLPack",
+                    target.ort_name,
+                    -1,
+                )
+            )
         else:
             current = slot
             if source is not None:

@@ -200,7 +200,14 @@ def build_plan(
         assignment = partition.assignments[unit[0].name]
         if assignment.partition is None:
             step = kernel_step(
-                unit[0], assignment.kernel, assignment.provider, index, slot_of, new_slot, constants, opsets,
+                unit[0],
+                assignment.kernel,
+                assignment.provider,
+                index,
+                slot_of,
+                new_slot,
+                constants,
+                opsets,
                 compile_subgraph,
             )
             folded = _fold(unit[0], step, template, constant_slots) if fold_constants else None
@@ -254,10 +261,17 @@ def build_plan(
 
 
 #: Ops whose result differs between runs: never folded.
-_NOT_FOLDABLE = frozenset({
-    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
-    "Dropout",
-})
+_NOT_FOLDABLE = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+        "Dropout",
+    }
+)
 #: Folded results larger than this stay computed per run (a constant kept in memory for good).
 _FOLD_LIMIT_BYTES = 64 << 20
 

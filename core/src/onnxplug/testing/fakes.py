@@ -46,8 +46,22 @@ class Boxed:
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
         raise TypeError("a Boxed value is in fake device memory: a copy to the host is missing")
 
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.data.__dlpack_device__()
+
 
 class _BoxTransfer(DataTransfer):
+    def __init__(self, dlpack: bool) -> None:
+        self.accepts_dlpack = dlpack
+        self.dlpack_imports = 0
+
+    def from_dlpack(self, value: Any) -> Boxed:
+        self.dlpack_imports += 1
+        return Boxed(np.array(np.from_dlpack(value), copy=True))
+
     def to_device(self, value: Any) -> Boxed:
         assert not isinstance(value, Boxed), "to_device given a device value"
         return Boxed(np.array(value, copy=True))
@@ -81,7 +95,7 @@ class FakeProvider(Provider):
         return CompiledPartition(inputs, outputs, run)
 
     def transfer(self) -> DataTransfer | None:
-        return _BoxTransfer() if self.fake.device_memory else None
+        return self.fake.transfer if self.fake.device_memory else None
 
     def close(self) -> None:
         self.closed = True
@@ -93,14 +107,18 @@ class FakeFactory(ProviderFactory):
     :param name: short name; the onnxruntime name is ``<Name>ExecutionProvider``.
     :param claim: the capability function.
     :param device_memory: keep values in (fake) device memory, so copies are inserted.
+    :param dlpack: with ``device_memory``, accept other devices' values through DLPack.
     """
 
-    def __init__(self, name: str, claim: Claimer, *, priority: int = 50, device_memory: bool = False) -> None:
+    def __init__(
+        self, name: str, claim: Claimer, *, priority: int = 50, device_memory: bool = False, dlpack: bool = False
+    ) -> None:
         self.name = name
         self.ort_name = name.title().replace("_", "") + "ExecutionProvider"
         self.priority = priority
         self.claim = claim
         self.device_memory = device_memory
+        self.transfer = _BoxTransfer(dlpack)
         self.calls: collections.Counter[str] = collections.Counter()
 
     def devices(self) -> list[Device]:
