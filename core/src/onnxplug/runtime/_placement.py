@@ -3,7 +3,8 @@
 Every value has a home: graph inputs, constants and outer-scope values live on the host; a
 step's outputs live in its provider's memory (host for providers without a transfer).  Where a
 step reads a value that lives elsewhere, a copy step is inserted before it (device→host,
-host→device, and between two devices DLPack when the target accepts it, else a host hop); one copy serves every later reader.
+host→device, and between two devices DLPack when the target accepts it, else a host hop); one
+copy serves every later reader.
 Constants needed on a device are copied once, when the plan is built.  Graph outputs end on the
 host.
 """
