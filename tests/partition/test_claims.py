@@ -253,3 +253,19 @@ def test_copies_between_two_devices(dlpack):
         assert "MemcpyDLPack" not in kinds
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
     assert second.transfer.dlpack_imports == (1 if dlpack else 0)
+
+
+def test_fused_partition_with_a_subgraph_takes_its_outer_values_as_inputs():
+    then_graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, [2, 2])]
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [2, 2])]
+    )
+    nodes = [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_graph, else_branch=else_graph)]
+    model = make_model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [2, 2])], [("y", F, [2, 2])]).SerializeToString()
+    fuser = FakeFactory("fuser", lambda graph, kernels: [FuseClaim(("branch",))])
+    session = _session(model, fuser)
+    step = next(s for s in session._plan.steps if s.op_type == "FusedPartition")
+    assert len(step.inputs) == 2  # c, and x read inside the branches
+    np.testing.assert_array_equal(session.run(None, {"c": np.array(False), "x": X})[0], -X)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-import onnx
 import onnx_ir as ir
-from onnx import helper
 
 from ..api import Partition
+from ..graph._extract import extract_model
 
 __all__ = ["convex_parts", "successor_map", "build_partition"]
 
@@ -79,33 +78,8 @@ def build_partition(
     :param graph_outputs: ids of the graph's output values.
     :param constants: id → initializer value for initializers that cannot be overridden.
     """
-    produced = {id(v) for node in members for v in node.outputs}
-    inputs: list[ir.Value] = []
-    initializers: list[onnx.TensorProto] = []
-    seen: set[int] = set()
-    for node in members:
-        for value in node.inputs:
-            if value is None or id(value) in produced or id(value) in seen:
-                continue
-            seen.add(id(value))
-            if id(value) in constants:
-                tensor = ir.serde.serialize_tensor(value.const_value)
-                tensor.name = value.name
-                initializers.append(tensor)
-            else:
-                inputs.append(value)
-    outputs = [
-        v for node in members for v in node.outputs if v.name and (id(v) in outside_readers or id(v) in graph_outputs)
-    ]
-    graph = helper.make_graph(
-        [ir.serde.serialize_node(node) for node in members],
-        name,
-        [ir.serde.serialize_value(v) for v in inputs],
-        [ir.serde.serialize_value(v) for v in outputs],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
-    model.ir_version = ir_version
+    model, inputs, outputs = extract_model(name, members, outside_readers, graph_outputs, constants, opsets,
+                                           ir_version)
     partition = Partition(
         name, tuple(n.name for n in members), tuple(v.name for v in inputs), tuple(v.name for v in outputs), model
     )
