@@ -2,7 +2,8 @@
 
 ``nox`` runs the CPU-only defaults (lint, tests, conformance); ``nox -s conformance`` runs every
 conformance case, the slow light models included, and prints the (op, since_version) coverage
-table.  Extra arguments
+table; ``nox -s bench -- --providers openvino`` benchmarks a provider against its vendor library
+and onnxruntime.  Extra arguments
 after ``--`` go to pytest, e.g. ``nox -s tests -- -k partition``.
 """
 
@@ -17,6 +18,7 @@ nox.options.reuse_existing_virtualenvs = True
 DISTRIBUTIONS = [
     "./core",
     "./plugins/cpu",
+    "./plugins/openvino",
     "./contrib/virtual_device",
     "./contrib/ms_ops",
     "./contrib/example_textops",
@@ -43,6 +45,14 @@ def conformance(session: nox.Session) -> None:
     _install_project(session)
     session.run("pytest", "tests/conformance", "-m", "conformance", "-q", "--tb=line", *session.posargs)
     session.run("python", "scripts/op_coverage.py", "--missing")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """onnxplug with a provider vs the vendor library directly vs onnxruntime (scripts/bench.py),
+    e.g. ``nox -s bench -- --providers openvino --layers 12``; prints a table of median latencies."""
+    _install_project(session)
+    session.run("python", "scripts/bench.py", *session.posargs)
 
 
 @nox.session

@@ -11,6 +11,7 @@ At the end the run prints how many nodes OpenVINO ran.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import warnings
@@ -20,7 +21,7 @@ import pytest
 
 pytest.importorskip("openvino", reason="the 'openvino' package is not installed (pip install onnxplug[openvino])")
 
-import onnxplug  # noqa: E402 - after the skip
+import onnxplug
 
 REPO = Path(__file__).resolve().parents[3]
 HARNESS = REPO / "tests" / "conformance" / "_harness.py"
@@ -31,7 +32,7 @@ OV = "OpenVINOExecutionProvider"
 #: inside a fused partition (more accurate, but past the case's tolerance).
 TOLERANCES = {"test_attention_4d_causal_fp16_expanded": 2e-3}
 
-pytestmark = [pytest.mark.slow, pytest.mark.conformance]
+pytestmark = pytest.mark.conformance  # about a minute for ~1880 cases: not marked slow
 
 
 def _harness():
@@ -65,11 +66,14 @@ def tally(request):
     counts = {"cases": 0, "with_openvino": 0, "openvino_nodes": 0, "cpu_nodes": 0}
     yield counts
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and counts["cases"]:
-        reporter.write_line(
-            f"\nOpenVINO conformance: {counts['cases']} node cases ran; OpenVINO ran {counts['openvino_nodes']} "
-            f"nodes in {counts['with_openvino']} cases, the CPU provider {counts['cpu_nodes']} nodes"
-        )
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line(
+                f"\nOpenVINO conformance: {counts['cases']} node cases ran; OpenVINO ran "
+                f"{counts['openvino_nodes']} nodes in {counts['with_openvino']} cases, the CPU provider "
+                f"{counts['cpu_nodes']} nodes"
+            )
 
 
 def _ran_by(session) -> tuple[int, int]:

@@ -330,3 +330,81 @@ def test_missing_openvino_means_no_device_and_an_install_hint(monkeypatch):
     factory = provider.OpenVINOProviderFactory()
     assert factory.devices() == []
     assert "pip install onnxplug[openvino]" in factory.unavailable_reason()
+
+
+def test_graph_view_model_bytes_is_the_views_nodes_as_a_model():
+    """The core's GraphView.model_bytes(), which capability() hands to convert_partially."""
+    from onnxplug.graph import GraphView, load_model
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Add", ["h", "b"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [2, 3]), ("b", TensorProto.FLOAT, [4])],  # b: an overridable initializer
+        [("y", TensorProto.FLOAT, [2, 4])],
+        {"w": np.ones((3, 4), np.float32), "b": np.zeros(4, np.float32)},
+    )
+    loaded = load_model(model.SerializeToString())
+    graph = loaded.model.graph
+    view = GraphView(graph, loaded.opsets, [n for n in graph if n.name in ("add", "relu")])
+    built = onnx.ModelProto.FromString(view.model_bytes())
+    assert [n.name for n in built.graph.node] == ["add", "relu"]
+    assert [i.name for i in built.graph.input] == ["h", "b"]
+    assert [t.name for t in built.graph.initializer] == []
+    assert [o.name for o in built.graph.output] == ["y"]
+    assert [v.name for v in built.graph.value_info] == ["s"]
+    assert [d.dim_value for d in built.graph.input[0].type.tensor_type.shape.dim] == [2, 4]
+    whole = onnx.ModelProto.FromString(GraphView(graph, loaded.opsets).model_bytes())
+    assert [t.name for t in whole.graph.initializer] == ["w"]
+    assert [i.name for i in whole.graph.input] == ["x", "b"]
+    view._close()
+    with pytest.raises(RuntimeError, match="valid only during"):
+        view.model_bytes()
+
+
+def test_dynamic_batch_runs_with_changing_shapes():
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Relu", ["h"], ["y"], name="relu"),
+    ]
+    w = np.random.default_rng(2).standard_normal((8, 4)).astype(np.float32)
+    model = make_model(nodes, [("x", TensorProto.FLOAT, ["N", 8])], [("y", TensorProto.FLOAT, ["N", 4])], {"w": w})
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert session.partition_counts() == {OV: 2}
+    for batch in (2, 5, 1, 5):
+        x = _x((batch, 8), seed=batch)
+        (got,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(got, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_if_reading_outer_values_is_fused_with_their_producer(recwarn):
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["r", "x"], ["t"], name="then_add")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Sub", ["r", "x"], ["e"], name="else_sub")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch),
+    ]
+    model = make_model(
+        nodes, [("x", TensorProto.FLOAT, [2, 3]), ("c", TensorProto.BOOL, [])], [("y", TensorProto.FLOAT, [2, 3])]
+    )
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert session.partition_counts() == {OV: 2}
+    assert [sorted(nodes) for _, nodes in session._plan.partition.fused.values()] == [["if", "relu"]]
+    assert not [w for w in recwarn if "fall back" in str(w.message)]
+    x = _x((2, 3))
+    for flag, expected in ((True, np.maximum(x, 0) + x), (False, np.maximum(x, 0) - x)):
+        (got,) = session.run(None, {"x": x, "c": np.array(flag)})
+        np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -12,9 +12,9 @@ from typing import Any
 
 import onnx
 import onnx_ir as ir
-from onnx import helper
 
 from ..kernels._schema import find_schema, normalize_domain
+from ._extract import extract_model
 from ._scopes import node_reads
 from ._types import ir_type_string
 
@@ -166,42 +166,21 @@ class GraphView:
     def _build_model(self) -> onnx.ModelProto:
         graph = self._graph
         members = {id(node) for node in self._ir_nodes}
-        produced = {id(v) for node in self._ir_nodes for v in node.outputs}
         fed = {id(v) for v in graph.inputs}
-        constants = {id(v) for v in graph.initializers.values() if id(v) not in fed and v.const_value is not None}
-        inputs: list[ir.Value] = []
-        initializers: list[onnx.TensorProto] = []
-        seen: set[int] = set()
-        for node in self._ir_nodes:
-            for value in node_reads(node):
-                if id(value) in produced or id(value) in seen:
-                    continue
-                seen.add(id(value))
-                if id(value) in constants:
-                    tensor = ir.serde.serialize_tensor(value.const_value)
-                    tensor.name = value.name
-                    initializers.append(tensor)
-                else:
-                    inputs.append(value)
+        constants = {id(v): v for v in graph.initializers.values() if id(v) not in fed and v.const_value is not None}
         read_outside = {id(v) for node in graph if id(node) not in members for v in node_reads(node)}
-        read_outside.update(id(v) for v in graph.outputs)
-        outputs = [v for node in self._ir_nodes for v in node.outputs if v.name and id(v) in read_outside]
-        inner = [
-            v
+        graph_outputs = {id(v) for v in graph.outputs}
+        model, _, outputs = extract_model(
+            graph.name or "view", self._ir_nodes, read_outside, graph_outputs, constants, self._opsets,
+            onnx.IR_VERSION,
+        )
+        exposed = {id(v) for v in outputs}
+        model.graph.value_info.extend(
+            ir.serde.serialize_value(v)
             for node in self._ir_nodes
             for v in node.outputs
-            if v.name and v.type is not None and id(v) not in read_outside
-        ]
-        proto = helper.make_graph(
-            [ir.serde.serialize_node(node) for node in self._ir_nodes],
-            graph.name or "view",
-            [ir.serde.serialize_value(v) for v in inputs],
-            [ir.serde.serialize_value(v) for v in outputs],
-            initializers,
-            value_info=[ir.serde.serialize_value(v) for v in inner],
+            if v.name and v.type is not None and id(v) not in exposed
         )
-        model = helper.make_model(proto, opset_imports=[helper.make_opsetid(d, v) for d, v in self._opsets.items()])
-        model.ir_version = onnx.IR_VERSION
         return model
 
     def decline(self, node: NodeView | str, reason: str) -> None:

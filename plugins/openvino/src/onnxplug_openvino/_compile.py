@@ -5,8 +5,8 @@ kept in memory by content (model bytes, device, properties), so sessions over th
 share them; with ``cache_dir`` OpenVINO also caches compiled blobs on disk (``CACHE_DIR``).
 
 Running uses one infer request per thread and partition, created on first use, so one session
-can run from many threads.  Outputs are numpy arrays the caller owns (OpenVINO copies them out
-of its buffers: ``share_outputs=False``).
+can run from many threads.  Inputs are copied into the request's tensors and outputs copied out
+of OpenVINO's buffers: the caller owns every array it gets.
 """
 
 from __future__ import annotations
@@ -27,8 +27,12 @@ from ._options import Settings
 
 __all__ = ["compile_partition", "clear_cache"]
 
+#: The in-memory cache keeps at most this many compiled models, and only while the ONNX models
+#: they came from total at most ``_CACHE_BYTES`` (a bigger model is shared only by live sessions,
+#: which hold their compiled model themselves).
 _CACHE_SIZE = 32
-_compiled: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_CACHE_BYTES = 256 << 20
+_compiled: collections.OrderedDict[tuple, tuple[Any, int]] = collections.OrderedDict()
 _lock = threading.Lock()
 
 
@@ -48,13 +52,15 @@ def _compile_cached(data: bytes, settings: Settings, core: Any) -> Any:
         found = _compiled.get(key)
         if found is not None:
             _compiled.move_to_end(key)
-            return found
+            return found[0]
     model = core.read_model(data)
     compiled = core.compile_model(model, settings.device, settings.config_dict())
     with _lock:
-        _compiled[key] = compiled
-        while len(_compiled) > _CACHE_SIZE:
-            _compiled.popitem(last=False)
+        _compiled[key] = (compiled, len(data))
+        total = sum(size for _, size in _compiled.values())
+        while _compiled and (len(_compiled) > _CACHE_SIZE or total > _CACHE_BYTES):
+            _, (_, size) = _compiled.popitem(last=False)
+            total -= size
     return compiled
 
 
@@ -142,29 +148,50 @@ def compile_partition(partition: Any, settings: Settings, core: Any) -> Compiled
     local = threading.local()
     where = _describe(partition)
 
+    def request_for_thread() -> Any:
+        request = compiled.create_infer_request()
+        local.request = request
+        local.inputs = [request.get_input_tensor(port) for _, port in feeds]
+        local.shapes = [_static_shape(t) for t in local.inputs]
+        return request
+
     def run(*values: Any) -> list[np.ndarray]:
-        request = getattr(local, "request", None)
-        if request is None:
-            request = local.request = compiled.create_infer_request()
-        inputs = {}
-        for position, port in feeds:
-            value = values[position]
-            # Inputs are shared, not copied; OpenVINO refuses read-only arrays (constants, feeds).
-            inputs[port] = value if isinstance(value, np.ndarray) and value.flags.writeable else np.array(value)
+        request = getattr(local, "request", None) or request_for_thread()
         try:
-            result = request.infer(inputs, share_inputs=True, share_outputs=False)
+            # Inputs are copied into the request's own tensors (the session hands partitions
+            # read-only views, which OpenVINO cannot share); a new shape gets a new tensor.
+            tensors, shapes = local.inputs, local.shapes
+            for i, (position, port) in enumerate(feeds):
+                value = values[position]
+                if value.shape == shapes[i]:
+                    tensors[i].data[...] = value
+                else:
+                    tensors[i] = _tensor(np.ascontiguousarray(value))
+                    shapes[i] = value.shape
+                    request.set_input_tensor(port, tensors[i])
+            request.infer()
+            outputs = [np.array(request.get_output_tensor(index).data) for index in sources]
         except Exception as error:
             raise EPFail(f"OpenVINO failed to run {where}: {type(error).__name__}: {error}") from error
-        arrays = result.to_tuple()
-        outputs = []
-        for index, dtype in zip(sources, expected):
-            array = arrays[index]
-            if dtype is not None and array.dtype != dtype:
-                array = array.astype(dtype)
-            outputs.append(array)
+        for i, dtype in enumerate(expected):
+            if dtype is not None and outputs[i].dtype != dtype:
+                outputs[i] = outputs[i].astype(dtype)
         return outputs
 
     return CompiledPartition(partition.inputs, partition.outputs, run)
+
+
+def _static_shape(tensor: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(tensor.get_shape())
+    except Exception:  # noqa: BLE001 - a dynamic input has no tensor shape until set
+        return None
+
+
+def _tensor(array: np.ndarray) -> Any:
+    import openvino
+
+    return openvino.Tensor(array)  # a copy: OpenVINO owns the memory
 
 
 def _output_dtypes(model: onnx.ModelProto) -> list[np.dtype | None]:

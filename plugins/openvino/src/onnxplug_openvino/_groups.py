@@ -7,17 +7,19 @@ node are moved to a later part, as the core does, and each part is cut into conn
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["convex_groups"]
 
 
-def _edges(nodes: Sequence) -> dict[str, set[str]]:
-    """``{node: nodes reading one of its outputs}`` over the view's nodes."""
+def _edges(nodes: Sequence, reads: Mapping[str, Iterable[str]] | None) -> dict[str, set[str]]:
+    """``{node: nodes reading one of its outputs}`` over the view's nodes (``reads`` gives what a
+    node reads when it has subgraphs reading outer values; else its inputs count)."""
     producer = {out: node.name for node in nodes for out in node.outputs if out}
     successors: dict[str, set[str]] = {node.name: set() for node in nodes}
     for node in nodes:
-        for value in node.inputs:
+        values = reads.get(node.name, node.inputs) if reads is not None else node.inputs
+        for value in values:
             source = producer.get(value)
             if source is not None and source != node.name:
                 successors[source].add(node.name)
@@ -58,9 +60,11 @@ def _connected(group: set[str], successors: dict[str, set[str]]) -> list[set[str
     return list(pieces.values())
 
 
-def convex_groups(nodes: Sequence, supported: Iterable[str]) -> list[list[str]]:
+def convex_groups(
+    nodes: Sequence, supported: Iterable[str], reads: Mapping[str, Iterable[str]] | None = None
+) -> list[list[str]]:
     """Connected convex groups of the ``supported`` nodes, each in the view's order."""
-    successors = _edges(nodes)
+    successors = _edges(nodes, reads)
     order = {node.name: index for index, node in enumerate(nodes)}
     remaining = {name for name in supported if name in order}
     groups: list[list[str]] = []

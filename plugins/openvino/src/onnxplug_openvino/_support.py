@@ -125,6 +125,10 @@ def _mismatch(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
         return "OpenVINO's RoiAlign differs from ONNX in max mode"
     if op == "SpaceToDepth" and _attribute(node, "mode", b"DCR") in (b"CRD", "CRD"):
         return "OpenVINO's SpaceToDepth ignores mode=CRD"
+    if op in ("Conv", "ConvTranspose") and len(node.input) > 1:
+        dims = _dims(types, node.input[1])
+        if dims is None or None in dims:
+            return f"OpenVINO's CPU plugin needs {op} weights of a static shape ('{node.input[1]}' has none)"
     if op == "Tile" and len(node.input) > 1 and node.input[1] not in constants:
         return "OpenVINO's Tile gives wrong results when repeats is not a constant"
     if op == "QuantizeLinear":
@@ -136,7 +140,7 @@ def _mismatch(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
                 return "OpenVINO's 16-bit QuantizeLinear rounds differently from ONNX"
     if op.startswith(("Reduce", "ArgM")) and node.input:
         dims = _dims(types, node.input[0])
-        if dims is None or 0 in dims:
+        if dims is not None and 0 in dims:
             return f"OpenVINO's {op} differs from ONNX on empty tensors"
     return None
 
@@ -150,10 +154,13 @@ class Support:
 
     :ivar supported: names of the nodes OpenVINO takes, in model order.
     :ivar declined: node name → why OpenVINO does not take it.
+    :ivar reads: node name → the values it reads, subgraphs' outer-scope reads included.
     """
 
     supported: tuple[str, ...]
     declined: dict[str, str]
+    #: node name → values it reads: inputs and its subgraphs' outer-scope reads (for grouping).
+    reads: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 _cache: collections.OrderedDict[str, Support] = collections.OrderedDict()
@@ -202,7 +209,8 @@ def _analyze(model: onnx.ModelProto) -> Support:
         for name, reason in unsupported.items():
             declined[name] = reason
     supported = tuple(n.name for n in candidates if n.name not in declined)
-    return Support(supported, declined)
+    reads = {n.name: tuple(x for x in n.input if x) + tuple(_outer_reads(n)) for n in model.graph.node if n.name}
+    return Support(supported, declined, reads)
 
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -234,10 +242,6 @@ def _precheck(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
     mismatch = _mismatch(node, types, constants) if not domain else None
     if mismatch is not None:
         return mismatch
-    if _outer_reads(node):
-        return (
-            "its subgraphs read values of the enclosing graph, which a fused partition's model does not carry"
-        )
     for role, names in (("input", node.input), ("output", node.output)):
         for name in names:
             if not name:
@@ -259,27 +263,26 @@ def _precheck(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
     return None
 
 
-def _outer_reads(node: onnx.NodeProto) -> bool:
-    """Whether ``node``'s subgraphs read a value they do not define."""
-    graphs = [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
-    if not graphs:
-        return False
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names of the enclosing graph's values that ``node``'s subgraphs (at any depth) read."""
+    found: list[str] = []
 
-    def reads_outside(graph: onnx.GraphProto, outer_defined: set[str]) -> bool:
+    def visit(graph: onnx.GraphProto, outer_defined: set[str]) -> None:
         defined = set(outer_defined)
         defined.update(i.name for i in graph.input)
         defined.update(t.name for t in graph.initializer)
         for inner in graph.node:
-            if any(name and name not in defined for name in inner.input):
-                return True
+            found.extend(name for name in inner.input if name and name not in defined)
             for attr in inner.attribute:
-                subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-                if any(reads_outside(sub, defined) for sub in subs):
-                    return True
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    visit(sub, defined)
             defined.update(inner.output)
-        return any(o.name not in defined for o in graph.output)
+        found.extend(o.name for o in graph.output if o.name not in defined)
 
-    return any(reads_outside(g, set()) for g in graphs)
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            visit(graph, set())
+    return list(dict.fromkeys(found))
 
 
 def _frontend():
@@ -294,18 +297,41 @@ def _convert_all(
     types: dict[str, onnx.TypeProto],
     constants: dict[str, TensorProto],
 ) -> dict[str, str]:
-    """Node name → reason for the ``nodes`` OpenVINO's frontend does not convert."""
+    """Node name → reason for the ``nodes`` OpenVINO does not take: those its frontend does not
+    convert, then, on the model of the others, those the CPU plugin would refuse."""
     frontend = _frontend()
     try:
-        return _unsupported(frontend, _submodel(model, nodes, types, constants), nodes)
+        return _check(frontend, model, nodes, types, constants)
     except Exception:  # noqa: BLE001 - a conversion error on the whole model: ask node by node
         pass
     found: dict[str, str] = {}
     for node in nodes:
         try:
-            found.update(_unsupported(frontend, _submodel(model, [node], types, constants), [node]))
+            found.update(_check(frontend, model, [node], types, constants))
         except Exception as error:  # noqa: BLE001 - any conversion failure declines the node
             found[node.name] = f"OpenVINO's ONNX frontend failed to convert it: {_first_line(error)}"
+    return found
+
+
+#: How many times the remaining nodes are converted again after some were declined.
+_ROUNDS = 6
+
+
+def _check(frontend, model, nodes, types, constants) -> dict[str, str]:
+    """Convert, decline, and convert the rest again until nothing more is declined: declining a
+    node turns its outputs into inputs of the rest (with their declared types), which changes
+    what the frontend and the CPU plugin see, as the partitions' own models will."""
+    found: dict[str, str] = {}
+    for _ in range(_ROUNDS):
+        by_name = _names(nodes)
+        converted = _convert(frontend, _submodel(model, nodes, types, constants))
+        declined = _not_converted(converted, by_name) or _refused_by_cpu_plugin(converted, by_name)
+        if not declined:
+            break
+        found.update(declined)
+        nodes = [n for n in nodes if n.name not in declined]
+        if not nodes:
+            break
     return found
 
 
@@ -347,20 +373,34 @@ def _submodel(
     return sub
 
 
-def _unsupported(frontend, model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto]) -> dict[str, str]:
-    """Convert ``model`` partially; the nodes that came out as ``NotSupportedONNXNode``."""
-    converted = frontend.convert_partially(frontend.load(io.BytesIO(model.SerializeToString())))
+def _convert(frontend, model: onnx.ModelProto):
+    return frontend.convert_partially(frontend.load(io.BytesIO(model.SerializeToString())))
+
+
+def _names(nodes: Iterable[onnx.NodeProto]) -> dict[str, str]:
+    """OpenVINO friendly name → ONNX node name (the op feeding a result is renamed after the
+    output; decomposed pieces are ``<node>/<piece>``)."""
     by_name: dict[str, str] = {}
     for node in nodes:
         by_name[node.name] = node.name
-        for output in node.output:  # the op feeding a result is renamed after the output
+        for output in node.output:
             by_name.setdefault(output, node.name)
+    return by_name
+
+
+def _node_of(op, by_name: dict[str, str]) -> str | None:
+    friendly = op.get_friendly_name()
+    return by_name.get(friendly) or by_name.get(friendly.split("/")[0])
+
+
+def _not_converted(converted, by_name: dict[str, str]) -> dict[str, str]:
+    """The nodes that came out as ``NotSupportedONNXNode`` (or hold one in a subgraph)."""
     found: dict[str, str] = {}
     for op in converted.get_ordered_ops():
         bad = op if op.get_type_name() == "NotSupportedONNXNode" else _unsupported_inside(op)
         if bad is None:
             continue
-        name = by_name.get(op.get_friendly_name())
+        name = _node_of(op, by_name)
         if name is None:
             continue
         attributes = bad.get_attributes()
@@ -370,6 +410,37 @@ def _unsupported(frontend, model: onnx.ModelProto, nodes: Iterable[onnx.NodeProt
         where = "" if bad is op else " (inside its subgraph)"
         found[name] = f"OpenVINO's ONNX frontend has no conversion for {label}{where}"
     return found
+
+
+_BORDER_OPS = frozenset({"Parameter", "Result", "Constant"})
+
+
+def _refused_by_cpu_plugin(converted, by_name: dict[str, str]) -> dict[str, str]:
+    """Nodes converted to ops the CPU plugin refuses to compile: ops with a dynamic-rank output
+    and convolutions whose weights have no static shape."""
+    found: dict[str, str] = {}
+    for op in converted.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind in _BORDER_OPS:
+            continue
+        reason = None
+        if kind in _STATIC_WEIGHTS and not op.get_input_partial_shape(1).is_static:
+            reason = (
+                "OpenVINO's CPU plugin needs convolution weights of a static shape; these are computed "
+                "from graph inputs (IR 3 models list initializers as inputs, which makes them overridable)"
+            )
+        elif any(op.get_output_partial_shape(i).rank.is_dynamic for i in range(op.get_output_size())):
+            reason = f"OpenVINO infers a dynamic rank for its {kind} op, which the CPU plugin does not support"
+        if reason is not None:
+            name = _node_of(op, by_name)
+            if name is not None:
+                found.setdefault(name, reason)
+    return found
+
+
+_STATIC_WEIGHTS = frozenset(
+    {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"}
+)
 
 
 def _bodies(op) -> list:

@@ -40,7 +40,6 @@ class OpenVINOProvider(Provider):
     def __init__(self, factory: ProviderFactory, device: Device, settings: Settings):
         super().__init__(factory, device)
         self.settings = settings
-        self._closed = False
 
     def capability(self, graph, kernels):
         from ._groups import convex_groups
@@ -52,7 +51,7 @@ class OpenVINOProvider(Provider):
                 graph.decline(name, reason)
         supported = set(support.supported)
         nodes = graph.nodes
-        return [FuseClaim(tuple(group)) for group in convex_groups(nodes, supported)]
+        return [FuseClaim(tuple(group)) for group in convex_groups(nodes, supported, support.reads)]
 
     def compile(self, partition) -> CompiledPartition:
         from ._compile import compile_partition
@@ -63,7 +62,9 @@ class OpenVINOProvider(Provider):
         return None  # OpenVINO's CPU plugin reads and writes host memory
 
     def close(self) -> None:
-        self._closed = True
+        # Compiled partitions belong to the session's plan (and to the shared cache); nothing else
+        # is held per provider.
+        return None
 
 
 class OpenVINOProviderFactory(ProviderFactory):
