@@ -226,6 +226,7 @@ def test_partition_that_fails_to_compile_falls_back_with_a_warning():
     with pytest.warns(UserWarning, match=r"provider 'broken' failed to compile partition .*registers.*fall back"):
         session = _session(CHAIN, broken)
     assert {s.provider for s in session._plan.steps} == {"CPUExecutionProvider"}
+    assert session.partition_counts() == {"CPUExecutionProvider": 5} and not session._plan.partition.fused
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
 
 

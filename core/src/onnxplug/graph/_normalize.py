@@ -7,7 +7,9 @@ copy rewritten here:
 - value infos with map types lose their type (types are read from the original proto);
 - sparse initializers and ``Constant(sparse_value=...)`` become dense tensors;
 - a subgraph output naming an outer-scope value gets an ``Identity`` node in between
-  (onnxruntime refuses such models; the ONNX spec allows them).
+  (onnxruntime refuses such models; the ONNX spec allows them);
+- before IR version 4, initializers listed among the graph inputs (as that IR required) are
+  constants, not inputs.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def _dense(sparse: onnx.SparseTensorProto, where: str) -> onnx.TensorProto:
 def prepare_for_ir(model: onnx.ModelProto) -> onnx.ModelProto:
     """A rewritten copy of ``model`` (see the module docstring); ``model`` is left unchanged."""
     result = copy.deepcopy(model)
+    if result.ir_version < 4:
+        # Before IR 4 every initializer had to be listed as a graph input too; they are
+        # constants, not inputs (onnxruntime does not let callers override them either).
+        constant_names = {t.name for t in result.graph.initializer}
+        kept = [info for info in result.graph.input if info.name not in constant_names]
+        del result.graph.input[:]
+        result.graph.input.extend(kept)
     pending: list[tuple[onnx.GraphProto, bool, frozenset[str]]] = [(result.graph, True, frozenset())]
     while pending:
         graph, is_main, outer = pending.pop()

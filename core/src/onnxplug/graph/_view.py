@@ -171,7 +171,12 @@ class GraphView:
         read_outside = {id(v) for node in graph if id(node) not in members for v in node_reads(node)}
         graph_outputs = {id(v) for v in graph.outputs}
         model, _, outputs = extract_model(
-            graph.name or "view", self._ir_nodes, read_outside, graph_outputs, constants, self._opsets,
+            graph.name or "view",
+            self._ir_nodes,
+            read_outside,
+            graph_outputs,
+            constants,
+            self._opsets,
             onnx.IR_VERSION,
         )
         exposed = {id(v) for v in outputs}

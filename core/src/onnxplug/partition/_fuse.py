@@ -78,8 +78,7 @@ def build_partition(
     :param graph_outputs: ids of the graph's output values.
     :param constants: id → initializer value for initializers that cannot be overridden.
     """
-    model, inputs, outputs = extract_model(name, members, outside_readers, graph_outputs, constants, opsets,
-                                           ir_version)
+    model, inputs, outputs = extract_model(name, members, outside_readers, graph_outputs, constants, opsets, ir_version)
     partition = Partition(
         name, tuple(n.name for n in members), tuple(v.name for v in inputs), tuple(v.name for v in outputs), model
     )

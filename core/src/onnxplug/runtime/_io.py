@@ -118,17 +118,23 @@ def _spec(
 
 
 def input_specs(
-    graph: onnx.GraphProto, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
+    graph: onnx.GraphProto,
+    overrides: Mapping[str, int],
+    denotations: Mapping[str, int] | None = None,
+    overridable_initializers: bool = True,
 ) -> tuple[list[InputSpec], list[NodeArg], list[NodeArg]]:
     """Specs for every feedable input; NodeArgs for ``get_inputs`` and
     ``get_overridable_initializers`` (inputs that are also initializers).
 
     :param overrides: free dimension values by ``dim_param`` name.
     :param denotations: free dimension values by denotation (``DATA_BATCH``...).
+    :param overridable_initializers: whether initializers listed as inputs can be fed (IR >= 4).
     """
     initializers = {t.name for t in graph.initializer}
     specs, inputs, overridable = [], [], []
     for info in graph.input:
+        if info.name in initializers and not overridable_initializers:
+            continue
         spec, shape = _spec(info, info.name in initializers, overrides, denotations or {})
         specs.append(spec)
         (overridable if info.name in initializers else inputs).append(spec.node_arg(shape))

@@ -22,7 +22,7 @@ from ..errors import EPFail, Fail, OnnxplugError
 from ..graph import GraphView
 from ..graph._scopes import execution_order, node_reads, order_units
 from ..kernels._runstate import current_run
-from ..partition import PartitionResult, ProviderSlot, build_partition, node_opsets, partition_graph
+from ..partition import Assignment, PartitionResult, ProviderSlot, build_partition, node_opsets, partition_graph
 from ._placement import Copy, place
 from ._steps import DROP_SLOT, NONE_SLOT, Step, fused_step, kernel_step, tensor_value
 
@@ -237,8 +237,10 @@ def build_plan(
             warnings.warn(
                 f"{error.message}; its {len(unit)} nodes fall back to other providers", UserWarning, stacklevel=2
             )
+            partition.fused.pop(assignment.partition, None)
             for node in unit:
                 provider, kernel = _fallback_kernel(node, opsets, slots, assignment.provider)
+                partition.assignments[node.name] = Assignment(provider, kernel)
                 steps.append(
                     kernel_step(node, kernel, provider, index, slot_of, new_slot, constants, opsets, compile_subgraph)
                 )

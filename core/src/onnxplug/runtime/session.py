@@ -104,7 +104,9 @@ class InferenceSession:
         proto = self._loaded.proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
         denotations = self._sess_options.__dict__.get("_denotation_overrides", {})
-        self._input_specs, self._inputs, self._overridable = input_specs(proto.graph, overrides, denotations)
+        self._input_specs, self._inputs, self._overridable = input_specs(
+            proto.graph, overrides, denotations, overridable_initializers=proto.ir_version >= 4
+        )
         inferred = {v.name: v for v in proto.graph.value_info}
         self._outputs = output_args(proto.graph, inferred)
         self._meta = ModelMetadata.from_proto(proto)

@@ -152,7 +152,7 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
     )
     acc = _accumulator(x.dtype)
     sums = None
-    for _, view in offset_views(x.astype(acc), out, begin, end, kernel_shape, strides, dilations, 0):
+    for _, view in offset_views(x.astype(acc, copy=False), out, begin, end, kernel_shape, strides, dilations, 0):
         sums = view.copy() if sums is None else np.add(sums, view, out=sums)
     counts = _window_counts(
         x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0)
