@@ -302,24 +302,6 @@ def test_capability_and_compiled_models_are_cached_by_content():
     assert len(_compile._compiled) == 1
 
 
-def test_convex_groups_split_connected_runs_at_re_entry():
-    from onnxplug_openvino._groups import convex_groups
-
-    class Node:
-        def __init__(self, name, inputs, outputs):
-            self.name, self.inputs, self.outputs = name, tuple(inputs), tuple(outputs)
-
-    nodes = [
-        Node("a", ["x"], ["a"]),
-        Node("b", ["a"], ["b"]),  # unsupported
-        Node("c", ["a", "b"], ["c"]),
-        Node("d", ["c"], ["d"]),
-        Node("e", ["x"], ["e"]),  # supported, not connected to the others
-    ]
-    assert convex_groups(nodes, {"a", "c", "d", "e"}) == [["a"], ["c", "d"], ["e"]]
-    assert convex_groups(nodes, {"a", "b", "c", "d"}) == [["a", "b", "c", "d"]]
-
-
 def test_missing_openvino_means_no_device_and_an_install_hint(monkeypatch):
     import sys
 

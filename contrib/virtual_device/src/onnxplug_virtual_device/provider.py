@@ -43,7 +43,8 @@ class VirtualDeviceProvider(Provider):
                 claims.append(KernelClaim(node.name))
             else:
                 graph.decline(node, f"{node.op_type} is not in this provider's 'ops' or 'fuse' options")
-        claims.extend(FuseClaim(tuple(group)) for group in _connected_groups(fusable))
+        # The core offers the grouping: connected, convex runs of the chosen nodes.
+        claims.extend(FuseClaim(group) for group in graph.fusion_groups(n.name for n in fusable))
         return claims
 
     def compile(self, partition) -> CompiledPartition:
@@ -69,28 +70,6 @@ class VirtualDeviceProvider(Provider):
         for session in self._compiled:
             session.close()
         self._compiled.clear()
-
-
-def _connected_groups(nodes: list) -> list[list[str]]:
-    """Node names grouped by producer→consumer edges among ``nodes`` (in graph order)."""
-    parent = {node.name: node.name for node in nodes}
-
-    def find(name: str) -> str:
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    produced_by = {out: node.name for node in nodes for out in node.outputs if out}
-    for node in nodes:
-        for value in node.inputs:
-            source = produced_by.get(value)
-            if source is not None:
-                parent[find(source)] = find(node.name)
-    groups: dict[str, list[str]] = {}
-    for node in nodes:
-        groups.setdefault(find(node.name), []).append(node.name)
-    return list(groups.values())
 
 
 class VirtualDeviceFactory(ProviderFactory):

@@ -7,13 +7,14 @@ call; using it later raises, so a provider cannot keep a handle into a graph it 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from ..kernels._schema import find_schema, normalize_domain
+from ._convex import connected_parts, convex_parts, successor_map
 from ._extract import extract_model
 from ._scopes import node_reads
 from ._types import ir_type_string
@@ -145,6 +146,24 @@ class GraphView:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def fusion_groups(self, names: Iterable[str]) -> list[tuple[str, ...]]:
+        """``names`` grouped for FuseClaims: each group connected by edges among its own nodes
+        and convex (no path leaves it and comes back), nodes in execution order.
+
+        Edges include what nodes' subgraphs read from outside, so a group never splits a
+        dependency the core would have to refuse.
+        """
+        self._lease.check()
+        every = list(self._graph)
+        successors = successor_map(every, {node.name: node_reads(node) for node in every})
+        order = {node.name: index for index, node in enumerate(self._nodes)}
+        groups = []
+        for piece in connected_parts((n for n in names if n in order), successors):
+            for part in convex_parts(piece, successors):
+                for group in connected_parts(part, successors):
+                    groups.append(tuple(sorted(group, key=order.__getitem__)))
+        return sorted(groups, key=lambda group: order[group[0]])
 
     def model_bytes(self) -> bytes:
         """The view's nodes as a standalone serialized ONNX model, for providers whose vendor

@@ -154,13 +154,10 @@ class Support:
 
     :ivar supported: names of the nodes OpenVINO takes, in model order.
     :ivar declined: node name → why OpenVINO does not take it.
-    :ivar reads: node name → the values it reads, subgraphs' outer-scope reads included.
     """
 
     supported: tuple[str, ...]
     declined: dict[str, str]
-    #: node name → values it reads: inputs and its subgraphs' outer-scope reads (for grouping).
-    reads: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 _cache: collections.OrderedDict[str, Support] = collections.OrderedDict()
@@ -209,8 +206,7 @@ def _analyze(model: onnx.ModelProto) -> Support:
         for name, reason in unsupported.items():
             declined[name] = reason
     supported = tuple(n.name for n in candidates if n.name not in declined)
-    reads = {n.name: tuple(x for x in n.input if x) + tuple(_outer_reads(n)) for n in model.graph.node if n.name}
-    return Support(supported, declined, reads)
+    return Support(supported, declined)
 
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -261,28 +257,6 @@ def _precheck(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
             if role == "input" and not type_proto.tensor_type.HasField("shape"):
                 return f"input '{name}' has a dynamic rank, which OpenVINO's CPU plugin does not support"
     return None
-
-
-def _outer_reads(node: onnx.NodeProto) -> list[str]:
-    """Names of the enclosing graph's values that ``node``'s subgraphs (at any depth) read."""
-    found: list[str] = []
-
-    def visit(graph: onnx.GraphProto, outer_defined: set[str]) -> None:
-        defined = set(outer_defined)
-        defined.update(i.name for i in graph.input)
-        defined.update(t.name for t in graph.initializer)
-        for inner in graph.node:
-            found.extend(name for name in inner.input if name and name not in defined)
-            for attr in inner.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    visit(sub, defined)
-            defined.update(inner.output)
-        found.extend(o.name for o in graph.output if o.name not in defined)
-
-    for attr in node.attribute:
-        for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            visit(graph, set())
-    return list(dict.fromkeys(found))
 
 
 def _frontend():

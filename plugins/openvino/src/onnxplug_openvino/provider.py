@@ -42,16 +42,13 @@ class OpenVINOProvider(Provider):
         self.settings = settings
 
     def capability(self, graph, kernels):
-        from ._groups import convex_groups
         from ._support import analyze
 
         support = analyze(graph.model_bytes())
         for name, reason in support.declined.items():
             if name in graph:
                 graph.decline(name, reason)
-        supported = set(support.supported)
-        nodes = graph.nodes
-        return [FuseClaim(tuple(group)) for group in convex_groups(nodes, supported, support.reads)]
+        return [FuseClaim(group) for group in graph.fusion_groups(support.supported)]
 
     def compile(self, partition) -> CompiledPartition:
         from ._compile import compile_partition
