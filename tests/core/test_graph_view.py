@@ -17,26 +17,33 @@ def _view(nodes, inputs=(("x", F, [2]),), outputs=(("d", F, [2]),)):
 
 
 def test_fusion_groups_are_connected_and_convex():
-    view = _view([
-        helper.make_node("Relu", ["x"], ["a"], name="a"),
-        helper.make_node("Neg", ["a"], ["b"], name="b"),  # left out below
-        helper.make_node("Add", ["a", "b"], ["c"], name="c"),
-        helper.make_node("Abs", ["c"], ["d"], name="d"),
-        helper.make_node("Exp", ["x"], ["e"], name="e"),  # chosen, unconnected
-    ], outputs=(("d", F, [2]), ("e", F, [2])))
+    view = _view(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="a"),
+            helper.make_node("Neg", ["a"], ["b"], name="b"),  # left out below
+            helper.make_node("Add", ["a", "b"], ["c"], name="c"),
+            helper.make_node("Abs", ["c"], ["d"], name="d"),
+            helper.make_node("Exp", ["x"], ["e"], name="e"),  # chosen, unconnected
+        ],
+        outputs=(("d", F, [2]), ("e", F, [2])),
+    )
     # {a, c, d} is not convex (a -> b -> c leaves and comes back); e stands alone.
     assert view.fusion_groups(["a", "c", "d", "e"]) == [("a",), ("c", "d"), ("e",)]
     assert view.fusion_groups(["a", "b", "c", "d"]) == [("a", "b", "c", "d")]
 
 
 def test_fusion_groups_follow_subgraph_reads():
-    branch = helper.make_graph([helper.make_node("Neg", ["a"], ["t"])], "then", [],
-                               [helper.make_tensor_value_info("t", F, [2])])
-    view = _view([
-        helper.make_node("Relu", ["x"], ["a"], name="a"),
-        helper.make_node("If", ["c"], ["b"], name="if", then_branch=branch, else_branch=branch),
-        helper.make_node("Add", ["a", "b"], ["d"], name="d"),
-    ], inputs=(("x", F, [2]), ("c", TensorProto.BOOL, [])))
+    branch = helper.make_graph(
+        [helper.make_node("Neg", ["a"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, [2])]
+    )
+    view = _view(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="a"),
+            helper.make_node("If", ["c"], ["b"], name="if", then_branch=branch, else_branch=branch),
+            helper.make_node("Add", ["a", "b"], ["d"], name="d"),
+        ],
+        inputs=(("x", F, [2]), ("c", TensorProto.BOOL, [])),
+    )
     # a -> if (read inside its branches) -> d: fusing {a, d} without the If is not convex.
     assert view.fusion_groups(["a", "d"]) == [("a",), ("d",)]
 

@@ -208,3 +208,18 @@ def test_constant_subgraphs_are_folded_unless_optimizations_are_off():
         y, noise = session.run(None, {"x": np.array([1, 2], np.float32)})
         np.testing.assert_array_equal(y, [2, 3])
         assert noise.shape == (2,)
+
+
+def test_log_severity_level_reports_the_partition(caplog):
+    options = onnxplug.SessionOptions()
+    options.log_severity_level = 1
+    options.logid = "mymodel"
+    with caplog.at_level("INFO", logger="onnxplug.session.mymodel"):
+        onnxplug.InferenceSession(MODEL, options)
+    assert any("nodes per provider {'CPUExecutionProvider': 5}" in r.getMessage() for r in caplog.records)
+    quiet = onnxplug.SessionOptions()
+    quiet.log_severity_level = 3
+    quiet.logid = "quiet"
+    caplog.clear()
+    onnxplug.InferenceSession(MODEL, quiet)
+    assert not [r for r in caplog.records if r.name == "onnxplug.session.quiet"]

@@ -43,6 +43,7 @@ from .runtime import (
     RunOptions,
     SessionOptions,
 )
+from .runtime.session import _SEVERITY_LEVELS
 
 __all__ = [
     "DeviceReset",
@@ -108,15 +109,12 @@ def get_version_string() -> str:
     return __version__
 
 
-_SEVERITY_LEVELS = {0: 10, 1: 20, 2: 30, 3: 40, 4: 50}  # Verbose, Info, Warning, Error, Fatal
-
-
 def set_default_logger_severity(severity: int) -> None:
     """Level of the ``onnxplug`` logger: 0 verbose, 1 info, 2 warning (default), 3 error, 4 fatal.
 
     :raises RuntimeError: another value (as onnxruntime).
     """
-    if severity not in _SEVERITY_LEVELS:
+    if severity not in _SEVERITY_LEVELS:  # 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
         raise RuntimeError(f"Invalid logging severity {severity!r}: expected 0 (verbose) to 4 (fatal)")
     logging.getLogger("onnxplug").setLevel(_SEVERITY_LEVELS[severity])
 

@@ -7,6 +7,7 @@ that ``run`` only checks feeds, executes the plan's steps and hands back fresh a
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import threading
 import time
@@ -53,6 +54,10 @@ def _thread_controller(threads: int) -> Any:
     return threadpoolctl.ThreadpoolController()
 
 
+#: onnxruntime's severities (0 verbose ... 4 fatal) as logging levels.
+_SEVERITY_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+
+
 class InferenceSession:
     """Load a model and run it with the chosen providers.
 
@@ -96,6 +101,7 @@ class InferenceSession:
         self._create(parse_providers(providers, provider_options))
         if self._profiler is not None:
             self._profiler.session_event("session_initialization", start, time.perf_counter_ns())
+        self._log_creation()
         self._environment.notify_session_created(self)
 
     # -- creation --------------------------------------------------------------------------
@@ -137,6 +143,28 @@ class InferenceSession:
             self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
         if options.optimized_model_filepath:
             write_optimized_model(self._loaded, options.optimized_model_filepath)
+
+    def _log_creation(self) -> None:
+        """Report the session's providers and partition on its logger.
+
+        The logger is ``onnxplug.session.<logid>`` (``SessionOptions.logid``, else ``session``);
+        ``log_severity_level`` 0-4 sets its level (verbose, info, warning, error, fatal), -1
+        leaves it to the ``onnxplug`` logger (``onnxplug.set_default_logger_severity``).
+        """
+        options = self._sess_options
+        logger = logging.getLogger(f"onnxplug.session.{options.logid or 'session'}")
+        if options.log_severity_level in _SEVERITY_LEVELS:
+            logger.setLevel(_SEVERITY_LEVELS[options.log_severity_level])
+        if logger.isEnabledFor(logging.INFO):
+            source = self._model_path or "bytes"
+            logger.info(
+                "session for %s: providers %s, nodes per provider %s, %d inlined, %d copies",
+                source,
+                self.get_providers(),
+                self.partition_counts(),
+                self._plan.partition.inlined,
+                len(self._plan.copies),
+            )
 
     # -- introspection ---------------------------------------------------------------------
 
