@@ -69,8 +69,12 @@ def render() -> str:
             continue
         covered = sum(1 for op in ops for v in schemas[(domain, op)] if v in kernels.get((domain, op), {}))
         total = sum(len(schemas[(domain, op)]) for op in ops)
-        lines += [f"## {domain or 'ai.onnx'} ({covered} of {total} schema versions have a kernel)", "",
-                  "| op | versions | types |", "|---|---|---|"]
+        lines += [
+            f"## {domain or 'ai.onnx'} ({covered} of {total} schema versions have a kernel)",
+            "",
+            "| op | versions | types |",
+            "|---|---|---|",
+        ]
         for op in ops:
             registered = kernels.get((domain, op), {})
             versions = sorted(set(schemas[(domain, op)]) | set(registered))
