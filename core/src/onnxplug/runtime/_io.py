@@ -240,20 +240,19 @@ def _elem_of(dtype: np.dtype) -> int:
     return -1 if elem is None else elem
 
 
-def fresh_outputs(values: Sequence[Any], protected: set[int]) -> list[Any]:
-    """Outputs that alias nothing the caller or the session holds: views, feeds, initializers
-    and repeated arrays are copied; everything comes back writable and C-contiguous."""
+def fresh_outputs(values: Sequence[Any]) -> list[Any]:
+    """Outputs that alias nothing the caller or the session holds, everything writable and
+    C-contiguous.
+
+    Feeds reach kernels as read-only views and constants are read-only, so an output that is a
+    feed, a constant or a view of either is caught by its flags (or its ``base``) and copied, as
+    is an array returned twice; arrays the kernels made fresh are handed over as they are.
+    """
     seen: set[int] = set()
     result = []
     for value in values:
         if isinstance(value, np.ndarray):
-            if (
-                value.base is not None
-                or id(value) in protected
-                or id(value) in seen
-                or not value.flags.writeable
-                or not value.flags.c_contiguous
-            ):
+            if value.base is not None or id(value) in seen or not value.flags.writeable or not value.flags.c_contiguous:
                 value = np.array(value, copy=True, order="C")
             seen.add(id(value))
         elif isinstance(value, np.generic):

@@ -41,7 +41,6 @@ class GraphPlan:
     steps: list[Step]
     template: list[Any]
     partition: PartitionResult
-    constant_ids: frozenset[int]
     copies: list[Copy] = dataclasses.field(default_factory=list)
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = ()) -> list[Any]:
@@ -152,7 +151,6 @@ def build_plan(
     input_values = list(graph.inputs)
     input_slots = tuple(new_slot(v) for v in input_values)
     outer_slots = tuple(new_slot(v) for v in outer)
-    constant_ids: set[int] = set()
     fed = {id(v) for v in input_values}
     constants: dict[int, Any] = {}
     constant_values: dict[int, ir.Value] = {}
@@ -166,7 +164,6 @@ def build_plan(
             constants[id(value)] = array
             constant_values[id(value)] = value
             constant_slots[slot_of[id(value)]] = array
-        constant_ids.add(id(array))
 
     def compile_subgraph(node: ir.Node, node_opsets: Mapping[str, int], outer_values: list[ir.Value]):
         def compile_attribute(attribute: str) -> SubgraphRunner:
@@ -216,7 +213,6 @@ def build_plan(
             else:  # computed now: downstream kernels see the values as constants
                 for value, array in zip(unit[0].outputs, folded):
                     constants[id(value)] = constant_slots[slot_of[id(value)]] = array
-                    constant_ids.add(id(array))
             continue
         part, inputs, outputs = build_partition(
             assignment.partition,
@@ -257,7 +253,6 @@ def build_plan(
         steps=steps,
         template=template,
         partition=partition,
-        constant_ids=frozenset(constant_ids),
         copies=copies,
     )
 

@@ -231,9 +231,7 @@ class InferenceSession:
             leave_run(token)
         if profiler is not None:
             profiler.session_event("model_run", start, profiler.now())
-        protected = set(plan.constant_ids) | {id(v) for v in feeds.values()}
-        protected.update(id(getattr(v, "base", None)) for v in feeds.values() if getattr(v, "base", None) is not None)
-        return fresh_outputs([results[i] for i in indices], protected)
+        return fresh_outputs([results[i] for i in indices])
 
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
         if self._parallel is not None:
