@@ -323,6 +323,15 @@ def _per_channel(zero, channels):
     return zero
 
 
+def _centred_weights(w, w_zero_point):
+    """Convolution weights minus their (scalar or per-output-channel) zero point, in int64."""
+    wi = w.astype(np.int64)
+    if w_zero_point is None:
+        return wi
+    wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
+    return wi - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
+
+
 @kernel("ConvInteger", since=(10,))
 def conv_integer(
     x,
@@ -338,10 +347,7 @@ def conv_integer(
     strides=None,
 ):
     xi = x.astype(np.int64) - (0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64))
-    wi = w.astype(np.int64)
-    if w_zero_point is not None:
-        wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
-        wi = wi - wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wi - wz
+    wi = _centred_weights(w, w_zero_point)
     acc = _integer_conv(
         xi,
         wi,
@@ -375,8 +381,7 @@ def qlinear_conv(
     strides=None,
 ):
     xi = x.astype(np.int64) - _scalar(x_zero_point, "x_zero_point").astype(np.int64)
-    wz = _per_channel(w_zero_point.astype(np.int64), w.shape[0])
-    wi = w.astype(np.int64) - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
+    wi = _centred_weights(w, w_zero_point)
     acc = _integer_conv(
         xi,
         wi,
