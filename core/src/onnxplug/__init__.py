@@ -40,6 +40,7 @@ from .runtime import (
     NodeArg,
     OrtDevice,
     OrtValue,
+    PartitionReport,
     RunOptions,
     SessionOptions,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "OrtDevice",
     "OrtValue",
     "OnnxplugError",
+    "PartitionReport",
     "PluginError",
     "PluginRecord",
     "RunOptions",

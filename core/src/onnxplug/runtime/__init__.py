@@ -5,6 +5,7 @@ from ._plan import GraphPlan, SubgraphRunner
 from .iobinding import IOBinding
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtDevice, OrtValue
+from .report import PartitionReport, ReportCopy, ReportNode
 from .session import InferenceSession
 
 __all__ = [
@@ -18,6 +19,9 @@ __all__ = [
     "NodeArg",
     "OrtDevice",
     "OrtValue",
+    "PartitionReport",
+    "ReportCopy",
+    "ReportNode",
     "RunOptions",
     "SessionOptions",
     "SubgraphRunner",

@@ -33,6 +33,7 @@ from ._providers import create_providers, parse_providers, select_factories
 from .iobinding import IOBinding
 from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
+from .report import PartitionReport, build_report
 
 __all__ = ["InferenceSession"]
 
@@ -196,6 +197,26 @@ class InferenceSession:
     def partition_counts(self) -> dict[str, int]:
         """How many nodes of the main graph each provider runs (onnxruntime names)."""
         return self._require_plan().partition.counts()
+
+    def get_partition_report(self) -> PartitionReport:
+        """Which provider runs each node of the main graph, fused partitions, copies and the
+        reasons providers gave for declining nodes (see :class:`~onnxplug.PartitionReport`)."""
+        plan = self._require_plan()
+        graph = self._loaded.model.graph
+        by_name = {node.name: node for node in graph}
+        fused = {name: part for name, (_, part) in plan.partition.fused.items()}
+        order = []
+        for step in plan.steps:
+            if step.node_index < 0:  # an inserted copy
+                continue
+            members = [n for n in graph if n.name in fused[step.name]] if step.name in fused else [by_name[step.name]]
+            for node in members:
+                order.append((node, step.provider, step.name if step.name in fused else None))
+        running = {id(v) for node, _, _ in order for v in node.outputs}
+        constants = [v.name for v in graph.initializers.values()] + [
+            v.name for node in graph for v in node.outputs if id(v) not in running and v.name
+        ]
+        return build_report(graph, order, constants, plan.copies, plan.partition.declined, self.get_providers())
 
     def _require_plan(self) -> GraphPlan:
         if self._plan is None:

@@ -1,0 +1,63 @@
+"""Rule sets: the unit in which plugins contribute graph rewrites to the optimizer.
+
+A plugin returns :class:`RuleSet` objects from the ``onnxplug_rewrite_rules(stage)`` hook.  Each
+set carries onnxscript rewrite rules (``onnxscript.rewriter.pattern.RewriteRule``: a target
+pattern, an optional check, a replacement) and says which ops its replacements create.  The
+optimizer applies a set only when the session can run every op it ``produces`` — some provider
+of the session has a kernel for it at the model's opset (or, for a set that names ``providers``,
+one of those providers is in the session) — so a CPU-only install never ends up with a node
+nobody runs.
+
+Stages follow onnxruntime's optimization levels: ``"basic"`` (ORT_ENABLE_BASIC and above),
+``"extended"`` (ORT_ENABLE_EXTENDED and above) and ``"layout"`` (ORT_ENABLE_ALL: layout choices
+and provider-specific fusions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["STAGES", "OpRef", "RuleSet"]
+
+#: Optimizer stages in the order they run; a level runs its own stage and those before it.
+STAGES = ("basic", "extended", "layout")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRef:
+    """An op a rule creates: ``domain`` ("" for ai.onnx), ``op_type``, and the opset version of
+    ``domain`` it is written for (``None``: whatever the model imports, or the newest)."""
+
+    domain: str
+    op_type: str
+    version: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSet:
+    """Rewrite rules of one kind, contributed by a plugin.
+
+    :ivar name: a dotted name for reports and ``onnxplug optimize`` (``"ms_ops.skip_layer_norm"``).
+    :ivar rules: onnxscript ``RewriteRule`` objects, applied together until none matches.
+    :ivar produces: the ops the replacements create (the gate: every one must be runnable).
+    :ivar providers: provider short names the set is meant for; ``None``: any session whose
+        providers can run ``produces``.
+    :ivar description: one line for docs and reports.
+    """
+
+    name: str
+    rules: Sequence[Any]
+    produces: Sequence[OpRef] = ()
+    providers: tuple[str, ...] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a RuleSet needs a name")
+        object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "produces", tuple(self.produces))
