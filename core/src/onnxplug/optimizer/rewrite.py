@@ -1,0 +1,38 @@
+"""Applying rule sets to a model: the step every fusion goes through."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from .rules import RuleSet
+
+__all__ = ["RewriteResult", "apply_rule_sets"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteResult:
+    """A rewritten model and how many times each rule set matched (by ``RuleSet.name``)."""
+
+    model: ir.Model
+    applied: dict[str, int]
+
+
+def apply_rule_sets(model: ir.Model, rule_sets: Sequence[RuleSet]) -> RewriteResult:
+    """Apply each set in turn to a copy of ``model`` (the caller's model is not changed).
+
+    A set's rules are applied together, repeatedly, until none matches (onnxscript's
+    ``RewriteRuleSet.apply_to_model``); the counts say how many rewrites each set made.
+    """
+    from onnxscript.rewriter import pattern  # imported here: the rewriter is only needed to fuse
+
+    copy = model.clone()
+    applied: dict[str, int] = {}
+    for rule_set in rule_sets:
+        if not rule_set.rules:
+            continue
+        count = pattern.RewriteRuleSet(list(rule_set.rules)).apply_to_model(copy)
+        applied[rule_set.name] = applied.get(rule_set.name, 0) + int(count or 0)
+    return RewriteResult(copy, applied)
