@@ -50,6 +50,6 @@ def test_fusion_groups_follow_subgraph_reads():
 
 def test_view_is_closed_after_the_call():
     view = _view([helper.make_node("Relu", ["x"], ["d"], name="r")])
-    view._close()
+    view.end_query()
     with pytest.raises(RuntimeError, match="valid only during"):
         _ = view.nodes

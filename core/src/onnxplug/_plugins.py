@@ -31,6 +31,7 @@ import pluggy
 from . import hookspecs
 from .api import API_VERSION, ProviderFactory
 from .errors import Fail, PluginError
+from .optimizer.rules import RuleSet
 
 __all__ = ["Environment", "PluginRecord", "default_environment", "ENTRY_POINT_GROUP"]
 
@@ -107,6 +108,7 @@ class Environment:
         self._entry_points = list(entry_points)
         self._settings = (blocked, selected)
         self._extended: dict[tuple, Environment] = {}
+        self._rule_sets: dict[str, tuple[RuleSet, ...]] = {}
         for entry_point in self._entry_points:
             self._load_entry_point(entry_point, blocked, selected)
 
@@ -213,6 +215,7 @@ class Environment:
             raise Fail(f"Failed to load library {name}: it implements no onnxplug hook (see onnxplug.hookspecs)")
 
     def _register(self, plugin: Any, record: PluginRecord) -> None:
+        self._rule_sets.clear()  # a new plugin may contribute rules
         try:
             self._pm.register(plugin, name=record.name)
         except Exception as error:  # noqa: BLE001 - pluggy validation errors, name clashes
@@ -338,6 +341,36 @@ class Environment:
                     owners[definition.key] = owner
                 registries.append(registry)
         return registries
+
+    def rewrite_rules(self, stage: str) -> list[RuleSet]:
+        """The rule sets every plugin contributes to an optimizer stage (``"basic"``,
+        ``"extended"``, ``"layout"``), in plugin registration order; built once per stage.
+
+        :raises PluginError: a plugin returned something that is not a RuleSet, or two plugins
+            used the same rule-set name.
+        """
+        with self._lock:
+            cached = self._rule_sets.get(stage)
+            if cached is not None:
+                return list(cached)
+            found: list[RuleSet] = []
+            owners: dict[str, str] = {}
+            for impl in self._pm.hook.onnxplug_rewrite_rules.get_hookimpls():
+                record = self._records.get(impl.plugin_name)
+                owner = (record.distribution if record else None) or impl.plugin_name
+                for rule_set in impl.function(stage=stage) or ():
+                    if not isinstance(rule_set, RuleSet):
+                        raise PluginError(
+                            f"plugin '{owner}' returned {rule_set!r} from onnxplug_rewrite_rules; "
+                            "expected onnxplug.optimizer.RuleSet objects"
+                        )
+                    clash = owners.get(rule_set.name)
+                    if clash is not None:
+                        raise PluginError(f"rule set '{rule_set.name}' is contributed by both '{clash}' and '{owner}'")
+                    owners[rule_set.name] = owner
+                    found.append(rule_set)
+            self._rule_sets[stage] = tuple(found)
+            return found
 
     def notify_session_created(self, session: Any) -> None:
         self._pm.hook.onnxplug_session_created(session=session)

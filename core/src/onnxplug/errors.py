@@ -30,6 +30,7 @@ __all__ = [
     "NotFound",
     "DeviceReset",
     "PluginError",
+    "RunTerminated",
 ]
 
 
@@ -52,6 +53,17 @@ class Fail(OnnxplugError, RuntimeError):
     """A failure while building or running a session (kernel errors, terminate, bad graphs)."""
 
     code, code_name = 1, "FAIL"
+
+
+class RunTerminated(Fail):
+    """The caller set ``RunOptions.terminate``: the run stopped between steps or iterations.
+
+    A :class:`Fail` with onnxruntime's message, so code catching ``Fail`` keeps working; its own
+    class lets the executor pass it on without naming a node.
+    """
+
+    def __init__(self, message: str = "Exiting due to terminate flag being set to true.") -> None:
+        super().__init__(message)
 
 
 class InvalidArgument(OnnxplugError, ValueError):

@@ -342,7 +342,7 @@ def test_graph_view_model_bytes_is_the_views_nodes_as_a_model():
     whole = onnx.ModelProto.FromString(GraphView(graph, loaded.opsets).model_bytes())
     assert [t.name for t in whole.graph.initializer] == ["w"]
     assert [i.name for i in whole.graph.input] == ["x", "b"]
-    view._close()
+    view.end_query()
     with pytest.raises(RuntimeError, match="valid only during"):
         view.model_bytes()
 

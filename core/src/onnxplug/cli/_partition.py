@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import collections
 from typing import Any
 
 from ..runtime import InferenceSession
@@ -19,35 +18,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def partition_report(session: InferenceSession) -> dict[str, Any]:
-    """The main graph's assignment: nodes in execution order with their provider, edges between
-    them, per-provider counts, fused partitions (members in order), copies, and declined reasons."""
-    plan = session._require_plan()
-    graph_nodes = list(session._loaded.model.graph)
-    position = {node.name: i for i, node in enumerate(graph_nodes)}
-    by_name = {node.name: node for node in graph_nodes}
-    members = {name: sorted(part, key=position.__getitem__) for name, (_, part) in plan.partition.fused.items()}
-    nodes = []
-    for step in plan.steps:
-        if step.node_index < 0:  # an inserted copy: listed under "copies"
-            continue
-        for name in members.get(step.name, [step.name]):
-            nodes.append({"name": name, "op_type": by_name[name].op_type, "provider": step.provider})
-    producer = {id(value): node.name for node in graph_nodes for value in node.outputs}
-    edges = [
-        (producer[id(value)], node["name"])
-        for node in nodes
-        for value in by_name[node["name"]].inputs
-        if value is not None and id(value) in producer
-    ]
-    counts = collections.Counter(a.provider.ort_name for a in plan.partition.assignments.values())
+    """The session's public partition report as plain dicts and lists, for the text and HTML
+    output: nodes in execution order with their provider, edges between them, per-provider
+    counts, fused partitions, copies, and declined reasons."""
+    report = session.get_partition_report()
     return {
-        "nodes": nodes,
-        "edges": edges,
-        "counts": dict(counts),
-        "partitions": members,
-        "copies": [str(c) for c in plan.copies],
-        "declined": plan.partition.declined,
-        "providers": session.get_providers(),
+        "nodes": [{"name": n.name, "op_type": n.op_type, "provider": n.provider} for n in report.nodes],
+        "edges": [(source, target) for source, target, _ in report.edges],
+        "counts": report.counts,
+        "partitions": {name: list(members) for name, members in report.partitions.items()},
+        "copies": [str(c) for c in report.copies],
+        "declined": {p: {n: list(r) for n, r in per.items()} for p, per in report.declined.items()},
+        "providers": list(report.providers),
     }
 
 

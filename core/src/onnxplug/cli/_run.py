@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import np_dtype
-from ..graph._types import ELEMENT_NAMES
+from ..graph import ELEMENT_NAMES, np_dtype
 from ..runtime import InferenceSession
 
 DEMO_MODEL = "digits.onnx"

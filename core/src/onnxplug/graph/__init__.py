@@ -1,17 +1,31 @@
-"""Model loading, validation and the read-only graph view handed to providers."""
+"""Model loading, validation, the read-only graph view handed to providers, and the graph
+helpers the later stages share (scopes and order, convexity, extraction of nodes as a model)."""
 
+from ._convex import connected_parts, convex_parts, successor_map
+from ._extract import extract_model
 from ._load import LoadedModel, load_model
-from ._types import element_name, np_dtype, onnx_element_type, shape_list, type_string
+from ._scopes import execution_order, node_reads, order_units, outer_references, subgraphs
+from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, type_string
 from ._view import GraphView, NodeView
 
 __all__ = [
+    "ELEMENT_NAMES",
     "GraphView",
     "LoadedModel",
     "NodeView",
+    "connected_parts",
+    "convex_parts",
     "element_name",
+    "execution_order",
+    "extract_model",
     "load_model",
+    "node_reads",
     "np_dtype",
     "onnx_element_type",
+    "order_units",
+    "outer_references",
     "shape_list",
+    "subgraphs",
+    "successor_map",
     "type_string",
 ]

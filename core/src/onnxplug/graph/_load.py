@@ -112,28 +112,21 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
         model = _deserialize(prepare_for_ir(proto))
     except Exception as error:
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
+    _sort(model)
     if base_dir is not None:
         ir.external_data.set_base_dir(model.graph, base_dir)
     return LoadedModel(proto=proto, model=model, base_dir=base_dir, from_path=path is not None)
 
 
-def fill_missing_opsets(model: ir.Model) -> None:
-    """Import, at its newest version, every domain a node uses that the model does not import.
+def _sort(model: ir.Model) -> None:
+    """Nodes in topological order, in every graph: ONNX requires it, some exporters do not keep
+    to it, and the later stages copy graphs with onnx-ir's cloner, which needs it."""
+    from onnx_ir.passes.common import TopologicalSortPass
 
-    Exporters (onnxruntime's transformer optimizer among them) leave out ``com.microsoft``;
-    onnxruntime accepts such models the same way.  Run after op-library schemas are registered.
-    """
-    imported = {("" if d == "ai.onnx" else d) for d in model.opset_imports}
-    used = {node.domain or "" for node in model.graph.all_nodes()} - imported
-    used.discard("ai.onnx")
-    if not used:
-        return
-    newest: dict[str, int] = {}
-    for schema in onnx.defs.get_all_schemas_with_history():
-        if schema.domain in used:
-            newest[schema.domain] = max(newest.get(schema.domain, 0), schema.since_version)
-    for domain, version in newest.items():
-        model.opset_imports[domain] = version
+    try:
+        TopologicalSortPass()(model)
+    except Exception as error:
+        raise InvalidGraph(f"the graph's nodes cannot be put in an order: {_root_cause(error)}") from error
 
 
 def _deserialize(proto: onnx.ModelProto) -> ir.Model:

@@ -212,11 +212,15 @@ class GraphView:
         name = node if isinstance(node, str) else node.name
         self.declined.setdefault(name, []).append(reason)
 
-    def _open_for(self, provider: str) -> None:
+    def begin_query(self, provider: str) -> None:
+        """Open the view for one provider's ``capability()`` call (the core and the contract kit
+        call it; providers never need to): the declines recorded from now on are that provider's."""
         self._lease.open = True
         self._declining_provider = provider
         self.declined = {}
 
-    def _close(self) -> dict[str, list[str]]:
+    def end_query(self) -> dict[str, list[str]]:
+        """Close the view (a provider that kept it gets an error on use) and return the reasons
+        the provider gave, node name → reasons."""
         self._lease.open = False
         return self.declined

@@ -5,19 +5,23 @@ See :class:`KernelRegistry` for how a provider or op library declares kernels.
 
 from ._limits import check_allocation, max_tensor_bytes
 from ._registry import KernelDef, KernelKey, KernelRegistry, NodeContext
-from ._runstate import check_terminate, current_run, unseeded_rng
-from ._schema import attribute_defaults, find_schema, normalize_domain, schema_versions
+from ._runstate import RunState, check_terminate, current_run, enter_run, leave_run, unseeded_rng
+from ._schema import STANDARD_DOMAINS, attribute_defaults, find_schema, normalize_domain, schema_versions
 
 __all__ = [
     "KernelDef",
     "KernelKey",
     "KernelRegistry",
     "NodeContext",
+    "RunState",
+    "STANDARD_DOMAINS",
     "attribute_defaults",
     "check_allocation",
     "check_terminate",
     "current_run",
+    "enter_run",
     "find_schema",
+    "leave_run",
     "max_tensor_bytes",
     "normalize_domain",
     "schema_versions",

@@ -9,19 +9,18 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-from ..errors import Fail
+from ..errors import RunTerminated
 
 __all__ = ["RunState", "current_run", "check_terminate"]
 
 
 class RunState:
-    """Per-call state: the caller's RunOptions (for ``terminate``) and the profiler, if any."""
+    """Per-call state: the caller's RunOptions (for ``terminate``)."""
 
-    __slots__ = ("run_options", "profiler")
+    __slots__ = ("run_options",)
 
-    def __init__(self, run_options: Any = None, profiler: Any = None) -> None:
+    def __init__(self, run_options: Any = None) -> None:
         self.run_options = run_options
-        self.profiler = profiler
 
     def terminated(self) -> bool:
         options = self.run_options
@@ -37,13 +36,14 @@ def current_run() -> RunState | None:
 
 
 def check_terminate() -> None:
-    """Raise :class:`~onnxplug.Fail` if the caller set ``RunOptions.terminate``.
+    """Raise :class:`~onnxplug.errors.RunTerminated` (a ``Fail``) if the caller set
+    ``RunOptions.terminate``.
 
     Kernels that iterate (Loop, Scan, recurrent ops) call it between iterations.
     """
     state = _CURRENT.get()
     if state is not None and state.terminated():
-        raise Fail("Exiting due to terminate flag being set to true.")
+        raise RunTerminated()
 
 
 def enter_run(state: RunState) -> contextvars.Token:

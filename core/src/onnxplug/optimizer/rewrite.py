@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from .rules import RuleSet
 
-__all__ = ["RewriteResult", "apply_rule_sets"]
+__all__ = ["RewriteResult", "apply_rule_sets", "rewrite_in_place"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,13 +26,18 @@ def apply_rule_sets(model: ir.Model, rule_sets: Sequence[RuleSet]) -> RewriteRes
     A set's rules are applied together, repeatedly, until none matches (onnxscript's
     ``RewriteRuleSet.apply_to_model``); the counts say how many rewrites each set made.
     """
+    copy = model.clone()
+    return RewriteResult(copy, rewrite_in_place(copy, rule_sets))
+
+
+def rewrite_in_place(model: ir.Model, rule_sets: Sequence[RuleSet]) -> dict[str, int]:
+    """Apply each set in turn to ``model`` itself (the optimizer's own copy); rewrites per set."""
     from onnxscript.rewriter import pattern  # imported here: the rewriter is only needed to fuse
 
-    copy = model.clone()
     applied: dict[str, int] = {}
     for rule_set in rule_sets:
         if not rule_set.rules:
             continue
-        count = pattern.RewriteRuleSet(list(rule_set.rules)).apply_to_model(copy)
+        count = pattern.RewriteRuleSet(list(rule_set.rules)).apply_to_model(model)
         applied[rule_set.name] = applied.get(rule_set.name, 0) + int(count or 0)
-    return RewriteResult(copy, applied)
+    return applied

@@ -1,18 +1,19 @@
-"""Deciding which provider runs each node: claims collected, validated, assigned; function ops
-nobody claims inlined."""
+"""The partition stage: which provider runs each node — claims collected, validated, assigned;
+function ops nobody claims inlined.  ``partition_model`` is the stage as one call."""
 
 from ._assign import Assignment, PartitionResult, ProviderSlot, partition_graph
-from ._fuse import build_partition, convex_parts, successor_map
+from ._fuse import build_partition
 from ._inline import FunctionInliner, node_opsets
+from ._model import PartitionedModel, partition_model
 
 __all__ = [
     "Assignment",
     "FunctionInliner",
-    "build_partition",
-    "convex_parts",
-    "successor_map",
     "PartitionResult",
+    "PartitionedModel",
     "ProviderSlot",
+    "build_partition",
     "node_opsets",
     "partition_graph",
+    "partition_model",
 ]

@@ -17,11 +17,8 @@ import onnx_ir as ir
 
 from ..api import FuseClaim, KernelClaim, KernelLookup, Provider
 from ..errors import Fail, InvalidGraph, NotImplemented  # noqa: A004 - onnxruntime's name
-from ..graph import GraphView, NodeView
-from ..graph._scopes import node_reads
-from ..kernels import KernelDef
-from ..kernels._schema import STANDARD_DOMAINS
-from ._fuse import convex_parts, successor_map
+from ..graph import GraphView, NodeView, convex_parts, node_reads, successor_map
+from ..kernels import STANDARD_DOMAINS, KernelDef
 from ._inline import CHAIN_KEY, FunctionInliner, FunctionKey, node_opsets
 
 __all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
@@ -100,7 +97,7 @@ def partition_graph(
             body = inliner.expand(node)
             if body is None:
                 view = GraphView(graph, node_opsets(node, opsets), [node])
-                raise _unclaimed_error(view._nodes[0], node, node_opsets(node, opsets), declined)
+                raise _unclaimed_error(view.node(node.name), node, node_opsets(node, opsets), declined)
             expanded.extend(body)
         pending = expanded
     result.inlined = inliner.count
@@ -126,7 +123,7 @@ def _offer(
         view = GraphView(graph, group_opsets, group)
         for slot in slots:
             provider = slot.provider
-            view._open_for(provider.name)
+            view.begin_query(provider.name)
             try:
                 claims = list(provider.capability(view, slot.kernels) or ())
             except Exception as error:  # noqa: BLE001 - a faulty plugin must not stop the session
@@ -134,20 +131,21 @@ def _offer(
                     f"provider '{provider.name}' failed in capability() and is skipped: {type(error).__name__}: {error}"
                 )
                 claims = []
+            try:
+                for claim in claims:
+                    if isinstance(claim, KernelClaim):
+                        _accept_kernel_claim(view, slot, claim, assignments)
+                    elif isinstance(claim, FuseClaim):
+                        if successors is None:
+                            every = list(graph)
+                            successors = successor_map(every, {n.name: node_reads(n) for n in every})
+                        _accept_fuse_claim(view, provider, claim, result, successors)
+                    else:
+                        _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
             finally:
                 per_node = declined.setdefault(provider.ort_name, {})
-                for name, reasons in view._close().items():
+                for name, reasons in view.end_query().items():
                     per_node.setdefault(name, []).extend(reasons)
-            for claim in claims:
-                if isinstance(claim, KernelClaim):
-                    _accept_kernel_claim(view, slot, claim, assignments)
-                elif isinstance(claim, FuseClaim):
-                    if successors is None:
-                        every = list(graph)
-                        successors = successor_map(every, {n.name: node_reads(n) for n in every})
-                    _accept_fuse_claim(view, provider, claim, result, successors)
-                else:
-                    _warn(f"provider '{provider.name}' returned {claim!r}, which is not a claim; ignored")
 
 
 def _accept_kernel_claim(
@@ -159,7 +157,7 @@ def _accept_kernel_claim(
         return
     if claim.node in assignments:
         return
-    node = view._by_name[claim.node]
+    node = view.node(claim.node)
     kernel = slot.kernels.resolve(node)
     if kernel is None:
         _warn(

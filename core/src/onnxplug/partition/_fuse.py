@@ -1,4 +1,4 @@
-"""Fused partitions: the Partition handed to ``compile`` (convexity is in ``graph._convex``)."""
+"""Fused partitions: the Partition handed to ``compile`` (convexity is the graph package's)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from ..api import Partition
-from ..graph._convex import convex_parts, successor_map
-from ..graph._extract import extract_model
+from ..graph import extract_model
 
-__all__ = ["convex_parts", "successor_map", "build_partition"]
+__all__ = ["build_partition"]
 
 
 def build_partition(

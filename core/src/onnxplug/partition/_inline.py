@@ -32,7 +32,7 @@ import onnx_ir as ir
 from onnx_ir import _cloner  # the cloner behind onnx_ir.passes.common.InlinePass
 
 from ..errors import Fail, InvalidGraph
-from ..kernels._schema import attribute_defaults, find_schema, normalize_domain
+from ..kernels import attribute_defaults, find_schema, normalize_domain
 
 __all__ = ["CHAIN_KEY", "OPSETS_KEY", "MAX_DEPTH", "FunctionInliner", "node_opsets"]
 

@@ -1,8 +1,9 @@
-"""The other ways to run a plan: profiled (timing every step) and parallel (ORT_PARALLEL).
+"""Parallel execution (ORT_PARALLEL): independent steps of a plan run concurrently.
 
-``GraphPlan.execute`` is the lean sequential loop every run uses by default; these executors are
-chosen by the session when profiling is on or ``execution_mode`` is ``ORT_PARALLEL``.  They
-share the step semantics (inputs read from slots, outputs stored, errors named after the node).
+Steps are called through the same ``run_step`` the sequential loop uses (``_loop``), so inputs,
+outputs, errors and profiling behave the same; only the order differs.  Dependencies between
+steps are computed once; a value is released when its last reader finished (not after a position
+in a sequential order, which concurrent steps break).
 """
 
 from __future__ import annotations
@@ -12,64 +13,15 @@ import contextvars
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Fail
-from ..kernels._runstate import current_run
-from ._plan import GraphPlan, _attribute_error
-from ._steps import Step
+from ..errors import RunTerminated
+from ._loop import load_values, run_step, terminated
+from ._plan import GraphPlan
 
-__all__ = ["execute_profiled", "ParallelExecutor"]
-
-_TERMINATED = "Exiting due to terminate flag being set to true."
-
-
-def _load(plan: GraphPlan, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
-    values = plan.template.copy()
-    for slot, value in zip(plan.input_slots, inputs):
-        values[slot] = value
-    for slot, value in zip(plan.outer_slots, outer):
-        values[slot] = value
-    return values
-
-
-def _store(step: Step, values: list[Any], result: Any) -> None:
-    if step.single:
-        values[step.outputs[0]] = result
-        return
-    if len(result) < len(step.outputs):
-        raise Fail(f"the kernel returned {len(result)} outputs, the node has {len(step.outputs)}")
-    for slot, value in zip(step.outputs, result):
-        values[slot] = value
-
-
-def _terminated() -> bool:
-    state = current_run()
-    return state is not None and state.terminated()
-
-
-def execute_profiled(plan: GraphPlan, inputs: Sequence[Any], profiler: Any, outer: Sequence[Any] = ()) -> list[Any]:
-    """Run ``plan`` sequentially, recording one Node event per step."""
-    values = _load(plan, inputs, outer)
-    for step in plan.steps:
-        if _terminated():
-            raise Fail(_TERMINATED)
-        args = [values[i] for i in step.inputs]
-        start = profiler.now()
-        try:
-            result = step.call(*args)
-            _store(step, values, result)
-        except Exception as error:
-            raise _attribute_error(error, step) from error
-        profiler.node_event(step, start, profiler.now(), args, result)
-        for slot in step.free:
-            values[slot] = None
-    return [values[slot] for slot in plan.output_slots]
+__all__ = ["ParallelExecutor"]
 
 
 class ParallelExecutor:
     """Runs independent steps of a plan concurrently on a thread pool.
-
-    Dependencies between steps are computed once; a value is released when its last reader
-    finished (not after a position in a sequential order, which concurrent steps break).
 
     :param plan: the plan (its steps are not modified).
     :param threads: pool size (``inter_op_num_threads``; 0 picks the CPU count).
@@ -99,25 +51,20 @@ class ParallelExecutor:
 
     def execute(self, inputs: Sequence[Any], profiler: Any = None) -> list[Any]:
         plan = self._plan
-        values = _load(plan, inputs, ())
+        values = load_values(plan.template, plan.input_slots, inputs)
         waiting = list(self._dependencies)
         remaining_readers = dict(self._readers)
 
-        def run_step(index: int) -> None:
+        def work(index: int) -> None:
             step = plan.steps[index]
-            args = [values[i] for i in step.inputs]
             start = profiler.now() if profiler is not None else 0
-            try:
-                result = step.call(*args)
-                _store(step, values, result)
-            except Exception as error:
-                raise _attribute_error(error, step) from error
+            args, result = run_step(step, values)
             if profiler is not None:
                 profiler.node_event(step, start, profiler.now(), args, result)
 
         def submit(index: int) -> concurrent.futures.Future:
             context = contextvars.copy_context()  # each task carries the run state (terminate)
-            future = self._pool.submit(context.run, run_step, index)
+            future = self._pool.submit(context.run, work, index)
             future.step_index = index  # type: ignore[attr-defined]
             return future
 
@@ -136,8 +83,8 @@ class ParallelExecutor:
                     for consumer in self._consumers[index]:
                         waiting[consumer] -= 1
                         if waiting[consumer] == 0:
-                            if _terminated():
-                                raise Fail(_TERMINATED)
+                            if terminated():
+                                raise RunTerminated()
                             running.add(submit(consumer))
         except BaseException:
             for future in running:

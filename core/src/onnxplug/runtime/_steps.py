@@ -10,9 +10,8 @@ import onnx_ir as ir
 
 from ..api import Provider
 from ..errors import EPFail, Fail, OnnxplugError
-from ..graph._scopes import outer_references, subgraphs
-from ..kernels import KernelDef, NodeContext
-from ..kernels._schema import find_schema
+from ..graph import outer_references, subgraphs
+from ..kernels import KernelDef, NodeContext, find_schema
 from ..partition import node_opsets
 
 __all__ = ["Step", "tensor_value", "kernel_step", "fused_step", "NONE_SLOT", "DROP_SLOT"]

@@ -15,23 +15,25 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 
 from .._plugins import Environment, default_environment
 from ..api import KernelLookup, Provider
 from ..errors import InvalidArgument, NoModel
 from ..graph import load_model
-from ..graph._load import fill_missing_opsets
-from ..kernels._runstate import RunState, enter_run, leave_run
-from ..partition import ProviderSlot
-from ._executors import ParallelExecutor, execute_profiled
+from ..kernels import RunState, enter_run, leave_run
+from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
+from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
+from ._evaluate import KernelEvaluator
+from ._executors import ParallelExecutor
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
 from ._plan import GraphPlan, build_plan
-from ._prepare import name_nodes, override_initializers, write_optimized_model
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
+from ._save import write_optimized_model
 from .iobinding import IOBinding
-from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
+from .options import ExecutionMode, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .report import PartitionReport, build_report
 
@@ -97,6 +99,9 @@ class InferenceSession:
         self._threads = _thread_controller(options.intra_op_num_threads)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
+        self._optimized: OptimizedModel | None = None
+        self._partitioned: PartitionedModel | None = None
+        self._optimized_cache: dict[tuple[str, ...], OptimizedModel] = {}
         self._parallel: ParallelExecutor | None = None
         start = time.perf_counter_ns()
         self._create(parse_providers(providers, provider_options))
@@ -108,6 +113,12 @@ class InferenceSession:
     # -- creation --------------------------------------------------------------------------
 
     def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
+        """The pipeline after loading: providers chosen, then optimize → partition → plan.
+
+        The loaded model is never edited; each stage returns a new value, so ``set_providers``
+        runs the stages again from the same loaded model (the optimized model is reused when the
+        new providers allow the same rule sets).
+        """
         proto = self._loaded.proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
         denotations = self._sess_options.__dict__.get("_denotation_overrides", {})
@@ -121,18 +132,9 @@ class InferenceSession:
         providers = create_providers(chosen)
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
-            name_nodes(self._loaded.model)
-            fill_missing_opsets(self._loaded.model)
-            override_initializers(self._loaded.model, self._sess_options.__dict__.get("_initializers", {}))
-            self._plan = build_plan(
-                self._loaded.model.graph,
-                self._loaded.opsets,
-                slots,
-                functions=self._loaded.model.functions,
-                ir_version=self._loaded.proto.ir_version,
-                fallback=self._fallback,
-                fold_constants=self._sess_options.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
-            )
+            self._optimized = self._optimize(slots)
+            self._partitioned = partition_model(self._optimized.model, self._optimized.opsets, slots)
+            self._plan = build_plan(self._partitioned, slots, fallback=self._fallback)
         except BaseException:
             for provider in providers:
                 provider.close()
@@ -143,7 +145,47 @@ class InferenceSession:
         if options.execution_mode == ExecutionMode.ORT_PARALLEL:
             self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
         if options.optimized_model_filepath:
-            write_optimized_model(self._loaded, options.optimized_model_filepath)
+            write_optimized_model(
+                self._optimized.model,
+                proto,
+                self._loaded.base_dir,
+                options.optimized_model_filepath,
+                options._entries(),
+            )
+
+    def _optimize(self, slots: list[ProviderSlot]) -> OptimizedModel:
+        """The optimizer stage for these providers, reusing an earlier result when the same rule
+        sets apply (the result depends only on the model, the level and the rule sets)."""
+        level = int(self._sess_options.graph_optimization_level)
+        names = {slot.provider.name for slot in slots}
+
+        def has_kernel(domain: str, op_type: str, since_version: int) -> bool:
+            return any(slot.kernels.lookup(domain, op_type, since_version) is not None for slot in slots)
+
+        gate = RuleGate(names, has_kernel)
+        opsets = self._loaded.opsets
+        rule_sets = {stage: self._environment.rewrite_rules(stage) for stage in stages_for_level(level)}
+        applicable = tuple(
+            rule_set.name for sets in rule_sets.values() for rule_set in sets if gate.why_not(rule_set, opsets) is None
+        )
+        cached = self._optimized_cache.get(applicable)
+        if cached is not None:
+            return cached
+        initializers = {
+            name: np.asarray(value._onnxplug_value())
+            for name, value in self._sess_options.__dict__.get("_initializers", {}).items()
+        }
+        optimized = optimize(
+            self._loaded.model,
+            level,
+            rule_sets=rule_sets,
+            gate=gate,
+            evaluate=KernelEvaluator(slots),
+            node_opsets=node_opsets,
+            initializers=initializers,
+        )
+        self._optimized_cache[applicable] = optimized
+        return optimized
 
     def _log_creation(self) -> None:
         """Report the session's providers and partition on its logger.
@@ -202,21 +244,17 @@ class InferenceSession:
         """Which provider runs each node of the main graph, fused partitions, copies and the
         reasons providers gave for declining nodes (see :class:`~onnxplug.PartitionReport`)."""
         plan = self._require_plan()
-        graph = self._loaded.model.graph
-        by_name = {node.name: node for node in graph}
-        fused = {name: part for name, (_, part) in plan.partition.fused.items()}
-        order = []
-        for step in plan.steps:
-            if step.node_index < 0:  # an inserted copy
-                continue
-            members = [n for n in graph if n.name in fused[step.name]] if step.name in fused else [by_name[step.name]]
-            for node in members:
-                order.append((node, step.provider, step.name if step.name in fused else None))
-        running = {id(v) for node, _, _ in order for v in node.outputs}
-        constants = [v.name for v in graph.initializers.values()] + [
-            v.name for node in graph for v in node.outputs if id(v) not in running and v.name
-        ]
-        return build_report(graph, order, constants, plan.copies, plan.partition.declined, self.get_providers())
+        constants = list(plan.graph.initializers)
+        return build_report(
+            plan.graph, plan.order, constants, plan.copies, plan.partition.declined, self.get_providers()
+        )
+
+    def get_optimization_report(self) -> OptimizedModel:
+        """What the optimizer did for this session: the optimized model, one report per pass
+        (node counts before and after, what changed), and the rule sets not applied with why."""
+        self._require_plan()
+        assert self._optimized is not None
+        return self._optimized
 
     def _require_plan(self) -> GraphPlan:
         if self._plan is None:
@@ -257,9 +295,7 @@ class InferenceSession:
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
         if self._parallel is not None:
             return self._parallel.execute(inputs, profiler)
-        if profiler is not None:
-            return execute_profiled(plan, inputs, profiler)
-        return plan.execute(inputs)
+        return plan.execute(inputs, profiler=profiler)
 
     # -- profiling -------------------------------------------------------------------------
 
@@ -365,6 +401,7 @@ class InferenceSession:
             provider.close()
         self._providers = []
         self._plan = None
+        self._partitioned = None
 
     @property
     def _model_proto(self) -> onnx.ModelProto:

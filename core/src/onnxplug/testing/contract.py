@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 from .._plugins import Environment
 from ..api import API_VERSION, FuseClaim, KernelClaim, KernelLookup, Provider, ProviderFactory
 from ..errors import InvalidArgument
-from ..graph import GraphView, load_model
+from ..graph import GraphView, NodeView, load_model
 from ..runtime import InferenceSession
 from . import make_model
 
@@ -148,18 +148,21 @@ class ProviderContract:
 
     # -- claims ------------------------------------------------------------------------------
 
-    def _claims(self, provider: Provider, kernels: KernelLookup, model: onnx.ModelProto) -> tuple[list[Any], GraphView]:
+    def _claims(
+        self, provider: Provider, kernels: KernelLookup, model: onnx.ModelProto
+    ) -> tuple[list[Any], dict[str, NodeView]]:
+        """The provider's claims on ``model``, and the model's nodes as the provider saw them."""
         loaded = load_model(model.SerializeToString())
         view = GraphView(loaded.model.graph, loaded.opsets)
-        view._open_for(provider.name)
+        view.begin_query(provider.name)
         try:
-            return list(provider.capability(view, kernels)), view
+            return list(provider.capability(view, kernels)), {node.name: node for node in view.nodes}
         finally:
-            view._close()
+            view.end_query()
 
     def test_claims_are_valid_and_deterministic(self, created: Provider, kernels: KernelLookup) -> None:
         model = _graph_model(TensorProto.FLOAT)
-        first, view = self._claims(created, kernels, model)
+        first, nodes = self._claims(created, kernels, model)
         second, _ = self._claims(created, kernels, model)
         assert first == second, "capability() must answer the same graph the same way"
         names = {n.name for n in model.graph.node}
@@ -168,7 +171,7 @@ class ProviderContract:
             claimed = [claim.node] if isinstance(claim, KernelClaim) else list(claim.nodes)
             assert set(claimed) <= names, f"claim {claim} names nodes not in the graph"
             if isinstance(claim, KernelClaim):
-                node = view._by_name[claim.node]
+                node = nodes[claim.node]
                 assert kernels.resolve(node) is not None, f"{claim} has no kernel for {node.key_string()}"
 
     def test_unsupported_dtype_is_not_claimed(self, created: Provider, kernels: KernelLookup) -> None:

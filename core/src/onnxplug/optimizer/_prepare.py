@@ -1,25 +1,22 @@
-"""Session-creation steps on the loaded model that are not planning: unique node names,
-initializers overridden from SessionOptions, and writing the model that will run."""
+"""The steps every optimization level runs, ``ORT_DISABLE_ALL`` included: unique node names
+(claims, errors and profiles refer to nodes by name), opset imports for domains nodes use but
+the model forgot, and initializers replaced by ``SessionOptions.add_initializer`` values."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from ..errors import InvalidArgument
-from ..graph import LoadedModel
 
-__all__ = ["name_nodes", "override_initializers", "write_optimized_model"]
+__all__ = ["fill_missing_opsets", "name_nodes", "override_initializers"]
 
 
 def name_nodes(model: ir.Model) -> None:
-    """Give every node a unique name (``<OpType>_<index>`` where missing), as claims, errors
-    and profiles refer to nodes by name."""
+    """Give every node a unique name (``<OpType>_<index>`` where missing or taken)."""
     taken: set[str] = set()
     index = 0
     pending = [model.graph]
@@ -42,8 +39,28 @@ def name_nodes(model: ir.Model) -> None:
                     pending.extend(attr.value)
 
 
-def override_initializers(model: ir.Model, values: Mapping[str, Any]) -> None:
-    """Replace initializers by the OrtValues given to ``SessionOptions.add_initializer``.
+def fill_missing_opsets(model: ir.Model) -> None:
+    """Import, at its newest version, every domain a node uses that the model does not import.
+
+    Exporters (onnxruntime's transformer optimizer among them) leave out ``com.microsoft``, and
+    fusions add ops of domains the model did not use; onnxruntime accepts such models the same
+    way.  Run after op-library schemas are registered.
+    """
+    imported = {("" if d == "ai.onnx" else d) for d in model.opset_imports}
+    used = {node.domain or "" for node in model.graph.all_nodes()} - imported
+    used.discard("ai.onnx")
+    if not used:
+        return
+    newest: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain in used:
+            newest[schema.domain] = max(newest.get(schema.domain, 0), schema.since_version)
+    for domain, version in newest.items():
+        model.opset_imports[domain] = version
+
+
+def override_initializers(model: ir.Model, values: Mapping[str, np.ndarray]) -> None:
+    """Replace initializers by the arrays given to ``SessionOptions.add_initializer``.
 
     :raises InvalidArgument: a name that is not an initializer, or a dtype/shape that differs.
     """
@@ -51,7 +68,7 @@ def override_initializers(model: ir.Model, values: Mapping[str, Any]) -> None:
     for name, value in values.items():
         if name not in initializers:
             raise InvalidArgument(f"add_initializer: the model has no initializer named '{name}'")
-        array = np.asarray(value._onnxplug_value())
+        array = np.asarray(value)
         current = initializers[name]
         expected = current.const_value.numpy()
         if array.dtype != expected.dtype or array.shape != expected.shape:
@@ -60,21 +77,3 @@ def override_initializers(model: ir.Model, values: Mapping[str, Any]) -> None:
                 f"the given value is {array.dtype}{list(array.shape)}"
             )
         current.const_value = ir.tensor(array, name=name)
-
-
-def write_optimized_model(loaded: LoadedModel, path: str) -> None:
-    """Write the model as it will run (function ops nobody claimed are inlined), loadable by
-    other runtimes: graph input/output types come from the original model, external data is
-    read in and written beside the file when the model is large."""
-    proto = ir.serde.serialize_model(loaded.model)
-    original = {info.name: info for info in list(loaded.proto.graph.input) + list(loaded.proto.graph.output)}
-    for infos in (proto.graph.input, proto.graph.output):
-        for info in infos:
-            if info.name in original:
-                info.CopyFrom(original[info.name])
-    if loaded.base_dir is not None and any(
-        t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer
-    ):
-        onnx.external_data_helper.load_external_data_for_model(proto, loaded.base_dir)
-    large = proto.ByteSize() > (1 << 31) - (1 << 26)
-    onnx.save(proto, path, save_as_external_data=large, location=os.path.basename(path) + ".data")

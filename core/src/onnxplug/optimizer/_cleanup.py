@@ -1,0 +1,118 @@
+"""Removing what computes nothing: no-op nodes, repeated subexpressions, dead nodes and unused
+initializers.
+
+No-ops are removed by rewiring their readers to the node's input, so they are only removed when
+the output is not a graph output (the graph's output names are part of its interface):
+
+* ``Identity``;
+* ``Dropout`` in inference (no ``training_mode`` input, or a constant false one, and the mask
+  unused);
+* ``Cast`` to the type the input already has;
+* ``Reshape``, ``Expand``, ``Squeeze`` and ``Flatten`` whose input and output have the same fully
+  static shape;
+* ``Transpose`` pairs whose permutations cancel (the first one's only reader is the second).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+__all__ = ["eliminate_common_subexpressions", "remove_dead_code", "remove_no_ops"]
+
+_SHAPE_OPS = frozenset({"Reshape", "Expand", "Squeeze", "Flatten"})
+
+
+def _static(value: ir.Value | None) -> tuple[int, ...] | None:
+    if value is None or value.shape is None:
+        return None
+    dims = tuple(value.shape)
+    return dims if all(isinstance(d, int) for d in dims) else None  # type: ignore[return-value]
+
+
+def _dtype(value: ir.Value | None) -> ir.DataType | None:
+    if value is None or not isinstance(value.type, ir.TensorType):
+        return None
+    return value.type.dtype
+
+
+def _is_false_constant(value: ir.Value | None) -> bool:
+    if value is None:
+        return True
+    if value.const_value is None or value.is_graph_input():
+        return False
+    try:
+        return not bool(value.const_value.numpy().any())
+    except Exception:  # noqa: BLE001 - an unreadable flag is not known to be false
+        return False
+
+
+def _source_if_no_op(node: ir.Node) -> ir.Value | None:
+    """The value ``node``'s first output equals, when the node is a no-op; else ``None``."""
+    if node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return None
+    source, output = node.inputs[0], node.outputs[0]
+    op = node.op_type
+    if op == "Identity":
+        return source
+    if op == "Dropout":
+        version = node.graph.opset_imports.get("", 0) if node.graph is not None else 0
+        mask_used = len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output())
+        if mask_used:
+            return None
+        if version >= 12:
+            training = node.inputs[2] if len(node.inputs) > 2 else None
+            return source if _is_false_constant(training) else None
+        if version >= 7:  # inference-only Dropout: no training flag at all
+            return source
+        return None
+    if op == "Cast":
+        to = node.attributes.get_int("to", 0)
+        return source if _dtype(source) is not None and int(_dtype(source)) == to else None  # type: ignore[arg-type]
+    if op in _SHAPE_OPS:
+        before, after = _static(source), _static(output)
+        return source if before is not None and before == after else None
+    if op == "Transpose":
+        producer = source.producer()
+        if producer is None or producer.op_type != "Transpose" or producer.domain not in ("", "ai.onnx"):
+            return None
+        if len(source.uses()) != 1 or source.is_graph_output():
+            return None
+        first, second = producer.attributes.get_ints("perm"), node.attributes.get_ints("perm")
+        if first is None or second is None or len(first) != len(second):
+            return None
+        if all(first[second[i]] == i for i in range(len(first))):
+            return producer.inputs[0]
+    return None
+
+
+def remove_no_ops(model: ir.Model) -> dict[str, int]:
+    """Remove no-op nodes everywhere (subgraphs included); returns the count per op type."""
+    removed: dict[str, int] = {}
+    graphs = [model.graph, *model.graph.subgraphs()]
+    for graph in graphs:
+        for node in list(graph):
+            if node.graph is None:  # already removed with a pair
+                continue
+            source = _source_if_no_op(node)
+            output = node.outputs[0] if node.outputs else None
+            if source is None or output is None or output.is_graph_output():
+                continue
+            ir.convenience.replace_all_uses_with(output, source)
+            removed[node.op_type] = removed.get(node.op_type, 0) + 1
+    if removed:
+        remove_dead_code(model)
+    return removed
+
+
+def eliminate_common_subexpressions(model: ir.Model) -> bool:
+    """Merge nodes that compute the same op on the same inputs with the same attributes."""
+    from onnx_ir.passes.common import CommonSubexpressionEliminationPass
+
+    return CommonSubexpressionEliminationPass()(model).modified
+
+
+def remove_dead_code(model: ir.Model) -> bool:
+    """Remove nodes whose outputs nobody reads and initializers nobody uses."""
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    return RemoveUnusedNodesPass()(model).modified

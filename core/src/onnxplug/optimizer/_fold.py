@@ -1,0 +1,151 @@
+"""Constant folding and shape simplification.
+
+A node whose inputs are all constants is computed once, by an evaluator the session hands in
+(the host providers' own kernels, so a folded value is exactly what the node would compute at run
+time), and its outputs become initializers: every provider then sees the folded graph in
+``capability()``, kernels prepack from ``NodeContext.constant()``, and compiled partitions receive
+the values as initializers.  ``Shape`` and ``Size`` of values whose shapes are fully static are
+constants too, so the shape arithmetic exporters write (Shape → Gather → Unsqueeze → Concat →
+Reshape) folds away.
+
+Not folded: random ops and Dropout (their result differs between runs), nodes with subgraphs,
+nodes reading an initializer that is also a graph input (a feed may replace it), results that are
+not numeric tensors, results over :data:`FOLD_LIMIT_BYTES` (a constant kept in memory for the
+session's life), and empty results (vendor compilers mishandle empty constants — OpenVINO turns
+a folded ``[2, 4, 0]`` zero-pad into a scalar — and computing them costs nothing).  A node the evaluator cannot compute
+stays, so the run reports the failure with the node named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+__all__ = ["Evaluator", "FOLD_LIMIT_BYTES", "NOT_FOLDABLE", "fold_constants", "lift_constant_nodes", "simplify_shapes"]
+
+#: ``evaluator(node, opsets, inputs)`` → the node's output arrays, or ``None`` when it cannot.
+Evaluator = Callable[[ir.Node, Mapping[str, int], Sequence["np.ndarray | None"]], "Sequence[np.ndarray] | None"]
+
+#: Ops whose result differs between runs: never folded.
+NOT_FOLDABLE = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+)
+#: Folded results larger than this stay computed per run.
+FOLD_LIMIT_BYTES = 64 << 20
+
+
+def _graphs(graph: ir.Graph) -> list[ir.Graph]:
+    """``graph`` and every subgraph below it, outermost first."""
+    found = [graph]
+    for node in graph.all_nodes():
+        for attr in node.attributes.values():
+            if attr.type is ir.AttributeType.GRAPH:
+                found.append(attr.value)
+            elif attr.type is ir.AttributeType.GRAPHS:
+                found.extend(attr.value)
+    return found
+
+
+def _constant_array(value: ir.Value | None, fed: set[int]) -> np.ndarray | None:
+    if value is None or id(value) in fed or value.const_value is None or not value.is_initializer():
+        return None
+    try:
+        array = value.const_value.numpy()
+    except Exception:  # noqa: BLE001 - a payload numpy cannot hold is simply not folded
+        return None
+    return array if array.dtype.kind in "biufc?" else None
+
+
+def _replace_with_constants(node: ir.Node, arrays: Sequence[np.ndarray]) -> None:
+    """Swap ``node``'s outputs for initializers holding ``arrays`` (names kept) and drop it."""
+    graph = node.graph
+    assert graph is not None
+    for old, array in zip(node.outputs, arrays):
+        name = old.name
+        old.name = None  # frees the name for the initializer that takes its place
+        new = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
+        new.const_value = ir.tensor(array, name=name)
+        graph.register_initializer(new)
+        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+
+
+def fold_constants(model: ir.Model, opsets: Mapping[str, int], evaluate: Evaluator, node_opsets: Callable) -> int:
+    """Fold every node of ``model`` (subgraphs included) whose inputs are constants; returns how
+    many nodes were folded.  ``node_opsets(node, opsets)`` gives the opsets a node resolves with."""
+    folded = 0
+    fed = {id(v) for v in model.graph.inputs}
+    for graph in _graphs(model.graph):
+        for node in list(graph):
+            if node.op_type in NOT_FOLDABLE or not node.inputs or node.domain not in ("", "ai.onnx", "com.microsoft"):
+                continue
+            if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
+                continue
+            if any(not v.name for v in node.outputs):
+                continue
+            inputs = [None if v is None else _constant_array(v, fed) for v in node.inputs]
+            if any(array is None and value is not None for array, value in zip(inputs, node.inputs)):
+                continue
+            try:
+                result = evaluate(node, node_opsets(node, opsets), inputs)
+            except Exception:  # noqa: BLE001 - left to fail at run time, with the node named
+                result = None
+            if result is None or len(result) != len(node.outputs):
+                continue
+            if not all(isinstance(a, np.ndarray) and a.dtype.kind in "biufc?" for a in result):
+                continue
+            if sum(a.nbytes for a in result) > FOLD_LIMIT_BYTES or any(a.size == 0 for a in result):
+                continue
+            _replace_with_constants(node, [np.array(a, copy=True) for a in result])
+            folded += 1
+    return folded
+
+
+def lift_constant_nodes(model: ir.Model) -> int:
+    """``Constant`` nodes become initializers (providers and folding see one kind of constant)."""
+    from onnx_ir.passes.common import LiftConstantsToInitializersPass
+
+    before = sum(1 for n in model.graph.all_nodes() if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
+    LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    after = sum(1 for n in model.graph.all_nodes() if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
+    return before - after
+
+
+def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    if value is None or value.shape is None or not isinstance(value.type, ir.TensorType):
+        return None
+    dims = tuple(value.shape)
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        return None
+    return dims  # type: ignore[return-value]
+
+
+def simplify_shapes(model: ir.Model) -> int:
+    """``Shape``/``Size`` of values with fully static shapes replaced by constants; returns the
+    number of nodes replaced."""
+    replaced = 0
+    for graph in _graphs(model.graph):
+        for node in list(graph):
+            if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Size") or not node.inputs:
+                continue
+            shape = _static_shape(node.inputs[0])
+            if shape is None or not node.outputs[0].name:
+                continue
+            if node.op_type == "Size":
+                array = np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+            else:
+                rank = len(shape)
+                start = _clamp(node.attributes.get_int("start", 0), rank)
+                end = _clamp(node.attributes.get_int("end", rank), rank)
+                array = np.array(shape[start:end], dtype=np.int64)
+            _replace_with_constants(node, [array])
+            replaced += 1
+    return replaced
+
+
+def _clamp(index: int, rank: int) -> int:
+    if index < 0:
+        index += rank
+    return min(max(index, 0), rank)

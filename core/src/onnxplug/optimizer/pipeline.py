@@ -1,0 +1,214 @@
+"""``optimize``: the optimizer stage as one call, level by level, with a report of every pass.
+
+The stage takes the loaded model and returns a new one; the caller's model is never edited
+(``ir.Model.clone`` shares tensor payloads, so a copy of a large model costs little).
+
+==================== ==========================================================================
+level                passes
+==================== ==========================================================================
+ORT_DISABLE_ALL      preparation only: unique node names, missing opset imports,
+                     ``add_initializer`` overrides
+ORT_ENABLE_BASIC     + Constant nodes lifted to initializers, Shape/Size of static shapes,
+                     constant folding, no-op removal, common-subexpression elimination, dead
+                     nodes and unused initializers removed (repeated until nothing changes)
+ORT_ENABLE_EXTENDED  + the ``"extended"`` rule sets plugins contribute (fusions), then the basic
+                     passes again
+ORT_ENABLE_ALL       + the ``"layout"`` rule sets (layout choices, provider-specific fusions)
+==================== ==========================================================================
+
+A rule set runs only when the session can run what it produces (see :class:`RuleGate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from ._cleanup import eliminate_common_subexpressions, remove_dead_code, remove_no_ops
+from ._fold import Evaluator, fold_constants, lift_constant_nodes, simplify_shapes
+from ._prepare import fill_missing_opsets, name_nodes, override_initializers
+from .rewrite import rewrite_in_place
+from .rules import OpRef, RuleSet
+
+__all__ = ["LEVELS", "OptimizedModel", "PassReport", "RuleGate", "optimize", "stages_for_level"]
+
+#: onnxruntime's levels by value (GraphOptimizationLevel): 0, 1, 2, 99.
+LEVELS = {0: "ORT_DISABLE_ALL", 1: "ORT_ENABLE_BASIC", 2: "ORT_ENABLE_EXTENDED", 99: "ORT_ENABLE_ALL"}
+
+#: How many rounds the basic passes get to reach a fixed point.
+_BASIC_ROUNDS = 4
+
+
+def stages_for_level(level: int) -> tuple[str, ...]:
+    """The rule-set stages a level runs (``ORT_ENABLE_ALL`` runs every stage)."""
+    if level >= 99:
+        return ("basic", "extended", "layout")
+    if level >= 2:
+        return ("basic", "extended")
+    if level >= 1:
+        return ("basic",)
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PassReport:
+    """What one pass changed: node counts (all graphs) before and after, and what it did
+    (``{"folded": 12}``, ``{"ms_ops.skip_layer_norm": 24}``...)."""
+
+    name: str
+    nodes_before: int
+    nodes_after: int
+    changes: Mapping[str, int]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes) or self.nodes_before != self.nodes_after
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizedModel:
+    """The optimizer's output: a new model, the opsets it resolves with, and the pass reports.
+
+    :ivar skipped: rule sets not applied, with the reason (an op no session provider runs).
+    """
+
+    model: ir.Model
+    level: int
+    passes: tuple[PassReport, ...]
+    skipped: Mapping[str, str]
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {("" if d == "ai.onnx" else d): v for d, v in self.model.opset_imports.items()}
+
+    def fusions(self) -> dict[str, int]:
+        """Rewrites per rule set, over every pass."""
+        totals: Counter[str] = Counter()
+        for report in self.passes:
+            if report.name.startswith("rules:"):
+                totals.update(report.changes)
+        return dict(totals)
+
+
+class RuleGate:
+    """Decides which rule sets a session may apply.
+
+    :param providers: short names of the session's providers.
+    :param has_kernel: ``has_kernel(domain, op_type, since_version)``: whether some provider of
+        the session has a kernel for that schema version.
+    """
+
+    def __init__(self, providers: Iterable[str], has_kernel: Callable[[str, str, int], bool]) -> None:
+        self._providers = frozenset(providers)
+        self._has_kernel = has_kernel
+
+    def why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
+        """``None`` when ``rule_set`` may run; otherwise the reason it may not."""
+        if rule_set.providers is not None and not self._providers.intersection(rule_set.providers):
+            return f"meant for {', '.join(rule_set.providers)}, not among the session's providers"
+        for op in rule_set.produces:
+            if not self._runnable(op, opsets):
+                if rule_set.providers is not None:
+                    continue  # a provider's own rules produce what that provider compiles
+                return f"no provider of the session runs {op}"
+        return None
+
+    def _runnable(self, op: OpRef, opsets: Mapping[str, int]) -> bool:
+        version = op.version or opsets.get(op.domain)
+        try:
+            if version is None:
+                schema = onnx.defs.get_schema(op.op_type, op.domain)
+            else:
+                schema = onnx.defs.get_schema(op.op_type, version, op.domain)
+        except onnx.defs.SchemaError:
+            return False
+        return self._has_kernel(op.domain, op.op_type, schema.since_version)
+
+
+def _count(model: ir.Model) -> int:
+    return sum(1 for _ in model.graph.all_nodes())
+
+
+class _Recorder:
+    """Runs passes on the optimizer's own copy and records a PassReport for each."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        self.reports: list[PassReport] = []
+
+    def run(self, name: str, function: Callable[[ir.Model], Mapping[str, int] | int | bool]) -> bool:
+        before = _count(self.model)
+        outcome = function(self.model)
+        if isinstance(outcome, Mapping):
+            changes = {k: int(v) for k, v in outcome.items() if v}
+        elif isinstance(outcome, bool):
+            changes = {"changed": 1} if outcome else {}
+        else:
+            changes = {name: int(outcome)} if outcome else {}
+        report = PassReport(name, before, _count(self.model), changes)
+        self.reports.append(report)
+        return report.changed
+
+
+def _basic(recorder: _Recorder, opsets: Mapping[str, int], evaluate: Evaluator | None, node_opsets: Callable) -> None:
+    recorder.run("lift-constants", lift_constant_nodes)
+    for _ in range(_BASIC_ROUNDS):
+        changed = recorder.run("shape-simplification", simplify_shapes)
+        if evaluate is not None:
+            changed |= recorder.run("constant-folding", lambda m: fold_constants(m, opsets, evaluate, node_opsets))
+        changed |= recorder.run("no-op-removal", remove_no_ops)
+        changed |= recorder.run("common-subexpressions", eliminate_common_subexpressions)
+        changed |= recorder.run("dead-code", remove_dead_code)
+        if not changed:
+            break
+
+
+def optimize(
+    model: ir.Model,
+    level: int,
+    *,
+    rule_sets: Mapping[str, Sequence[RuleSet]] | None = None,
+    gate: RuleGate | None = None,
+    evaluate: Evaluator | None = None,
+    node_opsets: Callable[[ir.Node, Mapping[str, int]], Mapping[str, int]] | None = None,
+    initializers: Mapping[str, np.ndarray] | None = None,
+) -> OptimizedModel:
+    """Optimize a copy of ``model`` at ``level`` (0, 1, 2 or 99, as GraphOptimizationLevel).
+
+    :param rule_sets: stage → the rule sets plugins contributed for it.
+    :param gate: which rule sets the session can run (all of them when ``None``).
+    :param evaluate: computes a node from constant inputs, for folding (no folding when ``None``).
+    :param node_opsets: the opsets a node resolves with (default: the model's).
+    :param initializers: ``add_initializer`` overrides, applied first.
+    :raises InvalidArgument: an override that does not fit its initializer.
+    """
+    copy = model.clone()
+    override_initializers(copy, initializers or {})
+    fill_missing_opsets(copy)
+    name_nodes(copy)
+    recorder = _Recorder(copy)
+    opsets = {("" if d == "ai.onnx" else d): v for d, v in copy.opset_imports.items()}
+    resolve = node_opsets or (lambda node, default: default)
+    skipped: dict[str, str] = {}
+    stages = stages_for_level(level)
+    if "basic" in stages:
+        _basic(recorder, opsets, evaluate, resolve)
+    fused = False
+    for stage in stages:
+        for rule_set in (rule_sets or {}).get(stage, ()):
+            reason = None if gate is None else gate.why_not(rule_set, opsets)
+            if reason is not None:
+                skipped[rule_set.name] = reason
+                continue
+
+            fused |= recorder.run(f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set]))
+    if fused:
+        fill_missing_opsets(copy)
+        _basic(recorder, opsets, evaluate, resolve)
+    name_nodes(copy)
+    return OptimizedModel(copy, level, tuple(recorder.reports), skipped)
