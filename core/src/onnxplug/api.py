@@ -228,8 +228,6 @@ class ProviderFactory:
     api_version: int = API_VERSION
     priority: int = 0
     option_names: frozenset[str] = frozenset()
-    #: Whether this provider runs nodes with registry kernels (asks ``onnxplug_kernels``).
-    uses_kernels: bool = True
 
     def devices(self) -> list[Device]:
         """The devices available now; empty when unavailable.  Must never raise."""

@@ -41,7 +41,7 @@ class Requirements:
     :cvar float16: runs the same ops on float16.
     :cvar float64: runs the same ops on float64.
     :cvar transfer: owns device memory, so ``transfer()`` returns a DataTransfer.
-    :cvar fuse: answers with FuseClaims and compiles partitions.
+    :cvar fuse: answers with FuseClaims and compiles partitions (closed: never answers with one).
     """
 
     float32: ClassVar[bool] = True
@@ -209,6 +209,19 @@ class ProviderContract:
         tolerance = 1e-2 if dtype == "float16" else 1e-5
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+    def test_fuse_claims_follow_the_requirement(
+        self, created: Provider, kernels: KernelLookup, environment: Environment
+    ) -> None:
+        claims, _ = self._claims(created, kernels, _graph_model(TensorProto.FLOAT))
+        fused = [claim for claim in claims if isinstance(claim, FuseClaim)]
+        if not self.requirements.fuse:
+            assert fused == [], f"requirement 'fuse' is closed but the provider answered {fused}"
+            return
+        assert fused, "requirement 'fuse' is open but the provider answered no FuseClaim on MatMul-Add-Relu-Softmax"
+        report = self._session(_graph_model(TensorProto.FLOAT), environment).get_partition_report()
+        ours = [node for node in report.nodes if node.provider == self._ort_name(environment)]
+        assert ours and all(node.partition for node in ours), f"the provider's nodes did not run fused: {ours}"
 
     def test_transfer_round_trip_is_identity(self, created: Provider) -> None:
         _requires("transfer")(self)

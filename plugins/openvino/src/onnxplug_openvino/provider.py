@@ -69,7 +69,6 @@ class OpenVINOProviderFactory(ProviderFactory):
     ort_name = "OpenVINOExecutionProvider"
     priority = 100  # asked before the CPU provider (priority 0)
     option_names = OPTION_NAMES
-    uses_kernels = False
 
     def __init__(self) -> None:
         self._reason = ""

@@ -1,0 +1,249 @@
+"""ORT_ENABLE_BASIC: each pass on a small graph (golden op lists before and after, outputs equal),
+and the whole level on onnx's light models (outputs equal to the unoptimized graph)."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.testing import make_model
+
+F = TensorProto.FLOAT
+LEVEL = onnxplug.GraphOptimizationLevel
+
+
+def session_at(model, level, providers=("CPUExecutionProvider",)):
+    options = onnxplug.SessionOptions()
+    options.graph_optimization_level = level
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return onnxplug.InferenceSession(source, options, providers=list(providers))
+
+
+def histogram(session) -> dict[str, int]:
+    """Op types of the nodes the session runs (main graph), counted."""
+    return dict(collections.Counter(node.op_type for node in session.get_partition_report().nodes))
+
+
+def _run_both(model, feeds):
+    """Outputs at ORT_DISABLE_ALL and ORT_ENABLE_BASIC, and the BASIC session."""
+    plain = session_at(model, LEVEL.ORT_DISABLE_ALL).run(None, feeds)
+    basic = session_at(model, LEVEL.ORT_ENABLE_BASIC)
+    for a, b in zip(plain, basic.run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+    return basic
+
+
+def _passes(session) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for report in session.get_optimization_report().passes:
+        for key, count in report.changes.items():
+            totals[key] = totals.get(key, 0) + count
+    return totals
+
+
+X = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+
+
+def test_shape_arithmetic_folds_to_a_constant_reshape():
+    # what exporters write: Shape → Gather → Unsqueeze → Concat → Reshape
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+        helper.make_node("Unsqueeze", ["d0", "axes"], ["d0u"]),
+        helper.make_node("Concat", ["d0u", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64), "minus_one": np.array([-1], np.int64)}
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])], inits)
+    assert histogram(session_at(model, LEVEL.ORT_DISABLE_ALL)) == {
+        "Shape": 1, "Gather": 1, "Unsqueeze": 1, "Concat": 1, "Reshape": 1, "Relu": 1
+    }  # fmt: skip
+    basic = _run_both(model, {"x": X})
+    # the Reshape to the shape x already has is a no-op once its target is known
+    assert histogram(basic) == {"Relu": 1}
+    assert _passes(basic)["shape-simplification"] == 1
+
+
+def test_dynamic_shapes_are_not_folded():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=F)]
+    model = make_model(nodes, [("x", F, ["batch", 4])], [("y", F, [2])])
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Shape": 1, "Cast": 1}
+
+
+def test_constant_nodes_and_their_arithmetic_fold():
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", F, [4], [1, 2, 3, 4])),
+        helper.make_node("Mul", ["c", "two"], ["c2"]),
+        helper.make_node("Add", ["x", "c2"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])], {"two": np.array(2, np.float32)})
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Add": 1}
+    assert basic.get_partition_report().constants >= {"c2"}
+
+
+def test_random_ops_and_overridable_initializers_are_not_folded():
+    nodes = [
+        helper.make_node("RandomUniform", [], ["noise"], shape=[3, 4], seed=1.0),
+        helper.make_node("Mul", ["w", "w"], ["w2"]),
+        helper.make_node("Add", ["noise", "w2"], ["y"]),
+    ]
+    model = make_model(nodes, [("w", F, [3, 4])], [("y", F, [3, 4])], {"w": np.ones((3, 4), np.float32)})
+    session = session_at(model, LEVEL.ORT_ENABLE_BASIC)
+    assert histogram(session) == {"RandomUniform": 1, "Mul": 1, "Add": 1}
+    fed = session.run(None, {"w": np.full((3, 4), 3, np.float32)})[0]
+    assert (fed >= 9).all()  # the feed replaced the initializer: w*w was not folded
+
+
+def test_large_results_stay_computed():
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]), helper.make_node("Add", ["big", "x"], ["y"])]
+    inits = {"shape": np.array([2 << 20, 5], np.int64)}  # 40 MiB of float32 would fold...
+    model = make_model(nodes, [("x", F, [1])], [("y", F, None)], inits)
+    session = session_at(model, LEVEL.ORT_ENABLE_BASIC)
+    assert histogram(session) == {"Add": 1}
+    inits = {"shape": np.array([4 << 20, 5], np.int64)}  # ...80 MiB stays a node
+    model = make_model(nodes, [("x", F, [1])], [("y", F, None)], inits)
+    assert histogram(session_at(model, LEVEL.ORT_ENABLE_BASIC)) == {"ConstantOfShape": 1, "Add": 1}
+
+
+@pytest.mark.parametrize(
+    "node, extra, inits",
+    [
+        (helper.make_node("Identity", ["x"], ["n"]), [], {}),
+        (helper.make_node("Dropout", ["x"], ["n"]), [], {}),
+        (helper.make_node("Dropout", ["x", "", "training"], ["n"]), [], {"training": np.array(False)}),
+        (helper.make_node("Cast", ["x"], ["n"], to=F), [], {}),
+        (helper.make_node("Reshape", ["x", "shape"], ["n"]), [], {"shape": np.array([3, 4], np.int64)}),
+        (helper.make_node("Expand", ["x", "shape"], ["n"]), [], {"shape": np.array([1, 4], np.int64)}),
+        (helper.make_node("Squeeze", ["x"], ["n"]), [], {}),
+        (
+            helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+            [helper.make_node("Transpose", ["t"], ["n"], perm=[1, 0])],
+            {},
+        ),
+    ],
+    ids=["identity", "dropout", "dropout-training-false", "cast-same", "reshape", "expand", "squeeze", "transposes"],
+)
+def test_no_ops_are_removed(node, extra, inits):
+    nodes = [node, *extra, helper.make_node("Relu", ["n"], ["y"])]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])], inits)
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Relu": 1}
+
+
+@pytest.mark.parametrize(
+    "node, inits",
+    [
+        (helper.make_node("Cast", ["x"], ["n"], to=TensorProto.DOUBLE), {}),
+        (helper.make_node("Reshape", ["x", "shape"], ["n"]), {"shape": np.array([4, 3], np.int64)}),
+        (helper.make_node("Dropout", ["x", "", "training"], ["n"]), {}),
+    ],
+    ids=["cast-other-type", "reshape-other-shape", "dropout-training-fed"],
+)
+def test_lookalike_no_ops_stay(node, inits):
+    nodes = [node, helper.make_node("Abs", ["n"], ["y"])]
+    inputs = [("x", F, [3, 4])] + ([("training", TensorProto.BOOL, [])] if "training" in node.input else [])
+    out_type = TensorProto.DOUBLE if node.op_type == "Cast" else F
+    model = make_model(nodes, inputs, [("y", out_type, None)], inits)
+    session = session_at(model, LEVEL.ORT_ENABLE_BASIC)
+    assert histogram(session)[node.op_type] == 1
+
+
+def test_a_no_op_writing_a_graph_output_stays():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["y"])]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])])
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Relu": 1, "Identity": 1}
+    assert [o.name for o in basic.get_outputs()] == ["y"]
+
+
+def test_transposes_that_do_not_cancel_stay():
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0]),
+        helper.make_node("Transpose", ["t"], ["u"], perm=[1, 2, 0]),
+        helper.make_node("Relu", ["u"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [2, 3, 4])], [("y", F, [4, 2, 3])])
+    basic = _run_both(model, {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)})
+    assert histogram(basic) == {"Transpose": 2, "Relu": 1}
+
+
+def test_common_subexpressions_are_merged():
+    nodes = [
+        helper.make_node("Exp", ["x"], ["a"]),
+        helper.make_node("Exp", ["x"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])])
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Exp": 1, "Add": 1}
+
+
+def test_dead_nodes_and_unused_initializers_are_removed():
+    nodes = [helper.make_node("Exp", ["x"], ["unused"]), helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])], {"w": np.ones(3, np.float32)})
+    basic = _run_both(model, {"x": X})
+    assert histogram(basic) == {"Relu": 1}
+    assert "w" not in basic.get_optimization_report().model.graph.initializers
+
+
+def test_disable_all_changes_nothing():
+    nodes = [helper.make_node("Identity", ["x"], ["n"]), helper.make_node("Relu", ["n"], ["y"])]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])])
+    session = session_at(model, LEVEL.ORT_DISABLE_ALL)
+    assert histogram(session) == {"Identity": 1, "Relu": 1}
+    assert not any(p.changed for p in session.get_optimization_report().passes)
+
+
+def test_the_callers_model_is_not_edited():
+    nodes = [helper.make_node("Identity", ["x"], ["n"]), helper.make_node("Relu", ["n"], ["y"])]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])])
+    loaded = onnxplug.graph.load_model(model.SerializeToString())
+    before = [n.op_type for n in loaded.model.graph]
+    result = onnxplug.optimizer.optimize(loaded.model, 1)
+    assert [n.op_type for n in result.model.graph] == ["Relu"]
+    assert [n.op_type for n in loaded.model.graph] == before
+
+
+def test_subgraphs_are_folded_too():
+    then_nodes = [helper.make_node("Mul", ["two", "two"], ["four"]), helper.make_node("Add", ["x", "four"], ["t"])]
+    then_graph = helper.make_graph(then_nodes, "then", [], [helper.make_tensor_value_info("t", F, [3, 4])])
+    else_graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [3, 4])]
+    )
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    model = make_model(
+        nodes, [("cond", TensorProto.BOOL, []), ("x", F, [3, 4])], [("y", F, [3, 4])], {"two": np.float32(2)}
+    )
+    basic = _run_both(model, {"cond": np.array(True), "x": X})
+    branch = next(iter(basic.get_optimization_report().model.graph)).attributes["then_branch"].value
+    assert [n.op_type for n in branch] == ["Add"]
+
+
+def _light_models() -> list[str]:
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    small = ("light_squeezenet", "light_shufflenet", "light_zfnet512", "light_bvlc_alexnet")
+    return sorted(p for p in glob.glob(os.path.join(folder, "*.onnx")) if os.path.basename(p)[:-5] in small)
+
+
+@pytest.mark.parametrize("path", _light_models(), ids=os.path.basename)
+def test_light_models_give_the_same_outputs_at_every_level(path):
+    plain = session_at(path, LEVEL.ORT_DISABLE_ALL)
+    (info,) = plain.get_inputs()
+    name = info.name
+    x = np.random.default_rng(0).standard_normal(info.shape).astype(np.float32)
+    expected = plain.run(None, {name: x})
+    for level in (LEVEL.ORT_ENABLE_BASIC, LEVEL.ORT_ENABLE_EXTENDED, LEVEL.ORT_ENABLE_ALL):
+        session = session_at(path, level)
+        for got, want in zip(session.run(None, {name: x}), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert len(session.get_partition_report().nodes) < len(plain.get_partition_report().nodes)

@@ -1,0 +1,250 @@
+"""The stages around the optimizer: rule sets from plugins and their gate, what providers see
+(folded graphs, constants as initializers), set_providers, and the written optimized model."""
+
+from __future__ import annotations
+
+import types
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnxscript.rewriter import pattern
+
+import onnxplug
+from onnxplug import Environment, hookimpl
+from onnxplug.api import FuseClaim, KernelClaim
+from onnxplug.errors import PluginError
+from onnxplug.optimizer import OpRef, RuleSet
+from onnxplug.testing import make_model
+from onnxplug.testing.fakes import FakeFactory, fake_plugin
+
+F = TensorProto.FLOAT
+LEVEL = onnxplug.GraphOptimizationLevel
+
+
+def _matmul_add_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])]
+    inits = {"w": np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "b": np.array([1, 2, 3], np.float32)}
+    return make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 3])], inits)
+
+
+def _gemm_rule() -> pattern.RewriteRule:
+    return pattern.RewriteRule(lambda op, x, w, b: op.Add(op.MatMul(x, w), b), lambda op, x, w, b: op.Gemm(x, w, b))
+
+
+def _rules_plugin(*rule_sets: RuleSet, stage: str = "extended") -> types.SimpleNamespace:
+    """A plugin contributing ``rule_sets`` to one optimizer stage."""
+    wanted = stage
+
+    @hookimpl
+    def onnxplug_rewrite_rules(stage):
+        return list(rule_sets) if stage == wanted else []
+
+    return types.SimpleNamespace(onnxplug_rewrite_rules=onnxplug_rewrite_rules)
+
+
+def _environment(*plugins) -> Environment:
+    env = Environment()
+    for index, plugin in enumerate(plugins):
+        env.register(plugin, name=f"test-plugin-{index}")
+    return env
+
+
+def _session(model, level, env, providers=("CPUExecutionProvider",)):
+    options = onnxplug.SessionOptions()
+    options.graph_optimization_level = level
+    return onnxplug.InferenceSession(model.SerializeToString(), options, providers=list(providers), environment=env)
+
+
+def _ops(session) -> list[str]:
+    return [node.op_type for node in session.get_partition_report().nodes]
+
+
+X = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+
+
+def test_a_plugins_rule_set_runs_at_extended_and_not_below():
+    env = _environment(_rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")])))
+    model = _matmul_add_model()
+    basic = _session(model, LEVEL.ORT_ENABLE_BASIC, env)
+    extended = _session(model, LEVEL.ORT_ENABLE_EXTENDED, env)
+    assert _ops(basic) == ["MatMul", "Add"]
+    assert _ops(extended) == ["Gemm"]
+    assert extended.get_optimization_report().fusions() == {"test.gemm": 1}
+    np.testing.assert_allclose(extended.run(None, {"x": X})[0], basic.run(None, {"x": X})[0], rtol=1e-6)
+
+
+def test_a_rule_set_whose_op_no_provider_runs_is_not_applied():
+    unrunnable = RuleSet("test.nobody", [_gemm_rule()], produces=[OpRef("test.nowhere", "Gemm", 1)])
+    env = _environment(_rules_plugin(unrunnable))
+    session = _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)
+    assert _ops(session) == ["MatMul", "Add"]
+    assert (
+        "no provider of the session runs test.nowhere::Gemm" in session.get_optimization_report().skipped["test.nobody"]
+    )
+
+
+def test_a_rule_set_for_another_provider_is_not_applied():
+    targeted = RuleSet("test.elsewhere", [_gemm_rule()], produces=[OpRef("", "Gemm")], providers=("openvino",))
+    session = _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, _environment(_rules_plugin(targeted)))
+    assert _ops(session) == ["MatMul", "Add"]
+    assert "not among the session's providers" in session.get_optimization_report().skipped["test.elsewhere"]
+
+
+def test_an_op_newer_than_the_models_opset_is_not_produced():
+    rule = pattern.RewriteRule(lambda op, x: op.Relu(x), lambda op, x: op.Gelu(x))  # Gelu exists from opset 20
+    env = _environment(_rules_plugin(RuleSet("test.gelu", [rule], produces=[OpRef("", "Gelu")])))
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2, 4])], [("y", F, [2, 4])], opset=17)
+    assert _ops(_session(model, LEVEL.ORT_ENABLE_ALL, env)) == ["Relu"]
+
+
+def test_layout_rules_run_only_at_enable_all():
+    env = _environment(
+        _rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")]), stage="layout")
+    )
+    assert _ops(_session(_matmul_add_model(), LEVEL.ORT_ENABLE_EXTENDED, env)) == ["MatMul", "Add"]
+    assert _ops(_session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)) == ["Gemm"]
+
+
+def test_a_plugin_returning_something_else_is_named():
+    @hookimpl
+    def onnxplug_rewrite_rules(stage):
+        return ["not a rule set"]
+
+    env = _environment(types.SimpleNamespace(onnxplug_rewrite_rules=onnxplug_rewrite_rules))
+    with pytest.raises(PluginError, match="test-plugin-0.*expected onnxplug.optimizer.RuleSet"):
+        _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)
+
+
+def _shape_model() -> onnx.ModelProto:
+    """Relu(Reshape(x, Concat(Shape(w)[0:1], [-1]))) with a constant w: the target folds."""
+    nodes = [
+        helper.make_node("Shape", ["w"], ["s"], end=1),
+        helper.make_node("Concat", ["s", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = {"w": np.zeros((2, 5), np.float32), "minus_one": np.array([-1], np.int64)}
+    return make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 4])], inits)
+
+
+def test_providers_are_asked_about_the_folded_graph():
+    seen = {}
+
+    def claim(graph, kernels):
+        seen["ops"] = [node.op_type for node in graph.nodes]
+        seen["initializers"] = set(graph.initializers)
+        return [KernelClaim(node.name) for node in graph.nodes if node.op_type == "Relu"]
+
+    factory = FakeFactory("watcher", claim)
+    env = _environment(fake_plugin(factory))
+    session = _session(
+        _shape_model(), LEVEL.ORT_ENABLE_BASIC, env, ["WatcherExecutionProvider", "CPUExecutionProvider"]
+    )
+    assert seen["ops"] == ["Relu"]  # the Reshape to x's own shape went with the folded target
+    assert session.get_partition_report().counts == {"WatcherExecutionProvider": 1}
+
+
+def test_a_fused_partition_receives_folded_constants_as_initializers():
+    compiled = {}
+
+    def claim(graph, kernels):
+        return [FuseClaim([node.name for node in graph.nodes])]
+
+    factory = FakeFactory("fuser", claim)
+    original_create = factory.create
+
+    def create(device, options):
+        provider = original_create(device, options)
+        compile_partition = provider.compile
+
+        def recording(partition):
+            compiled["initializers"] = [t.name for t in partition.model_proto().graph.initializer]
+            compiled["inputs"] = list(partition.inputs)
+            return compile_partition(partition)
+
+        provider.compile = recording
+        return provider
+
+    factory.create = create
+    nodes = [
+        helper.make_node("Mul", ["w", "w"], ["w2"]),  # folded before partitioning
+        helper.make_node("Add", ["x", "w2"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 4])], {"w": np.full((2, 4), 3, np.float32)})
+    session = _session(model, LEVEL.ORT_ENABLE_BASIC, _environment(fake_plugin(factory)), ["FuserExecutionProvider"])
+    assert compiled == {"initializers": ["w2"], "inputs": ["x"]}
+    np.testing.assert_array_equal(session.run(None, {"x": X})[0], X + 9)
+
+
+def test_set_providers_gives_the_outputs_of_a_fresh_session():
+    # a function op one provider claims whole and the CPU provider runs inlined: switching back
+    # and forth must re-partition from the optimized model, not from a graph already inlined
+    def claim(graph, kernels):
+        return [KernelClaim(node.name) for node in graph.nodes if node.op_type in ("Neg", "Relu")]
+
+    factory = FakeFactory("negator", claim)
+    env = _environment(fake_plugin(factory))
+    nodes = [
+        helper.make_node("HardSwish", ["x"], ["h"]),
+        helper.make_node("Neg", ["h"], ["n"]),
+        helper.make_node("Mul", ["n", "w"], ["m"]),
+        helper.make_node("Mul", ["m", "m"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 4])], {"w": np.float32(2)})
+    with_fake = ["NegatorExecutionProvider", "CPUExecutionProvider"]
+    fresh_cpu = _session(model, LEVEL.ORT_ENABLE_ALL, env)
+    fresh_fake = _session(model, LEVEL.ORT_ENABLE_ALL, env, with_fake)
+    switched = _session(model, LEVEL.ORT_ENABLE_ALL, env, with_fake)
+    switched.set_providers(["CPUExecutionProvider"])
+    np.testing.assert_array_equal(switched.run(None, {"x": X})[0], fresh_cpu.run(None, {"x": X})[0])
+    assert _ops(switched) == _ops(fresh_cpu)
+    switched.set_providers(with_fake)
+    np.testing.assert_array_equal(switched.run(None, {"x": X})[0], fresh_fake.run(None, {"x": X})[0])
+    assert switched.get_partition_report().counts == fresh_fake.get_partition_report().counts
+    assert switched.get_partition_report().counts["NegatorExecutionProvider"] == 1
+
+
+def test_the_model_written_at_extended_runs_in_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle that loads the written model")
+    env = _environment(_rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")])))
+    path = tmp_path / "optimized.onnx"
+    options = onnxplug.SessionOptions()
+    options.graph_optimization_level = LEVEL.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(path)
+    session = onnxplug.InferenceSession(
+        _matmul_add_model().SerializeToString(), options, providers=["CPUExecutionProvider"], environment=env
+    )
+    written = onnx.load(str(path))
+    assert [n.op_type for n in written.graph.node] == ["Gemm"]
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(reference.run(None, {"x": X})[0], session.run(None, {"x": X})[0], rtol=1e-6)
+
+
+def test_optimized_model_external_initializers(tmp_path):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle that loads the written model")
+    nodes = [helper.make_node("MatMul", ["x", "big"], ["h"]), helper.make_node("Add", ["h", "small"], ["y"])]
+    inits = {"big": np.ones((4, 300), np.float32), "small": np.ones(300, np.float32)}
+    model = make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 300])], inits)
+    options = onnxplug.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "out.onnx")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
+    options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "2000")
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    written = onnx.load(str(tmp_path / "out.onnx"), load_external_data=False)
+    locations = {t.name: t.data_location for t in written.graph.initializer}
+    assert locations == {"big": TensorProto.EXTERNAL, "small": TensorProto.DEFAULT}
+    assert (tmp_path / "weights.bin").stat().st_size == 4 * 300 * 4
+    reference = ort.InferenceSession(str(tmp_path / "out.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(reference.run(None, {"x": X})[0], session.run(None, {"x": X})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["../escape.bin", "/tmp/abs.bin"])
+def test_optimized_model_external_file_must_stay_beside_the_model(tmp_path, name):
+    options = onnxplug.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "out.onnx")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", name)
+    with pytest.raises(onnxplug.InvalidArgument, match="must be a file name in the folder"), warnings.catch_warnings():
+        onnxplug.InferenceSession(_matmul_add_model().SerializeToString(), options, providers=["CPUExecutionProvider"])
