@@ -1,4 +1,5 @@
-"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``plugins`` and ``partition``."""
+"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``plugins``, ``partition`` and
+``optimize``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import OnnxplugError
-from . import _partition, _plugins_cmd, _run
+from . import _optimize, _partition, _plugins_cmd, _run
 
 __all__ = ["main"]
 
@@ -18,6 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     _run.add_parser(commands)
     _plugins_cmd.add_parser(commands)
     _partition.add_parser(commands)
+    _optimize.add_parser(commands)
     return parser
 
 

@@ -104,15 +104,25 @@ def remove_no_ops(model: ir.Model) -> dict[str, int]:
     return removed
 
 
-def eliminate_common_subexpressions(model: ir.Model) -> bool:
+def _sizes(model: ir.Model) -> tuple[int, int]:
+    graphs = [model.graph, *model.graph.subgraphs()]
+    return sum(len(g) for g in graphs), sum(len(g.initializers) for g in graphs)
+
+
+def eliminate_common_subexpressions(model: ir.Model) -> dict[str, int]:
     """Merge nodes that compute the same op on the same inputs with the same attributes."""
     from onnx_ir.passes.common import CommonSubexpressionEliminationPass
 
-    return CommonSubexpressionEliminationPass()(model).modified
+    before, _ = _sizes(model)
+    CommonSubexpressionEliminationPass()(model)
+    return {"merged": before - _sizes(model)[0]}
 
 
-def remove_dead_code(model: ir.Model) -> bool:
-    """Remove nodes whose outputs nobody reads and initializers nobody uses."""
+def remove_dead_code(model: ir.Model) -> dict[str, int]:
+    """Remove nodes whose outputs nobody reads and initializers nobody uses; counts of each."""
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-    return RemoveUnusedNodesPass()(model).modified
+    nodes, initializers = _sizes(model)
+    RemoveUnusedNodesPass()(model)
+    after_nodes, after_initializers = _sizes(model)
+    return {"nodes": nodes - after_nodes, "initializers": initializers - after_initializers}

@@ -75,12 +75,19 @@ class OptimizedModel:
     """The optimizer's output: a new model, the opsets it resolves with, and the pass reports.
 
     :ivar skipped: rule sets not applied, with the reason (an op no session provider runs).
+    :ivar nodes_before: nodes (all graphs) of the model the optimizer was given.
     """
 
     model: ir.Model
     level: int
     passes: tuple[PassReport, ...]
     skipped: Mapping[str, str]
+    nodes_before: int
+
+    @property
+    def nodes_after(self) -> int:
+        """Nodes (all graphs) of the optimized model."""
+        return _count(self.model)
 
     @property
     def opsets(self) -> dict[str, int]:
@@ -141,26 +148,22 @@ class _Recorder:
         self.model = model
         self.reports: list[PassReport] = []
 
-    def run(self, name: str, function: Callable[[ir.Model], Mapping[str, int] | int | bool]) -> bool:
+    def run(self, name: str, function: Callable[[ir.Model], Mapping[str, int]]) -> bool:
         before = _count(self.model)
-        outcome = function(self.model)
-        if isinstance(outcome, Mapping):
-            changes = {k: int(v) for k, v in outcome.items() if v}
-        elif isinstance(outcome, bool):
-            changes = {"changed": 1} if outcome else {}
-        else:
-            changes = {name: int(outcome)} if outcome else {}
+        changes = {key: int(count) for key, count in function(self.model).items() if count}
         report = PassReport(name, before, _count(self.model), changes)
         self.reports.append(report)
         return report.changed
 
 
 def _basic(recorder: _Recorder, opsets: Mapping[str, int], evaluate: Evaluator | None, node_opsets: Callable) -> None:
-    recorder.run("lift-constants", lift_constant_nodes)
+    recorder.run("lift-constants", lambda m: {"lifted": lift_constant_nodes(m)})
     for _ in range(_BASIC_ROUNDS):
-        changed = recorder.run("shape-simplification", simplify_shapes)
+        changed = recorder.run("shape-simplification", lambda m: {"replaced": simplify_shapes(m)})
         if evaluate is not None:
-            changed |= recorder.run("constant-folding", lambda m: fold_constants(m, opsets, evaluate, node_opsets))
+            changed |= recorder.run(
+                "constant-folding", lambda m: {"folded": fold_constants(m, opsets, evaluate, node_opsets)}
+            )
         changed |= recorder.run("no-op-removal", remove_no_ops)
         changed |= recorder.run("common-subexpressions", eliminate_common_subexpressions)
         changed |= recorder.run("dead-code", remove_dead_code)
@@ -187,6 +190,7 @@ def optimize(
     :param initializers: ``add_initializer`` overrides, applied first.
     :raises InvalidArgument: an override that does not fit its initializer.
     """
+    nodes_before = _count(model)
     copy = model.clone()
     override_initializers(copy, initializers or {})
     fill_missing_opsets(copy)
@@ -211,4 +215,4 @@ def optimize(
         fill_missing_opsets(copy)
         _basic(recorder, opsets, evaluate, resolve)
     name_nodes(copy)
-    return OptimizedModel(copy, level, tuple(recorder.reports), skipped)
+    return OptimizedModel(copy, level, tuple(recorder.reports), skipped, nodes_before)
