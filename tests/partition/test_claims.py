@@ -45,7 +45,10 @@ def _session(model: bytes, *factories: FakeFactory, providers=None):
 
 
 def _assignment(session) -> dict[str, str]:
-    return {name: a.provider.name for name, a in session._plan.partition.assignments.items()}
+    """Node → short name of the provider running it, from the public partition report."""
+    short = {"CPUExecutionProvider": "cpu"}
+    short.update({name: name.removesuffix("ExecutionProvider").lower() for name in session.get_providers()})
+    return {node.name: short[node.provider] for node in session.get_partition_report().nodes}
 
 
 def test_overlapping_claims_first_provider_wins():
@@ -69,7 +72,7 @@ def test_non_convex_fuse_claim_is_split_with_a_warning():
     fuser = FakeFactory("fuser", lambda graph, kernels: [FuseClaim(("r", "a", "m"))])
     with pytest.warns(UserWarning, match=r"provider 'fuser' claimed a non-convex set of 3 nodes.*split into 2"):
         session = _session(CHAIN, fuser)
-    fused = {name: sorted(nodes) for name, (_, nodes) in session._plan.partition.fused.items()}
+    fused = {name: sorted(nodes) for name, nodes in session.get_partition_report().partitions.items()}
     assert sorted(fused.values()) == [["a", "m"], ["r"]]
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
     assert fuser.calls["partition"] == 2
@@ -80,7 +83,7 @@ def test_convex_fuse_claim_is_one_partition():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         session = _session(CHAIN, fuser)
-    assert {name: sorted(nodes) for name, (_, nodes) in session._plan.partition.fused.items()} == {
+    assert {name: sorted(nodes) for name, nodes in session.get_partition_report().partitions.items()} == {
         "head": ["a", "n", "r"]
     }
     assert session.partition_counts() == {"FuserExecutionProvider": 3, "CPUExecutionProvider": 2}
@@ -166,7 +169,7 @@ def test_claims_inside_if_and_loop_bodies():
 def test_copies_are_inserted_at_device_borders():
     device = FakeFactory("device", _ops("Relu", "Add", "Sigmoid"), device_memory=True)
     session = _session(CHAIN, device)
-    copies = [str(c) for c in session._plan.copies]
+    copies = [str(c) for c in session.get_partition_report().copies]
     # r lives on the device; n (CPU) needs it on the host, and so does m; a (device) needs n and x.
     assert copies == [
         "x: host -> DeviceExecutionProvider",
@@ -185,8 +188,12 @@ def test_constants_are_copied_to_the_device_once():
         [helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, np.float32)}
     ).SerializeToString()
     session = _session(model, device)
-    copy_steps = [s for s in session._plan.steps if s.node_index < 0]
-    assert [s.op_type for s in copy_steps] == ["MemcpyFromHost", "MemcpyToHost"]  # x in, y out; w at build
+    copies = [(str(c), c.how) for c in session.get_partition_report().copies]
+    assert copies == [
+        ("x: host -> DeviceExecutionProvider", "run"),
+        ("w: host -> DeviceExecutionProvider", "build"),  # once, when the session is created
+        ("y: DeviceExecutionProvider -> host", "run"),
+    ]
     for _ in range(2):
         np.testing.assert_array_equal(session.run(None, {"x": np.array([1, 2], np.float32)})[0], [2, 3])
 
@@ -225,8 +232,9 @@ def test_partition_that_fails_to_compile_falls_back_with_a_warning():
     broken = _BrokenCompiler("broken", lambda graph, kernels: [FuseClaim(("r", "n", "a"))])
     with pytest.warns(UserWarning, match=r"provider 'broken' failed to compile partition .*registers.*fall back"):
         session = _session(CHAIN, broken)
-    assert {s.provider for s in session._plan.steps} == {"CPUExecutionProvider"}
-    assert session.partition_counts() == {"CPUExecutionProvider": 5} and not session._plan.partition.fused
+    report = session.get_partition_report()
+    assert {node.provider for node in report.nodes} == {"CPUExecutionProvider"}
+    assert session.partition_counts() == {"CPUExecutionProvider": 5} and not report.partitions
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
 
 
@@ -246,12 +254,8 @@ def test_copies_between_two_devices(dlpack):
     first = FakeFactory("first", _ops("Relu"), device_memory=True)
     second = FakeFactory("second", _ops("Neg"), device_memory=True, dlpack=dlpack)
     session = _session(CHAIN, first, second)
-    kinds = [s.op_type for s in session._plan.steps if s.node_index < 0]
-    if dlpack:
-        assert kinds.count("MemcpyDLPack") == 1
-        assert "r: FirstExecutionProvider -> SecondExecutionProvider" in [str(c) for c in session._plan.copies]
-    else:
-        assert "MemcpyDLPack" not in kinds
+    copies = {str(c): c.how for c in session.get_partition_report().copies}
+    assert copies["r: FirstExecutionProvider -> SecondExecutionProvider"] == ("dlpack" if dlpack else "via host")
     np.testing.assert_allclose(session.run(None, {"x": X})[0], CPU_RESULT, rtol=1e-6)
     assert second.transfer.dlpack_imports == (1 if dlpack else 0)
 

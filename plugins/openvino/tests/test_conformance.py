@@ -79,17 +79,9 @@ def tally(request):
 def _ran_by(session) -> tuple[int, int]:
     """(nodes run inside OpenVINO partitions, nodes run by kernels) of the main graph, after any
     compile fallback."""
-    plan = session._plan
-    fused = plan.partition.fused
-    openvino = kernels = 0
-    for step in plan.steps:
-        if step.node_index < 0:
-            continue
-        if step.op_type == "FusedPartition" and step.provider == OV:
-            openvino += len(fused[step.name][1])
-        else:
-            kernels += 1
-    return openvino, kernels
+    nodes = session.get_partition_report().nodes
+    openvino = sum(1 for node in nodes if node.provider == OV and node.partition is not None)
+    return openvino, len(nodes) - openvino
 
 
 @pytest.mark.parametrize("case, expectation", _cases())

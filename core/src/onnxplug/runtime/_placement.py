@@ -23,11 +23,15 @@ __all__ = ["Copy", "place"]
 
 @dataclasses.dataclass(frozen=True)
 class Copy:
-    """One inserted copy, for reports: the value, from where, to where."""
+    """One inserted copy, for reports: the value, from where, to where, and how (``"run"``: a
+    copy step on every run; ``"build"``: a constant copied once, when the plan was built;
+    ``"dlpack"``: device to device through DLPack; ``"via host"``: device to device through the
+    host)."""
 
     value: str
     source: str
     target: str
+    how: str = "run"
 
     def __str__(self) -> str:
         return f"{self.value}: {self.source} -> {self.target}"
@@ -75,10 +79,13 @@ def place(
         if key in converted:
             return converted[key]
         name = slot_names.get(slot, f"slot{slot}")
+        how = "via host" if source is not None and target is not None else "run"
         if slot in constants and source is None and target is not None:
             moved = new_slot(name)
             template[moved] = target.transfer().to_device(constants[slot])
+            how = "build"
         elif source is not None and target is not None and target.transfer().accepts_dlpack:
+            how = "dlpack"
             # Device to device through DLPack: one step, no host hop.
             moved = new_slot(name)
             before.append(
@@ -128,7 +135,7 @@ def place(
                 moved = current
         home[moved] = target
         converted[key] = moved
-        copies.append(Copy(name, _label(source), _label(target)))
+        copies.append(Copy(name, _label(source), _label(target), how))
         return moved
 
     for step in steps:

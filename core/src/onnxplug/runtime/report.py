@@ -39,11 +39,14 @@ class ReportNode:
 
 @dataclasses.dataclass(frozen=True)
 class ReportCopy:
-    """A copy the plan inserted: ``value`` moved from ``source`` to ``target`` memory."""
+    """A copy the plan inserted: ``value`` moved from ``source`` to ``target`` memory, and how:
+    ``"run"`` (a copy step on every run), ``"build"`` (a constant copied once, at session
+    creation), ``"dlpack"`` (device to device through DLPack) or ``"via host"``."""
 
     value: str
     source: str
     target: str
+    how: str = "run"
 
     def __str__(self) -> str:
         return f"{self.value}: {self.source} -> {self.target}"
@@ -134,7 +137,7 @@ def build_report(
         graph_inputs=tuple(v.name for v in graph.inputs if v.name not in constant_names),
         graph_outputs=tuple(v.name for v in graph.outputs),
         partitions={name: tuple(members) for name, members in partitions.items()},
-        copies=tuple(ReportCopy(c.value, c.source, c.target) for c in copies),  # type: ignore[attr-defined]
+        copies=tuple(ReportCopy(c.value, c.source, c.target, c.how) for c in copies),  # type: ignore[attr-defined]
         declined={p: {n: tuple(r) for n, r in per.items()} for p, per in declined.items()},
     )
 
