@@ -90,9 +90,11 @@ class InferenceSession:
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         options = self._sess_options
         self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
+        self._logger = self._session_logger()
         start = time.perf_counter_ns()
         external_dir = options._entries().get("session.model_external_data_dir")
         self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
+        self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
@@ -132,9 +134,22 @@ class InferenceSession:
         providers = create_providers(chosen)
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
+            start = time.perf_counter()
             self._optimized = self._optimize(slots)
+            fusions = self._optimized.fusions()
+            self._logger.info(
+                "optimized in %.2f s: %d -> %d nodes%s",
+                time.perf_counter() - start,
+                self._optimized.nodes_before,
+                self._optimized.nodes_after,
+                f", fusions {fusions}" if fusions else "",
+            )
+            start = time.perf_counter()
             self._partitioned = partition_model(self._optimized.model, self._optimized.opsets, slots)
+            self._logger.info("partitioned in %.2f s", time.perf_counter() - start)
+            start = time.perf_counter()
             self._plan = build_plan(self._partitioned, slots, fallback=self._fallback)
+            self._logger.info("planned in %.2f s (kernels built, partitions compiled)", time.perf_counter() - start)
         except BaseException:
             for provider in providers:
                 provider.close()
@@ -187,20 +202,22 @@ class InferenceSession:
         self._optimized_cache[applicable] = optimized
         return optimized
 
-    def _log_creation(self) -> None:
-        """Report the session's providers and partition on its logger.
-
-        The logger is ``onnxplug.session.<logid>`` (``SessionOptions.logid``, else ``session``);
-        ``log_severity_level`` 0-4 sets its level (verbose, info, warning, error, fatal), -1
-        leaves it to the ``onnxplug`` logger (``onnxplug.set_default_logger_severity``).
+    def _session_logger(self) -> logging.Logger:
+        """The session's logger, ``onnxplug.session.<logid>`` (``SessionOptions.logid``, else
+        ``session``); ``log_severity_level`` 0-4 sets its level (verbose, info, warning, error,
+        fatal), -1 leaves it to the ``onnxplug`` logger (``onnxplug.set_default_logger_severity``).
         """
         options = self._sess_options
         logger = logging.getLogger(f"onnxplug.session.{options.logid or 'session'}")
         if options.log_severity_level in _SEVERITY_LEVELS:
             logger.setLevel(_SEVERITY_LEVELS[options.log_severity_level])
-        if logger.isEnabledFor(logging.INFO):
+        return logger
+
+    def _log_creation(self) -> None:
+        """Report the session's providers and partition at INFO."""
+        if self._logger.isEnabledFor(logging.INFO):
             source = self._model_path or "bytes"
-            logger.info(
+            self._logger.info(
                 "session for %s: providers %s, nodes per provider %s, %d inlined, %d copies",
                 source,
                 self.get_providers(),
