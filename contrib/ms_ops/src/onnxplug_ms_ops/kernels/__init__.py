@@ -24,6 +24,8 @@ MODULES = (
     "normalization",
     "quantized",
     "qlinear",
+    "qpool",
+    "qlinalg",
 )
 
 
