@@ -202,4 +202,3 @@ def test_contrib_op_this_library_lacks_is_named_as_missing_from_the_library():
     message = str(info.value)
     assert "com.microsoft:QLinearGelu(1)" in message and "'the_node'" in message
     assert "op library for domain 'com.microsoft' is installed, but it does not provide QLinearGelu" in message
-

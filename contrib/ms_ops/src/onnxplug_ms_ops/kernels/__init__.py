@@ -26,6 +26,7 @@ MODULES = (
     "qlinear",
     "qpool",
     "qlinalg",
+    "qtransformer",
 )
 
 
