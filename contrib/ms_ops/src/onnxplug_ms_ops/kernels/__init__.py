@@ -27,6 +27,7 @@ MODULES = (
     "qpool",
     "qlinalg",
     "qtransformer",
+    "qlstm",
 )
 
 
