@@ -62,13 +62,14 @@ def test_qgemm_without_c(run_both, close, rng):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (12, 1), (11, -1)])
-def test_qlinear_softmax(run_both, close, rng, dtype, opset, axis):
+@pytest.mark.parametrize("y_scale", [1 / 256, 1 / 255, 0.0123])
+def test_qlinear_softmax(run_both, close, rng, dtype, opset, axis, y_scale):
     info = np.iinfo(dtype)
     inputs = [
         ("x", _q(rng, dtype, (2, 3, 10))),
         ("x_scale", np.array(0.07, np.float32)),
         ("x_zero", _zero(dtype, 5)),
-        ("y_scale", np.array(1 / 256, np.float32)),
+        ("y_scale", np.array(y_scale, np.float32)),
         ("y_zero", np.array(info.min, dtype)),
     ]
     ours, theirs = run_both("QLinearSoftmax", inputs, ["y"], axis=axis, node_attrs={"opset": opset})

@@ -1,9 +1,10 @@
 """Quantized pooling and reductions: QLinearAveragePool, QLinearReduceMean, QLinearSoftmax.
 
-Each dequantizes (``(x - zero_point) * scale``, in float32), computes in float and requantizes
-(round half to even, saturate).  onnxruntime computes some of these with integer sums or lookup
-tables, so its results may differ by one quantization step where a value lies on a rounding
-boundary.
+Each follows onnxruntime's arithmetic where it decides which side of a rounding tie a value
+falls on: AveragePool sums float32 dequantized values in window order; Softmax uses
+onnxruntime's exp table and its floor(1 / y_scale) output scale.  ReduceMean (which onnxruntime
+has no CPU kernel for) is its definition: dequantize, mean, requantize.  Rounding is half to
+even, results saturate.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._common import softmax
 from ._registry import kernel
 from .qlinear import _limits, params, quantize
 
@@ -132,18 +132,37 @@ def qlinear_reduce_mean(
     return _requantize(mean, data, reduced_scale, reduced_zero_point, "reduced")
 
 
+def _softmax_rows(q: np.ndarray, x_scale: float, y_scale: float, y_zero: int, dtype) -> np.ndarray:
+    """Softmax of the rows of 8-bit ``q`` (N, D) the way onnxruntime computes it, so that ties
+    round alike: exp((x - max + shift) * x_scale) in float32 (shift keeps the row sum finite),
+    summed in order, times floor(1 / y_scale), divided by the sum, rounded half to even."""
+    d = q.shape[1]
+    shift = max(0.0, math.log(np.finfo(np.float32).max / d) - 5) / float(x_scale)
+    values = q.astype(np.int64)
+    offsets = values - values.max(axis=1, keepdims=True)  # in [-255, 0]
+    table = np.exp((np.arange(-255, 1, dtype=np.float64) + shift) * float(x_scale)).astype(np.float32)
+    exps = table[offsets + 255]
+    total = np.cumsum(exps, axis=1, dtype=np.float32)[:, -1:]
+    scale = np.float32(math.floor(1.0 / float(y_scale)))
+    low, high = _limits(dtype)
+    return np.clip(np.rint(exps * scale / total) + y_zero, low, high).astype(dtype)
+
+
 @kernel("QLinearSoftmax", since=(1,))
 def qlinear_softmax(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, axis, opset):
     op = "QLinearSoftmax"
     rank = x.ndim
     if not -rank <= axis < rank:
         raise InvalidArgument(f"{op}: axis {axis} is out of range for rank {rank}")
+    if x.size == 0:
+        return x.copy()
     axis %= rank
-    values = _dequantize(x, x_scale, x_zero_point, "X").astype(np.float64)
+    sx, _ = params(x, x_scale, x_zero_point, "X")  # the zero point cancels out of a softmax
+    sy, zy = params(x, y_scale, y_zero_point, "y")
     if opset < 13:
         # Softmax-1/11: the input is coerced to 2-D at `axis` and normalized over the second axis.
-        flat = values.reshape(math.prod(x.shape[:axis]), -1)
-        probabilities = softmax(flat, axis=-1).reshape(x.shape)
-    else:
-        probabilities = softmax(values, axis=axis)
-    return _requantize(probabilities.astype(np.float32), x, y_scale, y_zero_point, "y")
+        rows = x.reshape(math.prod(x.shape[:axis]), -1)
+        return _softmax_rows(rows, sx, sy, zy, x.dtype).reshape(x.shape)
+    moved = np.moveaxis(x, axis, -1)
+    out = _softmax_rows(moved.reshape(-1, x.shape[axis]), sx, sy, zy, x.dtype).reshape(moved.shape)
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
