@@ -251,3 +251,38 @@ def test_schemas_infer_types(rng):
     out = onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"]).get_outputs()[0]
     # the element type of y_zero_point decides the output type
     assert out.type == "tensor(int8)" and out.shape == [3, 4], (out.type, out.shape)
+
+
+@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("channels_last", [1, 0])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "group": 2},
+        {"kernel_shape": [1, 1]},
+        {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_UPPER"},
+        {"kernel_shape": [3, 2], "dilations": [2, 1], "pads": [1, 0, 2, 1]},
+    ],
+)
+def test_com_microsoft_qlinear_conv(run_both, close, rng, x_type, w_type, channels_last, per_channel, attrs):
+    group = attrs.get("group", 1)
+    n, c, h, w_, m = 2, 4, 7, 6, 6
+    x = _q(rng, x_type, (n, h, w_, c) if channels_last else (n, c, h, w_))
+    weights = _q(rng, w_type, (m, c // group, *attrs["kernel_shape"]))
+    shape = (m,) if per_channel else ()
+    w_zero = np.zeros(shape, w_type) + (128 if w_type == np.uint8 else 0)
+    inputs = [
+        ("x", x),
+        ("x_scale", np.array(0.05, np.float32)),
+        ("x_zero", _zero(x_type, 3)),
+        ("w", weights),
+        ("w_scale", np.asarray(rng.random(shape) * 0.01 + 0.005, np.float32)),
+        ("w_zero", np.asarray(w_zero, w_type)),
+        ("y_scale", np.array(0.2, np.float32)),
+        ("y_zero", _zero(x_type, -4)),
+        ("bias", rng.integers(-500, 500, size=m).astype(np.int32)),
+    ]
+    constants = ("w", "w_scale", "w_zero", "bias")
+    close(*run_both("QLinearConv", inputs, ["y"], initializers=constants, channels_last=channels_last, **attrs))

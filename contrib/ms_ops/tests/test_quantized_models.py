@@ -64,9 +64,9 @@ def _contrib(path):
     return collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node if n.domain == "com.microsoft")
 
 
-def _optimize(ort, source, path):
+def _optimize(ort, source, path, level="ORT_ENABLE_EXTENDED"):
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     options.optimized_model_filepath = str(path)
     ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     return path
@@ -156,6 +156,33 @@ def test_statically_quantized_conv_net(ort, quantization, rng, tmp_path, fmt, ac
     path = _optimize(ort, quantized, tmp_path / "conv_q_opt.onnx")
     ops = _contrib(path)
     assert _CONV_QOPS[fmt, activation] <= set(ops), ops
+    _compare(ort, path, {"image": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
+def test_quantized_conv_net_saved_at_enable_all(ort, quantization, rng, tmp_path, fmt):
+    # At ORT_ENABLE_ALL onnxruntime's NHWC transformer rewrites the quantized convolutions into
+    # channels-last com.microsoft QLinearConv (and pools into their NHWC forms) between
+    # Transposes: a layout change, not a machine-specific one, so the saved model runs here.
+    source, quantized = tmp_path / "conv.onnx", tmp_path / "conv_q.onnx"
+    onnx.save(_conv_net(rng), str(source))
+    feeds = [{"image": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    quantization.quantize_static(
+        str(source),
+        str(quantized),
+        _Reader(feeds),
+        quant_format=getattr(quantization.QuantFormat, fmt),
+        activation_type=quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+        op_types_to_quantize=_QOPERATOR_TYPES,
+    )
+    path = _optimize(ort, quantized, tmp_path / "conv_q_all.onnx", level="ORT_ENABLE_ALL")
+    model = onnx.load(str(path))
+    assert not any(n.domain == "com.microsoft.nchwc" for n in model.graph.node)
+    channels_last = [n for n in model.graph.node if n.domain == "com.microsoft" and n.op_type == "QLinearConv"]
+    assert channels_last and all(
+        onnx.helper.get_attribute_value(a) == 1 for n in channels_last for a in n.attribute if a.name == "channels_last"
+    )
     _compare(ort, path, {"image": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)})
 
 

@@ -4,7 +4,8 @@
 onnxruntime's optimizer then fuses) writes QGemm, QLinearSoftmax, QLinearAveragePool,
 QLinearWhere and (with ``UseQDQContribOps``) the com.microsoft QuantizeLinear/DequantizeLinear;
 ``quantize_dynamic`` writes DynamicQuantizeLSTM, QAttention and QEmbedLayerNormalization.
-QLinearReduceMean is fused by onnxruntime's QDQ selectors.  The declarations follow
+QLinearReduceMean is fused by onnxruntime's QDQ selectors, and its NHWC transformer
+(ORT_ENABLE_ALL) writes the channels-last com.microsoft QLinearConv.  The declarations follow
 onnxruntime's registered schemas (names, order, types and defaults).
 """
 
@@ -17,6 +18,33 @@ _INTEGERS = ["tensor(int8)", "tensor(uint8)", "tensor(int16)", "tensor(uint16)",
 _QLINEAR_IO = ["X:T", "x_scale:tensor(float)", "x_zero_point:T?", "y_scale:tensor(float)", "y_zero_point:T?"]
 
 QUANT_OPS: dict[str, tuple] = {
+    "QLinearConv": (
+        [
+            "x:T1",
+            "x_scale:tensor(float)",
+            "x_zero_point:T1",
+            "w:T2",
+            "w_scale:tensor(float)",
+            "w_zero_point:T2",
+            "y_scale:tensor(float)",
+            "y_zero_point:T3",
+            "B:T4?",
+        ],
+        ["y:T3"],
+        {"T1": INT8, "T2": INT8, "T3": INT8, "T4": ["tensor(int32)"]},
+        {
+            "auto_pad": "NOTSET",
+            "kernel_shape": opt(INTS),
+            "dilations": opt(INTS),
+            "strides": opt(INTS),
+            "pads": opt(INTS),
+            "group": 1,
+            "channels_last": 0,
+        },
+        inf.same_elem(7),
+        "ONNX QLinearConv, on channels-last tensors when channels_last=1 (onnxruntime's NHWC "
+        "transformer at ORT_ENABLE_ALL writes it).",
+    ),
     "QGemm": (
         [
             "A:TA",

@@ -28,6 +28,7 @@ MODULES = (
     "qlinalg",
     "qtransformer",
     "qlstm",
+    "qconv",
     "ml",
 )
 
