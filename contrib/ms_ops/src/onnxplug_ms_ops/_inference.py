@@ -343,3 +343,13 @@ def cdist(ctx: Any) -> None:
 
 def murmur(ctx: Any) -> None:
     put(ctx, 0, TensorProto.UINT32 if attr(ctx, "positive", 1) else TensorProto.INT32, shape(ctx, 0))
+
+
+def gather_block(ctx: Any) -> None:
+    data, indices = shape(ctx, 0), shape(ctx, 1)
+    dims = None
+    if data is not None and indices is not None:
+        axis = attr(ctx, "gather_axis", 0)
+        axis = axis + len(data) if axis < 0 else axis
+        dims = data[:axis] + indices + data[axis + 1 :]
+    put(ctx, 0, elem(ctx, 2), dims)

@@ -12,12 +12,41 @@ onnxruntime's registered schemas (names, order, types and defaults).
 from __future__ import annotations
 
 from . import _inference as inf
-from ._spec import FLOAT, FLOATS, INT, INT8, INTS, STRINGS, opt, req
+from ._spec import FLOAT, FLOATS, FLOATS4, INT, INT8, INTS, STRINGS, opt, req
 
 _INTEGERS = ["tensor(int8)", "tensor(uint8)", "tensor(int16)", "tensor(uint16)", "tensor(int4)", "tensor(uint4)"]
 _QLINEAR_IO = ["X:T", "x_scale:tensor(float)", "x_zero_point:T?", "y_scale:tensor(float)", "y_zero_point:T?"]
 
+_FLOAT_CODES = [
+    "tensor(float8e4m3fn)",
+    "tensor(float8e4m3fnuz)",
+    "tensor(float8e5m2)",
+    "tensor(float8e5m2fnuz)",
+    "tensor(float4e2m1)",
+]
+
 QUANT_OPS: dict[str, tuple] = {
+    "GatherBlockQuantized": (
+        ["data:T1", "indices:Tind", "scales:T2", "zero_points:T1?"],
+        ["output:T2"],
+        {
+            "T1": ["tensor(int4)", "tensor(uint4)", "tensor(uint8)"] + _FLOAT_CODES,
+            "T2": ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"],
+            "Tind": ["tensor(int32)", "tensor(int64)"],
+        },
+        {"gather_axis": 0, "quantize_axis": 1, "block_size": 128, "bits": 4},
+        inf.gather_block,
+        "Gather from a table block-quantized along quantize_axis, dequantized (matmul_nbits_quantizer "
+        "writes it for embedding Gathers).",
+    ),
+    "TransposeMatMul": (
+        ["A:T", "B:T"],
+        ["Y:T"],
+        {"T": FLOATS4},
+        {"alpha": 1.0, "transA": 0, "transB": 0},
+        inf.fused_matmul,
+        "FusedMatMul's older name (no batch transposes).",
+    ),
     "QLinearConv": (
         [
             "x:T1",

@@ -29,6 +29,7 @@ MODULES = (
     "qtransformer",
     "qlstm",
     "qconv",
+    "qgather",
     "ml",
 )
 
