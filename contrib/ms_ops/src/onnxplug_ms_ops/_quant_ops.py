@@ -4,9 +4,12 @@
 onnxruntime's optimizer then fuses) writes QGemm, QLinearSoftmax, QLinearAveragePool,
 QLinearWhere and (with ``UseQDQContribOps``) the com.microsoft QuantizeLinear/DequantizeLinear;
 ``quantize_dynamic`` writes DynamicQuantizeLSTM, QAttention and QEmbedLayerNormalization.
-QLinearReduceMean is fused by onnxruntime's QDQ selectors, and its NHWC transformer
-(ORT_ENABLE_ALL) writes the channels-last com.microsoft QLinearConv.  The declarations follow
-onnxruntime's registered schemas (names, order, types and defaults).
+onnxruntime's NHWC transformer (ORT_ENABLE_ALL) writes the channels-last com.microsoft
+QLinearConv, and ``matmul_nbits_quantizer`` GatherBlockQuantized.  QLinearReduceMean is
+declared by onnxruntime without a CPU kernel; it is here by its definition.  TransposeMatMul
+(FusedMatMul's older name, in models optimized by older onnxruntime versions) sits here with
+GatherBlockQuantized, whose module runs it.  The declarations follow onnxruntime's registered
+schemas (names, order, types and defaults).
 """
 
 from __future__ import annotations
