@@ -121,3 +121,47 @@ def test_conflicting_kernels_name_both_libraries():
     env.register(kernels_only, name="kernels_only")
     with pytest.raises(onnxplug.PluginError, match="defined by both 'first_library' and 'kernels_only'"):
         onnxplug.InferenceSession(_model(), environment=env)
+
+
+def test_library_of_the_domain_without_the_op_says_so():
+    # The library declares test.library:Double; a model asking for Double2 in that domain gets an
+    # error that the library is there but lacks the op (not that no library provides the domain).
+    options = onnxplug.SessionOptions()
+    options.register_custom_ops_library(_library("lib_without_op"))
+    node = helper.make_node("Double2", ["x"], ["y"], domain=DOMAIN)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], extra_opsets={DOMAIN: 1}
+    ).SerializeToString()
+    with pytest.raises(onnxplug.Fail) as info:
+        onnxplug.InferenceSession(model, options)
+    message = str(info.value)
+    assert "op library for domain 'test.library' is installed, but it does not provide Double2" in message
+    assert "similar names: Double" in message
+    assert "No installed op library provides" not in message
+
+
+def test_op_declared_only_from_a_later_version_names_both_versions():
+    domain = "test.library.versions"
+    module = types.ModuleType("lib_later_version")
+
+    @onnxplug.hookimpl
+    def onnxplug_op_schemas():
+        schema = onnx.defs.OpSchema(
+            "Halve",
+            domain,
+            2,
+            inputs=[onnx.defs.OpSchema.FormalParameter("X", "T")],
+            outputs=[onnx.defs.OpSchema.FormalParameter("Y", "T")],
+            type_constraints=[("T", ["tensor(float)"], "floats")],
+        )
+        return [schema]
+
+    module.onnxplug_op_schemas = onnxplug_op_schemas
+    options = onnxplug.SessionOptions()
+    options.register_custom_ops_library(module)
+    node = helper.make_node("Halve", ["x"], ["y"], domain=domain)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], extra_opsets={domain: 1}
+    ).SerializeToString()
+    with pytest.raises(onnxplug.Fail, match=r"declares Halve from version 2 on, and the model imports .* version 1"):
+        onnxplug.InferenceSession(model, options)

@@ -18,13 +18,14 @@ def _value_info(name, array):
     return oh.make_tensor_value_info(name, elem, array.shape)
 
 
-def one_node_model(op, inputs, outputs, *, domain=MS, opset=17, initializers=(), **attrs):
-    """A model of one node.
+def one_node_model(op, inputs, outputs, *, domain=MS, opset=17, initializers=(), node_attrs=None, **attrs):
+    """A model of one node (``node_attrs``: attributes whose names clash with these parameters).
 
     ``inputs``: list of (name, array) — name "" for an absent optional input; arrays whose
     name is in ``initializers`` become constant initializers."""
     """``outputs``: names, or (name, element type) pairs for outputs onnxruntime cannot infer."""
     names = [name for name, _ in inputs]
+    attrs.update(node_attrs or {})
     typed = [o if isinstance(o, tuple) else (o, None) for o in outputs]
     node = oh.make_node(op, names, [o for o, _ in typed], domain=domain, **attrs)
     graph_inputs = [_value_info(n, a) for n, a in inputs if n and n not in initializers]
@@ -94,3 +95,20 @@ def close():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def assert_one_step(ours, theirs, fraction=0.05):
+    """Quantized results equal up to one quantization step, in at most ``fraction`` of the
+    elements (where onnxruntime's float arithmetic puts a value on the other side of a rounding
+    boundary)."""
+    assert len(ours) == len(theirs)
+    for got, want in zip(ours, theirs):
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+        diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+        assert diff.max(initial=0) <= 1, f"max difference {diff.max()} steps"
+        assert (diff > 0).mean() <= fraction if diff.size else True, f"{(diff > 0).mean():.1%} of elements differ"
+
+
+@pytest.fixture
+def one_step():
+    return assert_one_step

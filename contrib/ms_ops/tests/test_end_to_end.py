@@ -275,3 +275,21 @@ def test_4bit_weight_only_quantized_bert(ort, rng, tmp_path):
     quantizer.model.save_model_to_file(str(path))
     assert ("com.microsoft", "MatMulNBits") in _op_counts(onnx.load(str(path)))
     _compare(ort, path, _bert_feeds(rng, batch, seq))
+
+
+def test_model_saved_at_enable_all_is_refused_as_not_portable(ort, rng, tmp_path):
+    # At ORT_ENABLE_ALL onnxruntime rewrites convolutions into its machine-specific NCHWc layout
+    # (com.microsoft.nchwc ops); onnxplug refuses such a model, saying what it is and what to do.
+    path = tmp_path / "convnet_all.onnx"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(path)
+    ort.InferenceSession(_conv_model(rng).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    domains = {domain for domain, _ in _op_counts(onnx.load(str(path)))}
+    if "com.microsoft.nchwc" not in domains:
+        pytest.skip(f"onnxruntime wrote no NCHWc ops on this machine (no AVX2/NEON blocking): {sorted(domains)}")
+    with pytest.raises(onnxplug.NotImplemented) as info:
+        onnxplug.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    message = str(info.value)
+    assert "com.microsoft.nchwc:" in message and "NCHWc" in message and "machine" in message
+    assert "ORT_ENABLE_EXTENDED" in message

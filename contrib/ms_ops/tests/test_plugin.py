@@ -181,3 +181,24 @@ def test_schemas_match_onnxruntimes(ort):
             if want is not None:
                 assert onnx.helper.get_attribute_value(got) == onnx.helper.get_attribute_value(want), (op, name)
         assert set(mine.attributes) == set(their.attributes), op
+
+
+def _model_with(op, domain="com.microsoft", version=1):
+    import onnx.helper as oh
+
+    graph = oh.make_graph(
+        [oh.make_node(op, ["x"], ["y"], domain=domain, name="the_node")],
+        "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+    )
+    opsets = [oh.make_opsetid("", 17), oh.make_opsetid(domain, version)]
+    return oh.make_model(graph, opset_imports=opsets, ir_version=9).SerializeToString()
+
+
+def test_contrib_op_this_library_lacks_is_named_as_missing_from_the_library():
+    with pytest.raises(onnxplug.Fail) as info:
+        onnxplug.InferenceSession(_model_with("QLinearGelu"), providers=["CPUExecutionProvider"])
+    message = str(info.value)
+    assert "com.microsoft:QLinearGelu(1)" in message and "'the_node'" in message
+    assert "op library for domain 'com.microsoft' is installed, but it does not provide QLinearGelu" in message

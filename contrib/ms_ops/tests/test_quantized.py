@@ -194,5 +194,22 @@ def test_matmul_nbits_variants(run_both, close, rng, variant):
     elif variant == "flat_scales":
         inputs[2] = ("scales", inputs[2][1].reshape(-1))
     else:
-        attrs["accuracy_level"] = 4  # onnxruntime may quantize A to int8; we stay in float32
+        attrs["accuracy_level"] = 4  # weights fed at run time: float32 on both (no prepacking)
     close(*run_both("MatMulNBits", inputs, ["y"], K=k, N=n, bits=4, block_size=block, **attrs), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("bits,block,k", [(4, 32, 64), (8, 32, 40), (2, 16, 48), (2, 32, 64), (4, 16, 40)])
+@pytest.mark.parametrize("zero_points", [None, "packed"])
+def test_matmul_nbits_accuracy_level_4_with_constant_weights(run_both, close, rng, bits, block, k, zero_points):
+    # With constant (prepackable) weights onnxruntime's accuracy_level=4 kernel quantizes A to
+    # int8 per block; in float32 the results would differ by ~1e-2.
+    n = 8
+    inputs = _nbits_inputs(rng, k, n, bits, block, zero_points)
+    inits = ("b", "scales", "zp")
+    close(
+        *run_both(
+            "MatMulNBits", inputs, ["y"], initializers=inits, K=k, N=n, bits=bits, block_size=block, accuracy_level=4
+        ),
+        rtol=1e-4,
+        atol=1e-4,
+    )

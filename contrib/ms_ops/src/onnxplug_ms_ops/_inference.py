@@ -246,3 +246,110 @@ def qlinear_concat(ctx: Any) -> None:
         sizes = [p[axis] for p in parts]
         dims[axis] = sum(sizes) if all(isinstance(s, int) for s in sizes) else None
     put(ctx, 0, elem(ctx, 1), dims)
+
+
+# -- quantization ops (._quant_ops) and skl2onnx's ops (._ml_ops) ---------------------------------
+
+
+def _broadcast_dims(*shapes: list[Dim] | None) -> list[Dim] | None:
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    padded = [[1] * (rank - len(s)) + list(s) for s in shapes]
+    dims: list[Dim] = []
+    for column in zip(*padded):
+        known = {d for d in column if d != 1}
+        dims.append(known.pop() if len(known) == 1 else 1 if not known else None)
+    return dims
+
+
+def where(cond: int, x: int, y: int) -> Infer:
+    def infer(ctx: Any) -> None:
+        put(ctx, 0, elem(ctx, x), _broadcast_dims(shape(ctx, cond), shape(ctx, x), shape(ctx, y)))
+
+    return infer
+
+
+def qgemm(ctx: Any) -> None:
+    sa, sb = shape(ctx, 0), shape(ctx, 3)
+    dims = None
+    if sa is not None and sb is not None and len(sa) == 2 and len(sb) == 2:
+        dims = [sa[1] if attr(ctx, "transA", 0) else sa[0], sb[0] if attr(ctx, "transB", 0) else sb[1]]
+    quantized = ctx.get_num_inputs() > 8 and ctx.has_input(8)
+    put(ctx, 0, elem(ctx, 8) if quantized else TensorProto.FLOAT, dims)
+
+
+def reduce(ctx: Any) -> None:
+    dims = shape(ctx, 0)
+    if dims is not None:
+        axes = {a + len(dims) if a < 0 else a for a in attr(ctx, "axes", ())}
+        keep = attr(ctx, "keepdims", 1)
+        dims = [1 if i in axes else d for i, d in enumerate(dims) if keep or i not in axes]
+    put(ctx, 0, elem(ctx, 0), dims)
+
+
+def quantized_like(zero_point: int) -> Infer:
+    """QuantizeLinear: input 0's shape, the zero point's type (uint8 without one)."""
+
+    def infer(ctx: Any) -> None:
+        put(ctx, 0, elem(ctx, zero_point) or TensorProto.UINT8, shape(ctx, 0))
+
+    return infer
+
+
+def elem_from(shape_of: int, type_of: int) -> Infer:
+    def infer(ctx: Any) -> None:
+        put(ctx, 0, elem(ctx, type_of), shape(ctx, shape_of))
+
+    return infer
+
+
+def lstm(ctx: Any) -> None:
+    sx = shape(ctx, 0)
+    directions = 2 if attr(ctx, "direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    hidden = attr(ctx, "hidden_size")
+    if hidden is None:
+        sr = shape(ctx, 2)
+        hidden = sr[1] if sr is not None and len(sr) == 3 else None
+    seq, batch = (sx[0], sx[1]) if sx is not None and len(sx) == 3 else (None, None)
+    put(ctx, 0, TensorProto.FLOAT, [seq, directions, batch, hidden])
+    put(ctx, 1, TensorProto.FLOAT, [directions, batch, hidden])
+    put(ctx, 2, TensorProto.FLOAT, [directions, batch, hidden])
+
+
+def qattention(ctx: Any) -> None:
+    sx, sw = shape(ctx, 0), shape(ctx, 1)
+    dims = sx[:2] + [_div(sw[1], 3)] if sx is not None and sw is not None and len(sx) == 3 else None
+    put(ctx, 0, elem(ctx, 3), dims)
+    put(ctx, 1, elem(ctx, 3))
+
+
+def qembed_norm(ctx: Any) -> None:
+    ids, word = shape(ctx, 0), shape(ctx, 2)
+    put(ctx, 0, TensorProto.FLOAT, None if ids is None or word is None else ids + [word[-1]])
+    put(ctx, 1, TensorProto.INT32, None if ids is None else ids[:1])
+
+
+def tokenizer(ctx: Any) -> None:
+    dims = shape(ctx, 0)
+    put(ctx, 0, TensorProto.STRING, None if dims is None else dims + [None])
+
+
+def cdist(ctx: Any) -> None:
+    sa, sb = shape(ctx, 0), shape(ctx, 1)
+    dims = [sa[0], sb[0]] if sa is not None and sb is not None and len(sa) == 2 and len(sb) == 2 else None
+    put(ctx, 0, elem(ctx, 0), dims)
+
+
+def murmur(ctx: Any) -> None:
+    put(ctx, 0, TensorProto.UINT32 if attr(ctx, "positive", 1) else TensorProto.INT32, shape(ctx, 0))
+
+
+def gather_block(ctx: Any) -> None:
+    data, indices = shape(ctx, 0), shape(ctx, 1)
+    dims = None
+    if data is not None and indices is not None:
+        axis = attr(ctx, "gather_axis", 0)
+        axis = axis + len(data) if axis < 0 else axis
+        dims = data[:axis] + indices + data[axis + 1 :]
+    put(ctx, 0, elem(ctx, 2), dims)

@@ -1,8 +1,9 @@
 """Schemas of the com.microsoft operators this library runs.
 
-Each operator is declared once in :data:`_OPS` with a compact spelling (``"name:T"`` a required
-input, ``"name:T?"`` an optional one, ``"name:T*"`` a variadic one); :func:`op_schemas` turns
-the table into ``onnx.defs.OpSchema`` objects.  Names, input order, type constraints and
+Each operator is declared once in a table with a compact spelling (see :mod:`._spec`): the
+float ops in :data:`_OPS` here, onnxruntime's quantization ops in :mod:`._quant_ops`, and the
+ops of skl2onnx's converters in :mod:`._ml_ops`; :func:`op_schemas` turns the tables into
+``onnx.defs.OpSchema`` objects.  Names, input order, type constraints and
 attribute defaults follow onnxruntime's registrations, so that models saved by onnxruntime's
 optimizer pass onnx's checker unchanged and attribute defaults mean the same thing.
 
@@ -26,40 +27,18 @@ import onnx.defs
 
 from . import DOMAIN
 from . import _inference as inf
+from ._ml_ops import ML_OPS
+from ._quant_ops import QUANT_OPS
+from ._spec import FLOAT, FLOATS, INT, INTS, STRING, Optional, Required
+from ._spec import FLOATS3 as _FLOATS
+from ._spec import FLOATS4 as _FLOATS4
+from ._spec import INT8 as _INT8
+from ._spec import opt as _opt
+from ._spec import req as _req
 
 __all__ = ["op_schemas", "OP_NAMES"]
 
-_AttrType = onnx.defs.OpSchema.AttrType
 _Option = onnx.defs.OpSchema.FormalParameterOption
-
-_FLOATS = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
-_FLOATS4 = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
-_INT8 = ["tensor(uint8)", "tensor(int8)"]
-
-
-class _Required:
-    """An attribute the node must set."""
-
-    def __init__(self, kind: Any) -> None:
-        self.kind = kind
-
-
-class _Optional:
-    """An attribute with no schema default (the kernel decides what absence means)."""
-
-    def __init__(self, kind: Any) -> None:
-        self.kind = kind
-
-
-INT, FLOAT, STRING, INTS, FLOATS = _AttrType.INT, _AttrType.FLOAT, _AttrType.STRING, _AttrType.INTS, _AttrType.FLOATS
-
-
-def _req(kind: Any) -> _Required:
-    return _Required(kind)
-
-
-def _opt(kind: Any) -> _Optional:
-    return _Optional(kind)
 
 
 _CONV_ATTRS = {
@@ -424,6 +403,9 @@ _OPS: dict[str, tuple] = {
     ),
 }
 
+_OPS.update(QUANT_OPS)
+_OPS.update(ML_OPS)
+
 #: ``(domain, name)`` of every op this library declares.
 OP_NAMES: tuple[tuple[str, str], ...] = tuple(
     ((spec[6] if len(spec) > 6 else DOMAIN), name) for name, spec in _OPS.items()
@@ -443,9 +425,9 @@ def _formal(spec: str) -> onnx.defs.OpSchema.FormalParameter:
 
 
 def _attribute(name: str, value: Any) -> onnx.defs.OpSchema.Attribute:
-    if isinstance(value, _Required):
+    if isinstance(value, Required):
         return onnx.defs.OpSchema.Attribute(name, value.kind, "", required=True)
-    if isinstance(value, _Optional):
+    if isinstance(value, Optional):
         return onnx.defs.OpSchema.Attribute(name, value.kind, "", required=False)
     return onnx.defs.OpSchema.Attribute(name, onnx.helper.make_attribute(name, value), "")
 

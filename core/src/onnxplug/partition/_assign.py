@@ -10,9 +10,11 @@ again; a node that still has no taker is an error that says, per provider, why i
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import warnings
 from collections.abc import Mapping, Sequence
 
+import onnx.defs
 import onnx_ir as ir
 
 from ..api import FuseClaim, KernelClaim, KernelLookup, Provider
@@ -215,11 +217,7 @@ def _unclaimed_error(
                 f"node '{node.name}' uses domain '{node.domain}', which the model does not import in "
                 f"opset_import{origin}"
             )
-        return Fail(
-            f"{node.domain}:{node.op_type}({version}) is not a registered function/op (node '{node.name}'). "
-            f"No installed op library provides domain '{node.domain}': install the plugin that does, or "
-            "register one with SessionOptions.register_custom_ops_library(...)"
-        )
+        return _unknown_custom_op(node, version)
     reasons = []
     for provider, per_node in declined.items():
         why = "; ".join(per_node.get(node.name, [])) or "did not claim it"
@@ -227,4 +225,46 @@ def _unclaimed_error(
     return NotImplemented(
         f"Could not find an implementation for {node.op_type}({node.since_version}) node with name "
         f"'{node.name}' ({node.key_string()}){origin}. " + " | ".join(reasons)
+    )
+
+
+# Domains of ops that only onnxruntime itself can run, with what they are and what to do instead.
+_NOT_PORTABLE = {
+    "com.microsoft.nchwc": (
+        "onnxruntime's NCHWc ops: its ORT_ENABLE_ALL optimizer (NchwcTransformer) rewrites convolutions "
+        "and pooling into a blocked channel layout sized for the vector width of the machine that saved "
+        "the model, so such a model is layout- and machine-specific, not portable ONNX. Load the original "
+        "model, or save a portable one with SessionOptions.graph_optimization_level = ORT_ENABLE_EXTENDED "
+        "(or lower) and optimized_model_filepath"
+    ),
+}
+
+
+def _unknown_custom_op(node: NodeView, version: int) -> Exception:
+    """The error for an op no schema declares, in a custom domain the model imports: a known
+    non-portable onnxruntime domain, an op library of the domain that lacks the op (or has it
+    only from a later version), or no library of the domain at all."""
+    what = f"{node.domain}:{node.op_type}({version}) is not a registered function/op (node '{node.name}')"
+    if node.domain in _NOT_PORTABLE:
+        return NotImplemented(f"{what}. It is one of {_NOT_PORTABLE[node.domain]}.")
+    # onnx.defs holds the schemas every loaded op library registered (process-wide).
+    declared = [s for s in onnx.defs.get_all_schemas_with_history() if s.domain == node.domain]
+    if not declared:
+        return Fail(
+            f"{what}. No installed op library provides domain '{node.domain}': install the plugin that does, or "
+            "register one with SessionOptions.register_custom_ops_library(...)"
+        )
+    later = sorted(s.since_version for s in declared if s.name == node.op_type)
+    if later:
+        return Fail(
+            f"{what}. The op library installed for domain '{node.domain}' declares {node.op_type} from version "
+            f"{later[0]} on, and the model imports '{node.domain}' version {version}"
+        )
+    names = sorted({s.name for s in declared})
+    close = difflib.get_close_matches(node.op_type, names, n=3)
+    hint = f" (similar names: {', '.join(close)})" if close else ""
+    return Fail(
+        f"{what}. An op library for domain '{node.domain}' is installed, but it does not provide "
+        f"{node.op_type}: it declares {len(names)} ops of that domain{hint}. Install a version of the "
+        "library that has the op, or register one that does with SessionOptions.register_custom_ops_library(...)"
     )

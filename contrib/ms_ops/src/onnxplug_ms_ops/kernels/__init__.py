@@ -24,6 +24,13 @@ MODULES = (
     "normalization",
     "quantized",
     "qlinear",
+    "qpool",
+    "qlinalg",
+    "qtransformer",
+    "qlstm",
+    "qconv",
+    "qgather",
+    "ml",
 )
 
 

@@ -94,6 +94,73 @@ def _check_bias(attention_bias, batch, num_heads, seq, total, op):
         raise Fail(f"{op}: attention_bias of shape {dims} does not broadcast to ({batch}, {num_heads}, {seq}, {total})")
 
 
+def attention_from_qkv(
+    qkv,
+    out_dtype,
+    sizes,
+    num_heads,
+    *,
+    mask_index,
+    past,
+    attention_bias,
+    past_sequence_length,
+    unidirectional,
+    scale,
+    filter_value,
+    share_buffer,
+    want_present,
+    op,
+):
+    """Attention's heads on its projected (B, S, Q+K+V) ``qkv`` (``sizes`` the three hidden sizes);
+    returns (output, present).  Shared by Attention and QAttention (which projects in integers)."""
+    batch, seq, _ = qkv.shape
+    dtype = qkv.dtype
+    q = heads(qkv[..., : sizes[0]], num_heads, op, "Q")
+    k = heads(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads, op, "K")
+    v = heads(qkv[..., sizes[0] + sizes[1] :], num_heads, op, "V")
+    past_len = 0
+    share = share_buffer and past is not None
+    if past is not None:
+        expected = (2, batch, num_heads)
+        if past.ndim != 5 or past.shape[:3] != expected or past.shape[4] != k.shape[3] or sizes[1] != sizes[2]:
+            raise Fail(
+                f"{op}: past must be (2, {batch}, {num_heads}, past_len, {k.shape[3]}) with equal K/V "
+                f"hidden sizes, got {past.shape}"
+            )
+        if share:
+            if past_sequence_length is None:
+                raise Fail(f"{op}: past_present_share_buffer needs the past_sequence_length input")
+            past_len = int(past_sequence_length.reshape(-1)[0])
+            if not 0 <= past_len <= past.shape[3] - seq:
+                raise InvalidArgument(
+                    f"{op}: past_sequence_length {past_len} does not leave room for {seq} "
+                    f"tokens in a buffer of {past.shape[3]}"
+                )
+            k = np.concatenate([past[0, :, :, :past_len].astype(dtype), k], axis=2)
+            v = np.concatenate([past[1, :, :, :past_len].astype(dtype), v], axis=2)
+        else:
+            past_len = past.shape[3]
+            k = np.concatenate([past[0].astype(dtype), k], axis=2)
+            v = np.concatenate([past[1].astype(dtype), v], axis=2)
+    total = past_len + seq
+    _check_bias(attention_bias, batch, num_heads, seq, total, op)
+    mask = key_mask(mask_index, batch, seq, past_len, total, filter_value, unidirectional, op)
+    head_scale = scale if scale else 1.0 / math.sqrt(sizes[0] // num_heads)
+    out, _, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias)
+    output = merge_heads(out).astype(out_dtype, copy=False)
+    if share:
+        present = np.array(past, copy=True)
+        present[0, :, :, past_len:total] = k[:, :, past_len:]
+        present[1, :, :, past_len:total] = v[:, :, past_len:]
+    elif k.shape == v.shape:
+        present = np.stack([k, v]).astype(out_dtype, copy=False)
+    elif want_present:
+        raise Fail(f"{op}: present needs equal K and V hidden sizes, got qkv_hidden_sizes {sizes}")
+    else:
+        present = None
+    return output, present
+
+
 @kernel("Attention", since=(1,), factory=True)
 def attention(
     ctx,
@@ -119,7 +186,6 @@ def attention(
     def run(x, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_sequence_length=None):
         if x.ndim != 3 or weights.ndim != 2 or weights.shape[0] != x.shape[2]:
             raise Fail(f"{op}: input {x.shape} and weights {weights.shape} must be (B, S, D) and (D, 3*hidden)")
-        batch, seq, _ = x.shape
         sizes = tuple(qkv_hidden_sizes) if qkv_hidden_sizes else (weights.shape[1] // 3,) * 3
         if len(sizes) != 3 or sum(sizes) != weights.shape[1] or any(s % num_heads or s <= 0 for s in sizes):
             raise Fail(
@@ -134,50 +200,22 @@ def attention(
             if bias.shape != (weights.shape[1],):
                 raise Fail(f"{op}: bias must have shape ({weights.shape[1]},), got {bias.shape}")
             qkv = qkv + bias.astype(dtype, copy=False)
-        q = heads(qkv[..., : sizes[0]], num_heads, op, "Q")
-        k = heads(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads, op, "K")
-        v = heads(qkv[..., sizes[0] + sizes[1] :], num_heads, op, "V")
-        past_len = 0
-        share = bool(past_present_share_buffer) and past is not None
-        if past is not None:
-            expected = (2, batch, num_heads)
-            if past.ndim != 5 or past.shape[:3] != expected or past.shape[4] != k.shape[3] or sizes[1] != sizes[2]:
-                raise Fail(
-                    f"{op}: past must be (2, {batch}, {num_heads}, past_len, {k.shape[3]}) with equal K/V "
-                    f"hidden sizes, got {past.shape}"
-                )
-            if share:
-                if past_sequence_length is None:
-                    raise Fail(f"{op}: past_present_share_buffer needs the past_sequence_length input")
-                past_len = int(past_sequence_length.reshape(-1)[0])
-                if not 0 <= past_len <= past.shape[3] - seq:
-                    raise InvalidArgument(
-                        f"{op}: past_sequence_length {past_len} does not leave room for {seq} "
-                        f"tokens in a buffer of {past.shape[3]}"
-                    )
-                k = np.concatenate([past[0, :, :, :past_len].astype(dtype), k], axis=2)
-                v = np.concatenate([past[1, :, :, :past_len].astype(dtype), v], axis=2)
-            else:
-                past_len = past.shape[3]
-                k = np.concatenate([past[0].astype(dtype), k], axis=2)
-                v = np.concatenate([past[1].astype(dtype), v], axis=2)
-        total = past_len + seq
-        _check_bias(attention_bias, batch, num_heads, seq, total, op)
-        mask = key_mask(mask_index, batch, seq, past_len, total, filter_value, unidirectional, op)
-        head_scale = scale if scale else 1.0 / math.sqrt(sizes[0] // num_heads)
-        out, _, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias)
-        output = merge_heads(out).astype(x.dtype, copy=False)
-        if share:
-            present = np.array(past, copy=True)
-            present[0, :, :, past_len:total] = k[:, :, past_len:]
-            present[1, :, :, past_len:total] = v[:, :, past_len:]
-        elif k.shape == v.shape:
-            present = np.stack([k, v]).astype(x.dtype, copy=False)
-        elif want_present:
-            raise Fail(f"{op}: present needs equal K and V hidden sizes, got qkv_hidden_sizes {sizes}")
-        else:
-            present = None
-        return output, present
+        return attention_from_qkv(
+            qkv,
+            x.dtype,
+            sizes,
+            num_heads,
+            mask_index=mask_index,
+            past=past,
+            attention_bias=attention_bias,
+            past_sequence_length=past_sequence_length,
+            unidirectional=unidirectional,
+            scale=scale,
+            filter_value=filter_value,
+            share_buffer=bool(past_present_share_buffer),
+            want_present=want_present,
+            op=op,
+        )
 
     return run
 

@@ -27,7 +27,8 @@ def quantize(values: np.ndarray, scale: float, zero: int, dtype) -> np.ndarray:
     return np.clip(q, low, high).astype(dtype)
 
 
-def _params(x, scale, zero, name):
+def params(x, scale, zero, name):
+    """A per-tensor (scale, zero point) of quantized ``x``, the zero point checked against its type."""
     s = np.float32(scalar(scale, f"{name}_scale"))
     z = scalar(zero, f"{name}_zero_point")
     if zero is not None and zero.dtype != x.dtype:
@@ -38,9 +39,9 @@ def _params(x, scale, zero, name):
 def _binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point, combine):
     if a.dtype != b.dtype:
         raise Fail(f"A and B must have the same type, got {a.dtype} and {b.dtype}")
-    sa, za = _params(a, a_scale, a_zero_point, "A")
-    sb, zb = _params(b, b_scale, b_zero_point, "B")
-    sc, zc = _params(a, c_scale, c_zero_point, "C")
+    sa, za = params(a, a_scale, a_zero_point, "A")
+    sb, zb = params(b, b_scale, b_zero_point, "B")
+    sc, zc = params(a, c_scale, c_zero_point, "C")
     da = a.astype(np.float32) - np.float32(za)
     db = b.astype(np.float32) - np.float32(zb)
     try:
@@ -82,8 +83,8 @@ def qlinear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_z
 
 
 def _table_op(x, x_scale, x_zero_point, y_scale, y_zero_point, fn):
-    sx, zx = _params(x, x_scale, x_zero_point, "X")
-    sy, zy = _params(x, y_scale, y_zero_point, "Y")
+    sx, zx = params(x, x_scale, x_zero_point, "X")
+    sy, zy = params(x, y_scale, y_zero_point, "Y")
     low, high = _limits(x.dtype)
     every = np.arange(low, high + 1)
     table = quantize(fn((every.astype(np.float32) - np.float32(zx)) * sx), sy, zy, x.dtype)
@@ -108,8 +109,8 @@ def qlinear_leaky_relu(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point
 def qlinear_global_average_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, *, channels_last):
     if x.ndim < 3:
         raise Fail(f"QLinearGlobalAveragePool: input must have rank >= 3, got shape {x.shape}")
-    sx, zx = _params(x, x_scale, x_zero_point, "x")
-    sy, zy = _params(x, y_scale, y_zero_point, "y")
+    sx, zx = params(x, x_scale, x_zero_point, "x")
+    sy, zy = params(x, y_scale, y_zero_point, "y")
     axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
     count = int(np.prod([x.shape[a] for a in axes]))
     total = x.sum(axis=axes, keepdims=True, dtype=np.int64) - count * zx

@@ -62,6 +62,27 @@ def dequantize_nbits(b, scales, zero_points, g_idx, *, K, N, bits, block_size):
     return np.ascontiguousarray(weights.T)
 
 
+def _int8_activation_matmul(a: np.ndarray, weights: np.ndarray, block_size: int) -> np.ndarray:
+    """``a @ weights`` with ``a`` quantized to int8 per block of ``block_size`` along K
+    (symmetric, scale max|a| / 127, rounded half to even), as onnxruntime's accuracy_level=4
+    kernel computes when it could prepack constant weights (a level-4 node whose weights are
+    fed at run time is computed in float32, as there)."""
+    k, n = weights.shape
+    blocks = -(-k // block_size)
+    rows = a.reshape(-1, k)
+    padded = np.zeros((rows.shape[0], blocks * block_size), np.float32)
+    padded[:, :k] = rows
+    chunks = padded.reshape(rows.shape[0], blocks, block_size)
+    scale = (np.abs(chunks).max(axis=2) / np.float32(127)).astype(np.float32)
+    inverse = np.divide(np.float32(1), scale, out=np.zeros_like(scale), where=scale != 0)
+    q = np.clip(np.rint(chunks * inverse[..., None]), -128, 127)
+    w = np.zeros((blocks * block_size, n), np.float32)
+    w[:k] = weights
+    partial = np.einsum("mbk,bkn->mbn", q, w.reshape(blocks, block_size, n))
+    y = (partial * scale[..., None]).sum(axis=1, dtype=np.float32)
+    return y.reshape(a.shape[:-1] + (n,))
+
+
 @kernel("MatMulNBits", since=(1,), factory=True)
 def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacked):
     op = "MatMulNBits"
@@ -71,6 +92,9 @@ def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacke
     # Constant weights are dequantized once; a run uses them when it is handed those same
     # arrays (a feed overriding one of them takes the slow path).
     sources = tuple(ctx.constant(i) for i in range(1, 5))
+    # accuracy_level=4 with prepacked weights: onnxruntime quantizes A to int8 (checked on
+    # x86-64 with AVX2, where its 2-bit kernel needs blocks of 32 or more).
+    int8_activations = accuracy_level == 4 and (bits != 2 or block_size >= 32)
     constant = None
     if sources[0] is not None and sources[1] is not None and 0 not in sources[0].shape:
         constant = dequantize_nbits(*sources, **geometry)
@@ -85,11 +109,12 @@ def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacke
             y = np.zeros(a.shape[:-1] + (N,), dtype=dtype)
         else:
             given = (b, scales, zero_points, g_idx)
-            if constant is not None and all(x is y for x, y in zip(given, sources)):
-                weights = constant
+            prepacked = constant is not None and all(x is y for x, y in zip(given, sources))
+            weights = constant if prepacked else dequantize_nbits(*given, **geometry)
+            if prepacked and int8_activations and g_idx is None:
+                y = _int8_activation_matmul(a.astype(np.float32, copy=False), weights, block_size).astype(dtype)
             else:
-                weights = dequantize_nbits(*given, **geometry)
-            y = np.matmul(a.astype(np.float32, copy=False), weights).astype(dtype, copy=False)
+                y = np.matmul(a.astype(np.float32, copy=False), weights).astype(dtype, copy=False)
         if bias is not None:
             y = y + bias.astype(dtype)
         return y.astype(a.dtype, copy=False)
