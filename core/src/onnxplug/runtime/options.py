@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 import enum
+import os
 from typing import Any
+
+from ..errors import Fail
 
 __all__ = ["GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "SessionOptions", "RunOptions"]
 
@@ -30,6 +33,13 @@ class ExecutionOrder(enum.IntEnum):
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
+
+
+_LIBRARY_SUFFIXES = (".py", ".so", ".dll", ".dylib")
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(_LIBRARY_SUFFIXES) or os.sep in text or (os.altsep is not None and os.altsep in text)
 
 
 def _typed(name: str, kind: type | tuple[type, ...], default: Any, doc: str) -> property:
@@ -107,6 +117,16 @@ class SessionOptions(_ConfigEntries):
         self.__dict__.setdefault("_initializers", {})[str(name)] = value
 
     def register_custom_ops_library(self, library: Any) -> None:
+        """Add an op library: a plugin's entry-point or distribution name, a module (or its
+        name), or the path of a ``.py`` file.
+
+        :raises Fail: a path (``os.PathLike``, or a string with a folder separator or a library
+            suffix) that does not exist, at the call as onnxruntime does, naming the path.
+        """
+        if isinstance(library, os.PathLike):
+            library = os.fspath(library)
+        if isinstance(library, str) and _looks_like_path(library) and not os.path.isfile(library):
+            raise Fail(f"Failed to load library {library} with error: {library}: no such file")
         self.__dict__.setdefault("_op_libraries", []).append(library)
 
     def __copy__(self) -> SessionOptions:
