@@ -26,6 +26,7 @@ from ..kernels._runstate import RunState, enter_run, leave_run
 from ..partition import ProviderSlot
 from ._executors import ParallelExecutor, execute_profiled
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
+from ._model_config import apply_model_config
 from ._plan import GraphPlan, build_plan
 from ._prepare import name_nodes, override_initializers, write_optimized_model
 from ._profiler import Profiler
@@ -83,6 +84,7 @@ class InferenceSession:
         libraries = self._sess_options.__dict__.get("_op_libraries", [])
         self._environment = (environment or default_environment()).with_libraries(libraries)
         self._fallback = bool(int(kwargs.pop("enable_fallback", 1)))
+        read_config = kwargs.pop("read_config_from_model", None)
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -94,6 +96,9 @@ class InferenceSession:
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
+        apply_model_config(options, self._loaded.proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
+        if self._profiler is None and options.enable_profiling:  # enabled by the model's config
+            self._profiler = Profiler(options.profile_file_prefix)
         self._threads = _thread_controller(options.intra_op_num_threads)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
