@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ._external import check_external_data
+from ._external_memory import InMemoryData, inline_in_memory_data
 from ._normalize import prepare_for_ir
 from ._validate import merged_opsets, validate_model
 
@@ -77,11 +78,14 @@ def _infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> LoadedModel:
+def load_model(
+    path_or_bytes: Any, *, external_data_dir: str | None = None, in_memory: InMemoryData | None = None
+) -> LoadedModel:
     """Load and check a model.
 
     :param path_or_bytes: a path (``str`` or ``os.PathLike``) or the serialized model (``bytes``).
     :param external_data_dir: the folder external data of a model given as bytes lives in.
+    :param in_memory: initializers and external-data files the caller supplies in memory.
     :raises TypeError: for other argument types (as onnxruntime does).
     :raises NoSuchFile: missing file.
     :raises InvalidProtobuf: unreadable or oversized file.
@@ -101,6 +105,7 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
         raise InvalidProtobuf(f"Load model from {source} failed: protobuf parsing failed ({error})") from None
     if not proto.HasField("graph"):
         raise InvalidArgument("No graph was found in the protobuf.")
+    inline_in_memory_data(proto, in_memory)
     validate_model(proto)
     _dedupe_opsets(proto)
     if path is not None:

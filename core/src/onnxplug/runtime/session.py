@@ -25,13 +25,16 @@ from ..graph._load import fill_missing_opsets
 from ..kernels._runstate import RunState, enter_run, leave_run
 from ..partition import ProviderSlot
 from ._executors import ParallelExecutor, execute_profiled
+from ._global_threads import apply_global_threads
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
 from ._model_config import apply_model_config
 from ._plan import GraphPlan, build_plan
 from ._prepare import name_nodes, override_initializers, write_optimized_model
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
+from ._session_info import assignment_info, in_memory_data, memory_infos
 from .iobinding import IOBinding
+from .lora import with_adapters
 from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .report import PartitionReport, build_report
@@ -92,11 +95,12 @@ class InferenceSession:
         self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
         start = time.perf_counter_ns()
         external_dir = options._entries().get("session.model_external_data_dir")
-        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
+        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options))
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
         apply_model_config(options, self._loaded.proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
+        apply_global_threads(options)  # set_global_thread_pool_sizes
         if self._profiler is None and options.enable_profiling:  # enabled by the model's config
             self._profiler = Profiler(options.profile_file_prefix)
         self._threads = _thread_controller(options.intra_op_num_threads)
@@ -242,6 +246,7 @@ class InferenceSession:
         """
         plan = self._require_plan()
         indices = self._output_indices(output_names)
+        input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
         feeds = check_feeds(self._input_specs, input_feed)
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
         profiler = self._profiler
@@ -374,3 +379,18 @@ class InferenceSession:
     @property
     def _model_proto(self) -> onnx.ModelProto:
         return self._loaded.proto
+
+    # -- onnxruntime introspection (see _session_info) --------------------------------------
+
+    def get_provider_graph_assignment_info(self) -> list:
+        """The nodes each provider runs, as ``OrtEpAssignedSubgraph`` objects (``ep_name``,
+        ``get_nodes()``); needs the config entry ``session.record_ep_graph_assignment_info=1``."""
+        return assignment_info(self._sess_options._entries(), self.get_partition_report())
+
+    def get_input_memory_infos(self) -> list:
+        """One ``OrtMemoryInfo`` per input of :meth:`get_inputs` (host memory)."""
+        return memory_infos(len(self._inputs))
+
+    def get_output_memory_infos(self) -> list:
+        """One ``OrtMemoryInfo`` per output of :meth:`get_outputs` (host memory)."""
+        return memory_infos(len(self._outputs))
