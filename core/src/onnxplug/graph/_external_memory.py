@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import InvalidArgument, InvalidGraph
+from ..errors import Fail, InvalidArgument, InvalidGraph
 from ._external import _parse_entry, iter_tensors, tensor_nbytes
 from ._types import element_name
 
@@ -46,6 +46,7 @@ def inline_in_memory_data(model: onnx.ModelProto, data: InMemoryData | None) -> 
 
     :raises InvalidArgument: an initializer name the model does not have, or a value whose type
         or shape differs from the model's tensor.
+    :raises Fail: an initializer supplied by name that the model embeds (onnxruntime's class).
     :raises InvalidGraph: an external reference that runs past the end of its in-memory file.
     """
     if data is None:
@@ -56,6 +57,13 @@ def inline_in_memory_data(model: onnx.ModelProto, data: InMemoryData | None) -> 
             tensor = by_name.get(name)
             if tensor is None:
                 raise InvalidArgument(f"add_external_initializers: the model has no initializer named '{name}'")
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                # onnxruntime's rule: only data kept outside the model is supplied this way
+                # (SessionOptions.add_initializer overrides embedded initializers).
+                raise Fail(
+                    f"add_external_initializers: initializer '{name}' is embedded in the model, not external "
+                    "data; Trying to replace non-external initializer with external data"
+                )
             given = numpy_helper.from_array(np.ascontiguousarray(array), name)
             if given.data_type != tensor.data_type or list(given.dims) != list(tensor.dims):
                 declared = f"{element_name(tensor.data_type)}{list(tensor.dims)}"

@@ -38,6 +38,9 @@ class OrtDeviceVendorId(enum.IntEnum):
 
 # onnxruntime's OrtDevice type codes (cuda, webgpu and gpu share the GPU code; npu and cann too).
 _TYPE_CODES = {"cpu": 0, "gpu": 1, "cuda": 1, "webgpu": 1, "fpga": 2, "npu": 3, "cann": 3, "dml": 4}
+# What OrtDevice.make gives: DirectML devices are GPUs of vendor Microsoft there (OrtDevice.dml(),
+# the older code 4, is kept for code that compares with it).
+_MAKE_CODES = {**_TYPE_CODES, "dml": 1}
 # The vendor a device name implies when the caller gives none.
 _NAME_VENDORS = {
     "cuda": OrtDeviceVendorId.NVIDIA,
@@ -66,7 +69,7 @@ class OrtDevice:
         :raises Exception: an unknown name (onnxruntime raises a plain ``Exception`` too).
         """
         name = str(ort_device_name).lower()
-        code = _TYPE_CODES.get(name)
+        code = _MAKE_CODES.get(name)
         if code is None or name == "fpga":
             raise Exception(f"Unsupported device type: {ort_device_name}")
         if vendor_id < 0:

@@ -166,8 +166,9 @@ class SparseTensor:
     def format(self) -> OrtSparseFormat:
         return self._format
 
-    def dense_shape(self) -> np.ndarray:
-        return self._dense_shape.copy()
+    def dense_shape(self) -> list[int]:
+        """The dense shape (a list, as onnxruntime returns it)."""
+        return [int(d) for d in self._dense_shape]
 
     def data_type(self) -> str:
         code = onnx_element_type(self._values.dtype)
