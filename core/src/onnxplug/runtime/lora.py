@@ -8,7 +8,7 @@ adapters can be active; a later one wins over an earlier one.
 Files use onnxruntime's ``.onnx_adapter`` format (a FlatBuffer, identifier ``TORT``; schema
 ``onnxruntime/lora/adapter_format/adapter_schema.fbs``), so adapters written by onnxruntime's
 ``AdapterFormat.export_adapter`` load here and the other way round.  Reading and writing them
-needs the ``flatbuffers`` package (``pip install onnxplug[lora]``).
+needs the ``flatbuffers`` package (``pip install onnxplug-core[lora]``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _flatbuffers() -> Any:
         import flatbuffers
     except ImportError:
         raise Fail(
-            "reading or writing LoRA adapter files needs the flatbuffers package: pip install onnxplug[lora]"
+            "reading or writing LoRA adapter files needs the flatbuffers package: pip install onnxplug-core[lora]"
         ) from None
     return flatbuffers
 
