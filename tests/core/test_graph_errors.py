@@ -68,7 +68,7 @@ def test_graph_output_not_produced():
 def test_duplicate_output_name():
     nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["y"])]
     model = make_model(nodes, [("x", F, [1])], [("y", F, [1])])
-    with pytest.raises(onnxplug.InvalidGraph, match="'y' is produced twice"):
+    with pytest.raises(onnxplug.Fail, match=r"Duplicate definition of name \(y\)"):  # onnxruntime's class
         _session(model)
 
 
@@ -91,7 +91,7 @@ def test_initializer_size_mismatch():
         [helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [2])], [("y", F, [2])], {"w": np.ones(2, np.float32)}
     )
     model.graph.initializer[0].dims[:] = [3]
-    with pytest.raises(onnxplug.InvalidGraph, match="'w' holds 8 bytes"):
+    with pytest.raises(onnxplug.Fail, match="'w' holds 8 bytes"):  # onnxruntime's class
         _session(model)
 
 

@@ -76,11 +76,16 @@ def test_module_name(monkeypatch):
     np.testing.assert_array_equal(y, [6, 8])
 
 
-def test_missing_file_names_the_path(tmp_path):
+@pytest.mark.parametrize("form", [str, lambda p: p], ids=["str", "PathLike"])
+def test_missing_file_raises_at_the_call_naming_the_path(tmp_path, form):
+    """onnxruntime raises Fail in register_custom_ops_library itself, not at session creation."""
     options = onnxplug.SessionOptions()
-    options.register_custom_ops_library(str(tmp_path / "libcustom.so"))
     with pytest.raises(onnxplug.Fail, match="Failed to load library .*libcustom.so"):
-        onnxplug.InferenceSession(_model(), options)
+        options.register_custom_ops_library(form(tmp_path / "libcustom.so"))
+    assert not options.__dict__.get("_op_libraries")
+    ort = pytest.importorskip("onnxruntime", reason="comparing the error class needs onnxruntime")
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail, match="libcustom.so"):
+        ort.SessionOptions().register_custom_ops_library(str(tmp_path / "libcustom.so"))
 
 
 def test_native_library_refused(tmp_path):

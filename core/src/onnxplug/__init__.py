@@ -31,22 +31,37 @@ from .errors import (
 from .hookspecs import hookimpl
 from .kernels._runstate import set_global_seed
 from .runtime import (
+    AdapterFormat,
     ExecutionMode,
     ExecutionOrder,
     GraphOptimizationLevel,
     InferenceSession,
     IOBinding,
+    LoraAdapter,
     ModelMetadata,
     NodeArg,
+    OrtAllocatorType,
+    OrtArenaCfg,
     OrtDevice,
+    OrtDeviceVendorId,
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
+    OrtMemoryInfo,
+    OrtMemType,
+    OrtSparseFormat,
     OrtValue,
+    OrtValueVector,
     PartitionReport,
     RunOptions,
+    SessionIOBinding,
     SessionOptions,
+    SparseTensor,
 )
+from .runtime._global_threads import set_global_thread_pool_sizes
 from .runtime.session import _SEVERITY_LEVELS
 
 __all__ = [
+    "AdapterFormat",
     "DeviceReset",
     "EPFail",
     "EngineError",
@@ -60,6 +75,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "LoraAdapter",
     "ModelLoadCanceled",
     "ModelLoaded",
     "ModelMetadata",
@@ -69,24 +85,39 @@ __all__ = [
     "NodeArg",
     "NotFound",
     "NotImplemented",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
     "OrtDevice",
+    "OrtDeviceVendorId",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtSparseFormat",
     "OrtValue",
+    "OrtValueVector",
     "OnnxplugError",
     "PartitionReport",
     "PluginError",
     "PluginRecord",
     "RunOptions",
     "RuntimeException",
+    "SessionIOBinding",
     "SessionOptions",
+    "SparseTensor",
     "__version__",
     "default_environment",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
     "get_all_providers",
     "get_available_providers",
+    "get_build_info",
     "get_device",
     "get_version_string",
     "hookimpl",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
+    "set_global_thread_pool_sizes",
     "set_seed",
 ]
 
@@ -109,6 +140,22 @@ def get_device() -> str:
 
 def get_version_string() -> str:
     return __version__
+
+
+def get_build_info() -> str:
+    """A one-line description of this build, in onnxruntime's ``ORT Build Info: ...`` form."""
+    import onnx
+    import onnx_ir
+
+    return f"ORT Build Info: onnxplug={__version__}, onnx={onnx.__version__}, onnx-ir={onnx_ir.__version__}"
+
+
+def enable_telemetry_events() -> None:
+    """Accepted: onnxplug sends no telemetry (onnxruntime's is a no-op off Windows too)."""
+
+
+def disable_telemetry_events() -> None:
+    """Accepted: onnxplug sends no telemetry."""
 
 
 def set_default_logger_severity(severity: int) -> None:

@@ -11,6 +11,9 @@ Environment variables:
     entry-point names not to load.
 ``ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD=1`` with ``ONNXPLUG_PLUGINS=name,...``
     load only the named entry points.
+
+(``ONNXPLUG_PROVIDERS=name,...``, the providers a session uses when given none, is read by
+:mod:`onnxplug.runtime._providers`.)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
+from . import _default_policy, hookspecs
 from .api import API_VERSION, ProviderFactory
 from .errors import Fail, PluginError
 from .optimizer.rules import RuleSet
@@ -92,6 +95,8 @@ class Environment:
     ) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
+        # Built-in policies are plugins too; trylast lets any installed policy answer first.
+        self._pm.register(_default_policy, name=_default_policy.PLUGIN_NAME)
         self._records: dict[str, PluginRecord] = {}
         self._factories: dict[str, ProviderFactory] = {}
         self._factory_owner: dict[str, str] = {}
@@ -313,11 +318,21 @@ class Environment:
         owner = self._factory_owner.get(factory.name)
         return None if owner is None else self._records.get(owner)
 
-    def available_factories(self) -> list[ProviderFactory]:
-        """Factories that report at least one device, in default priority order."""
+    def available_factories(self, policy: str = "default") -> list[ProviderFactory]:
+        """Factories that report at least one device, in the order the
+        ``onnxplug_select_providers`` hook gives (by default: priority, CPU last).
+
+        :raises PluginError: a policy returned a factory that is not among the candidates.
+        """
         available = [f for f in self.factories() if _safe_devices(f)]
-        chosen = self._pm.hook.onnxplug_select_providers(candidates=available, policy="default")
-        return list(chosen) if chosen is not None else available
+        chosen = self._pm.hook.onnxplug_select_providers(candidates=available, policy=policy)
+        if chosen is None:  # only when the default policy was unregistered
+            return available
+        chosen = list(chosen)
+        strangers = [f for f in chosen if all(f is not c for c in available)]
+        if strangers:
+            raise PluginError(f"onnxplug_select_providers returned {strangers}, which are not among the candidates")
+        return chosen
 
     def kernel_registries(self, provider: Any) -> list[Any]:
         """The kernel registries every plugin offers ``provider``, checked for conflicts.

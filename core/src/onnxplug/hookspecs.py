@@ -94,8 +94,9 @@ def onnxplug_rewrite_rules(stage: str) -> Sequence[Any]:
 def onnxplug_select_providers(candidates: Sequence[ProviderFactory], policy: str) -> Sequence[ProviderFactory] | None:
     """Order the available provider factories when the user names none.
 
-    Stops at first non-None result; the core's default (priority order, CPU last) applies when
-    no plugin answers.
+    Stops at first non-None result.  The core's default policy (``ProviderFactory.priority``,
+    highest first, CPU last) is itself registered as a plugin with ``trylast``, so it answers
+    only when no other plugin does.  Return only factories from ``candidates``.
 
     :param candidates: available factories (with at least one device).
     :param policy: the selection policy name (``"default"``, ``"prefer_gpu"``...).

@@ -1,19 +1,5 @@
-"""onnxruntime's exception module path: ``from onnxplug.capi.onnxruntime_pybind11_state import Fail``."""
+"""onnxruntime's ``onnxruntime.capi._pybind_state``: a re-export of
+:mod:`onnxplug.capi.onnxruntime_pybind11_state`, as onnxruntime's is of its compiled module."""
 
-from ..errors import (  # noqa: F401 - re-exported names
-    DeviceReset,
-    EngineError,
-    EPFail,
-    Fail,
-    InvalidArgument,
-    InvalidGraph,
-    InvalidProtobuf,
-    ModelLoadCanceled,
-    ModelLoaded,
-    ModelRequiresCompilation,
-    NoModel,
-    NoSuchFile,
-    NotFound,
-    NotImplemented,  # noqa: A004
-    RuntimeException,
-)
+from .onnxruntime_pybind11_state import *  # noqa: F403 - the whole module, by design
+from .onnxruntime_pybind11_state import __all__  # noqa: F401 - same names

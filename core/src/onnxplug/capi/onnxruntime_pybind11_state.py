@@ -1,6 +1,25 @@
-"""onnxruntime's exception module path: ``from onnxplug.capi.onnxruntime_pybind11_state import Fail``."""
+"""onnxruntime's compiled-module path, ``onnxruntime.capi.onnxruntime_pybind11_state``.
 
-from ..errors import (  # noqa: F401 - re-exported names
+Code written for onnxruntime imports exception classes from here
+(``from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument``) and, less often,
+the low-level classes and functions.  This module holds onnxplug's objects under those names;
+``onnxplug.capi._pybind_state`` re-exports it, as onnxruntime's does.
+"""
+
+from .. import (
+    disable_telemetry_events,
+    enable_telemetry_events,
+    get_all_providers,
+    get_available_providers,
+    get_build_info,
+    get_device,
+    get_version_string,
+    set_default_logger_severity,
+    set_default_logger_verbosity,
+    set_global_thread_pool_sizes,
+    set_seed,
+)
+from ..errors import (
     DeviceReset,
     EngineError,
     EPFail,
@@ -14,6 +33,84 @@ from ..errors import (  # noqa: F401 - re-exported names
     NoModel,
     NoSuchFile,
     NotFound,
-    NotImplemented,  # noqa: A004
+    NotImplemented,  # noqa: A004 - onnxruntime's name
     RuntimeException,
 )
+from ..runtime import (
+    AdapterFormat,
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    InferenceSession,
+    LoraAdapter,
+    ModelMetadata,
+    NodeArg,
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
+    OrtMemoryInfo,
+    OrtMemType,
+    OrtSparseFormat,
+    OrtValue,
+    OrtValueVector,
+    RunOptions,
+    SessionIOBinding,
+    SessionOptions,
+    SparseTensor,
+)
+from ..runtime.sparse import SparseCooView, SparseCsrView
+
+__all__ = [
+    "AdapterFormat",
+    "DeviceReset",
+    "EPFail",
+    "EngineError",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "Fail",
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "InvalidArgument",
+    "InvalidGraph",
+    "InvalidProtobuf",
+    "LoraAdapter",
+    "ModelLoadCanceled",
+    "ModelLoaded",
+    "ModelMetadata",
+    "ModelRequiresCompilation",
+    "NoModel",
+    "NoSuchFile",
+    "NodeArg",
+    "NotFound",
+    "NotImplemented",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
+    "OrtDevice",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtSparseFormat",
+    "OrtValue",
+    "OrtValueVector",
+    "RunOptions",
+    "RuntimeException",
+    "SessionIOBinding",
+    "SessionOptions",
+    "SparseCooView",
+    "SparseCsrView",
+    "SparseTensor",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_all_providers",
+    "get_available_providers",
+    "get_build_info",
+    "get_device",
+    "get_version_string",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "set_global_thread_pool_sizes",
+    "set_seed",
+]

@@ -18,8 +18,9 @@ from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ._external import check_external_data
+from ._external_memory import InMemoryData, inline_in_memory_data
 from ._normalize import prepare_for_ir
-from ._validate import validate_model
+from ._validate import merged_opsets, validate_model
 
 __all__ = ["LoadedModel", "load_model", "MAX_PROTO_BYTES"]
 
@@ -77,11 +78,14 @@ def _infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> LoadedModel:
+def load_model(
+    path_or_bytes: Any, *, external_data_dir: str | None = None, in_memory: InMemoryData | None = None
+) -> LoadedModel:
     """Load and check a model.
 
     :param path_or_bytes: a path (``str`` or ``os.PathLike``) or the serialized model (``bytes``).
     :param external_data_dir: the folder external data of a model given as bytes lives in.
+    :param in_memory: initializers and external-data files the caller supplies in memory.
     :raises TypeError: for other argument types (as onnxruntime does).
     :raises NoSuchFile: missing file.
     :raises InvalidProtobuf: unreadable or oversized file.
@@ -101,7 +105,9 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
         raise InvalidProtobuf(f"Load model from {source} failed: protobuf parsing failed ({error})") from None
     if not proto.HasField("graph"):
         raise InvalidArgument("No graph was found in the protobuf.")
+    inline_in_memory_data(proto, in_memory)
     validate_model(proto)
+    _dedupe_opsets(proto)
     if path is not None:
         base_dir: str | None = os.path.dirname(os.path.abspath(path))
     else:
@@ -116,6 +122,19 @@ def load_model(path_or_bytes: Any, *, external_data_dir: str | None = None) -> L
     if base_dir is not None:
         ir.external_data.set_base_dir(model.graph, base_dir)
     return LoadedModel(proto=proto, model=model, base_dir=base_dir, from_path=path is not None)
+
+
+def _dedupe_opsets(proto: onnx.ModelProto) -> None:
+    """Keep one opset_import entry per domain (validation accepted only agreeing duplicates);
+    onnx-ir keys imports by domain and refuses a second entry."""
+    for owner in [proto, *proto.functions]:
+        merged = merged_opsets(owner.opset_import)
+        if len(merged) == len(owner.opset_import):
+            continue
+        domains = {"" if o.domain == "ai.onnx" else o.domain: o.domain for o in owner.opset_import}
+        del owner.opset_import[:]
+        for domain, version in merged.items():
+            owner.opset_import.add(domain=domains[domain], version=version)
 
 
 def _sort(model: ir.Model) -> None:

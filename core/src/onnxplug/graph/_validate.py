@@ -7,13 +7,15 @@ hostile model with deep nesting or a long chain cannot exhaust Python's recursio
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import onnx
 
 from ..errors import Fail, InvalidArgument, InvalidGraph
 from ._external import tensor_nbytes
+from ._schema_check import SchemaChecker
 
-__all__ = ["validate_model"]
+__all__ = ["validate_model", "merged_opsets"]
 
 # Dims multiplied together may not exceed this many elements for a declared initializer.
 _MAX_ELEMENTS = 1 << 62
@@ -23,6 +25,16 @@ _PACKED_IN_INT32 = frozenset(
     for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
     if hasattr(onnx.TensorProto, name)
 )
+_KNOWN_ELEMENT_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _check_payload_type(tensor: onnx.TensorProto, where: str) -> None:
+    """Faults that make a tensor's payload undecodable (onnxruntime raises ``Fail`` for each)."""
+    if tensor.data_type not in _KNOWN_ELEMENT_TYPES:
+        kind = "UNDEFINED" if tensor.data_type == onnx.TensorProto.UNDEFINED else f"unknown ({tensor.data_type})"
+        raise Fail(f"{where} '{tensor.name}' has data type {kind}; its payload cannot be decoded")
+    if tensor.data_type == onnx.TensorProto.STRING and tensor.HasField("raw_data"):
+        raise Fail(f"{where} '{tensor.name}': string tensor can not have raw data (strings go in string_data)")
 
 
 def _check_tensor(tensor: onnx.TensorProto, where: str) -> None:
@@ -31,12 +43,13 @@ def _check_tensor(tensor: onnx.TensorProto, where: str) -> None:
     count = math.prod(tensor.dims)
     if count > _MAX_ELEMENTS:
         raise InvalidGraph(f"{where} '{tensor.name}' has {count} elements, past any possible size")
+    _check_payload_type(tensor, where)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return
     if tensor.HasField("raw_data"):
         expected = tensor_nbytes(tensor)
         if expected is not None and len(tensor.raw_data) != expected:
-            raise InvalidGraph(
+            raise Fail(
                 f"{where} '{tensor.name}' holds {len(tensor.raw_data)} bytes of raw data but its shape "
                 f"{list(tensor.dims)} needs {expected}"
             )
@@ -53,32 +66,49 @@ def _check_tensor(tensor: onnx.TensorProto, where: str) -> None:
                     f"{list(tensor.dims)} holds {count}"
                 )
             return
-    if count and tensor.data_type != onnx.TensorProto.UNDEFINED:
+    if count:
         raise InvalidGraph(f"{where} '{tensor.name}' has shape {list(tensor.dims)} but no data")
 
 
-def _check_graph(graph: onnx.GraphProto, outer: frozenset[str], pending: list) -> None:
+def _check_graph(
+    graph: onnx.GraphProto, outer: frozenset[str], pending: list, schemas: SchemaChecker, main: bool
+) -> None:
     """Check one graph; queue its subgraphs on ``pending`` with their visible scope."""
     label = f"graph '{graph.name}'" if graph.name else "the main graph"
     defined: set[str] = set()
     for value in graph.input:
         if value.name in defined:
             raise InvalidGraph(f"{label}: input '{value.name}' is declared twice")
+        if main and not value.type.WhichOneof("value"):
+            raise Fail(f"This is an invalid model. Model input ({value.name}) does not have type information.")
         defined.add(value.name)
+    initializers: set[str] = set()
     for tensor in graph.initializer:
         _check_tensor(tensor, "initializer")
+        if tensor.name in initializers:
+            raise InvalidGraph(
+                f"{label}: initializer '{tensor.name}' is defined twice (onnxruntime would silently use "
+                "the last one); give each initializer a unique name"
+            )
+        initializers.add(tensor.name)
         defined.add(tensor.name)
     for sparse in graph.sparse_initializer:
+        _check_tensor(sparse.values, "sparse initializer")
+        if sparse.values.name in initializers:
+            raise InvalidGraph(f"{label}: initializer '{sparse.values.name}' is defined twice (dense and sparse)")
+        initializers.add(sparse.values.name)
         defined.add(sparse.values.name)
     produced: dict[str, int] = {}
     for index, node in enumerate(graph.node):
+        schemas.check(node)
         for name in node.output:
             if not name:
                 continue
             if name in produced or name in defined:
-                raise InvalidGraph(
-                    f"{label}: value '{name}' is produced twice (node '{node.name or node.op_type}' "
-                    "and an earlier node, input or initializer)"
+                raise Fail(
+                    f"This is an invalid model. Error: Duplicate definition of name ({name}): "
+                    f"{label}: node '{node.name or node.op_type}' writes a value that an earlier node, "
+                    "a graph input or an initializer already defines"
                 )
             produced[name] = index
     visible = outer | defined | produced.keys()
@@ -102,8 +132,11 @@ def _check_graph(graph: onnx.GraphProto, outer: frozenset[str], pending: list) -
             subgraphs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
             for sub in subgraphs:
                 pending.append((sub, frozenset(visible)))
-            if attr.HasField("t"):
-                _check_tensor(attr.t, f"attribute '{attr.name}' of node '{node.name}':")
+            where = f"attribute '{attr.name}' of node '{node.name or node.op_type}': tensor"
+            for tensor in ([attr.t] if attr.HasField("t") else []) + list(attr.tensors):
+                _check_tensor(tensor, where)
+            for sparse in ([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []) + list(attr.sparse_tensors):
+                _check_tensor(sparse.values, where)
     ready = [i for i, count in enumerate(waiting) if count == 0]
     released = 0
     while ready:
@@ -121,28 +154,56 @@ def _check_graph(graph: onnx.GraphProto, outer: frozenset[str], pending: list) -
             raise Fail(f"Graph output ({value.name}) does not exist in the graph.")
 
 
+def merged_opsets(opset_imports: Sequence[onnx.OperatorSetIdProto], where: str = "the model") -> dict[str, int]:
+    """The opset imports as ``{domain: version}`` (``"ai.onnx"`` read as ``""``).
+
+    A domain imported twice at one version is accepted, as onnxruntime does (skl2onnx writes
+    ``('', 22)`` twice); at two versions the model is ambiguous.
+
+    :raises InvalidGraph: a domain imported at two versions, or a version below 1.
+    """
+    versions: dict[str, int] = {}
+    for opset in opset_imports:
+        domain = "" if opset.domain in ("", "ai.onnx") else opset.domain
+        if opset.version < 1:
+            raise InvalidGraph(f"opset version {opset.version} for domain '{opset.domain}' is not valid")
+        previous = versions.setdefault(domain, opset.version)
+        if previous != opset.version:
+            raise InvalidGraph(
+                f"{where} imports domain '{domain or 'ai.onnx'}' twice, at versions {previous} and "
+                f"{opset.version}; keep one opset_import entry per domain"
+            )
+    return versions
+
+
 def validate_model(model: onnx.ModelProto) -> None:
     """Raise an onnxplug exception for any structural fault in ``model``.
 
-    Checked: IR and opset versions, unique value names, every node input defined (scoping
-    into subgraphs), no cycles, graph outputs produced, initializer sizes consistent.
+    Checked: IR and opset versions (at least one import, one version per domain), unique value
+    and initializer names, typed graph inputs, every node input defined (scoping into
+    subgraphs), no cycles, graph outputs produced, tensor payloads decodable and of the right
+    size, node attributes against the op schemas (see :mod:`._schema_check`).
     """
     if model.ir_version > onnx.IR_VERSION:
         raise Fail(f"Unsupported model IR version: {model.ir_version}, max supported IR version: {onnx.IR_VERSION}")
-    seen_domains: set[str] = set()
-    for opset in model.opset_import:
-        domain = "" if opset.domain in ("", "ai.onnx") else opset.domain
-        if domain in seen_domains:
-            raise InvalidGraph(f"opset for domain '{opset.domain}' is imported twice")
-        seen_domains.add(domain)
-        if domain == "" and opset.version > onnx.defs.onnx_opset_version():
-            raise Fail(
-                f"the model imports opset {opset.version} of the default domain; the newest this "
-                f"installation knows is {onnx.defs.onnx_opset_version()} (upgrade onnx and onnxplug)"
-            )
-        if opset.version < 1:
-            raise InvalidGraph(f"opset version {opset.version} for domain '{opset.domain}' is not valid")
+    if not model.opset_import:
+        raise Fail(
+            "Missing opset in the model. All ModelProtos MUST have at least one entry that specifies which "
+            "version of the ONNX OperatorSet is being imported."
+        )
+    opsets = merged_opsets(model.opset_import)
+    for function in model.functions:
+        merged_opsets(function.opset_import, f"function '{function.domain}::{function.name}'")
+    newest = onnx.defs.onnx_opset_version()
+    if opsets.get("", 0) > newest:
+        raise Fail(
+            f"the model imports opset {opsets['']} of the default domain; the newest this "
+            f"installation knows is {newest} (upgrade onnx and onnxplug)"
+        )
+    schemas = SchemaChecker(opsets, {(f.domain, f.name) for f in model.functions})
     pending: list[tuple[onnx.GraphProto, frozenset[str]]] = [(model.graph, frozenset())]
+    main = True
     while pending:
         graph, outer = pending.pop()
-        _check_graph(graph, outer, pending)
+        _check_graph(graph, outer, pending, schemas, main)
+        main = False

@@ -7,6 +7,7 @@ Everything a feed is checked against (dtype, rank, fixed dims) is computed once 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ from ..graph import element_name, np_dtype, onnx_element_type, shape_list, type_
 __all__ = ["NodeArg", "ModelMetadata", "InputSpec", "check_feeds", "input_specs", "fresh_outputs"]
 
 INT64_MAX = 9223372036854775807
+# The symbols onnx shape inference invents for dims it cannot name (``unk__0``...).  onnxruntime
+# reports such dims as ``None``; a model declaring a dim of that very name is read the same way.
+_INVENTED_DIM = re.compile(r"unk__\d+")
 
 
 class NodeArg:
@@ -142,7 +146,8 @@ def input_specs(
 
 
 def output_args(graph: onnx.GraphProto, inferred: Mapping[str, onnx.ValueInfoProto]) -> list[NodeArg]:
-    """NodeArgs for ``get_outputs``: the inferred type and shape where inference knows more."""
+    """NodeArgs for ``get_outputs``: the inferred type and shape where inference knows more;
+    dims inference could not name are ``None``, as onnxruntime reports them."""
     args = []
     for info in graph.output:
         best = info
@@ -151,7 +156,8 @@ def output_args(graph: onnx.GraphProto, inferred: Mapping[str, onnx.ValueInfoPro
         if richer is not None and info.type.WhichOneof("value") in (None, "tensor_type"):
             if not declared.HasField("shape") or info.type.WhichOneof("value") is None:
                 best = richer
-        args.append(NodeArg(info.name, type_string(best.type), shape_list(best.type)))
+        shape = [None if isinstance(d, str) and _INVENTED_DIM.fullmatch(d) else d for d in shape_list(best.type)]
+        args.append(NodeArg(info.name, type_string(best.type), shape))
     return args
 
 

@@ -5,22 +5,29 @@
 * a known provider without a device is dropped with a ``UserWarning``; an unknown name warns and
   is dropped too (onnxruntime falls back the same way, but prints to stdout);
 * with fallback disabled both are errors;
-* CPU is always last.
+* the order is the user's, CPU included where the user put it (appended last when not named),
+  as onnxruntime's ``get_providers()`` reports it;
+* with no ``providers``, ``ONNXPLUG_PROVIDERS=name,...`` names them, else every available
+  provider is used in the order the ``onnxplug_select_providers`` hook gives (the core's
+  default policy: ``ProviderFactory.priority``, highest first, CPU last).
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._default_policy import CPU_NAME
 from .._plugins import Environment, normalize_options
 from ..api import Provider, ProviderFactory
 from ..errors import InvalidArgument
 
-__all__ = ["ProviderRequest", "parse_providers", "create_providers", "CPU_NAME"]
+__all__ = ["ProviderRequest", "parse_providers", "create_providers", "CPU_NAME", "PROVIDERS_ENV"]
 
-CPU_NAME = "CPUExecutionProvider"
+#: Environment variable naming the providers of sessions created without ``providers``.
+PROVIDERS_ENV = "ONNXPLUG_PROVIDERS"
 
 ProviderRequest = tuple[str, dict[str, str]]
 
@@ -62,13 +69,16 @@ def parse_providers(providers: Any, provider_options: Any) -> list[ProviderReque
 def select_factories(
     environment: Environment, requests: list[ProviderRequest], *, fallback: bool = True
 ) -> list[tuple[ProviderFactory, dict[str, str]]]:
-    """The factories to use, in priority order, CPU last.
+    """The factories to use, in priority order: the user's (CPU appended when not named), or
+    the default one when no provider was requested.
 
     :raises InvalidArgument: an unknown or unavailable provider when ``fallback`` is off.
     """
     if not requests:
-        cpu = environment.factory(CPU_NAME)
-        return [(cpu, {})] if cpu is not None else []
+        named = [name.strip() for name in os.environ.get(PROVIDERS_ENV, "").split(",") if name.strip()]
+        if not named:
+            return [(factory, {}) for factory in environment.available_factories()]
+        requests = [(name, {}) for name in named]
     chosen: list[tuple[ProviderFactory, dict[str, str]]] = []
     seen: set[str] = set()
     available = [f.ort_name for f in environment.available_factories()]
@@ -98,8 +108,8 @@ def select_factories(
         seen.add(factory.ort_name)
         chosen.append((factory, options))
     cpu = environment.factory(CPU_NAME)
-    if cpu is not None:
-        chosen = [c for c in chosen if c[0] is not cpu] + [next(((f, o) for f, o in chosen if f is cpu), (cpu, {}))]
+    if cpu is not None and cpu.ort_name not in seen:
+        chosen.append((cpu, {}))
     return chosen
 
 

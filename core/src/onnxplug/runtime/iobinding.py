@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..graph import np_dtype
-from .ortvalue import OrtValue, _check_device
+from .ortvalue import OrtValue, OrtValueVector, _check_device
 
 if TYPE_CHECKING:
     from .session import InferenceSession
 
-__all__ = ["IOBinding"]
+__all__ = ["IOBinding", "SessionIOBinding"]
 
 
 def _array_at(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
@@ -131,3 +131,12 @@ class IOBinding:
             np.copyto(target, value)
             results.append(bound)
         self._results = results
+
+    def get_outputs_as_ortvaluevector(self) -> OrtValueVector:
+        """The outputs of the last run as an :class:`OrtValueVector`."""
+        return OrtValueVector(self._results)
+
+
+class SessionIOBinding(IOBinding):
+    """onnxruntime's name for the binding object under ``IOBinding``: ``SessionIOBinding(session)``
+    is an IOBinding of ``session``, usable with its ``run_with_iobinding``."""

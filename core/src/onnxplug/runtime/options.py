@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import copy
 import enum
+import os
+from collections.abc import Sequence
 from typing import Any
+
+from ..errors import Fail, InvalidArgument
 
 __all__ = ["GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "SessionOptions", "RunOptions"]
 
@@ -30,6 +34,13 @@ class ExecutionOrder(enum.IntEnum):
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
+
+
+_LIBRARY_SUFFIXES = (".py", ".so", ".dll", ".dylib")
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(_LIBRARY_SUFFIXES) or os.sep in text or (os.altsep is not None and os.altsep in text)
 
 
 def _typed(name: str, kind: type | tuple[type, ...], default: Any, doc: str) -> property:
@@ -106,7 +117,57 @@ class SessionOptions(_ConfigEntries):
             raise RuntimeError(f"add_initializer: the value for '{name}' must be an OrtValue")
         self.__dict__.setdefault("_initializers", {})[str(name)] = value
 
+    def add_external_initializers(self, names: Sequence[str], ortvalues: Sequence[Any]) -> None:
+        """Supply initializers by name (typically those a model keeps as external data); each
+        replaces the model's tensor of that name, which must have the same type and shape.
+
+        :raises InvalidArgument: lists of different lengths, or a value that is not an OrtValue
+            holding a tensor.
+        """
+        names, ortvalues = list(names), list(ortvalues)
+        if len(names) != len(ortvalues):
+            raise InvalidArgument(f"add_external_initializers: {len(names)} names for {len(ortvalues)} values")
+        store = self.__dict__.setdefault("_external_initializers", {})
+        for name, value in zip(names, ortvalues):
+            if not hasattr(value, "is_tensor") or not value.is_tensor():
+                raise InvalidArgument(f"add_external_initializers: the value for '{name}' must be an OrtValue tensor")
+            store[str(name)] = value.numpy()
+
+    def add_external_initializers_from_files_in_memory(
+        self, file_names: Sequence[str], buffer_array: Sequence[Any], file_lengths: Sequence[int]
+    ) -> None:
+        """Supply the contents of external-data files (by the location the model names them
+        with), so a model loaded from bytes finds its weights without touching the disk.
+
+        :raises InvalidArgument: lists of different lengths, or a length larger than its buffer.
+        """
+        file_names, buffer_array, file_lengths = list(file_names), list(buffer_array), list(file_lengths)
+        if not len(file_names) == len(buffer_array) == len(file_lengths):
+            raise InvalidArgument(
+                "add_external_initializers_from_files_in_memory: file_names, buffer_array and file_lengths "
+                f"have {len(file_names)}, {len(buffer_array)} and {len(file_lengths)} entries"
+            )
+        store = self.__dict__.setdefault("_external_files", {})
+        for name, buffer, length in zip(file_names, buffer_array, file_lengths):
+            view = memoryview(buffer).cast("B")
+            if int(length) > len(view):
+                raise InvalidArgument(
+                    f"add_external_initializers_from_files_in_memory: '{name}' has {len(view)} bytes, "
+                    f"fewer than the length {length} given"
+                )
+            store[str(name)] = view[: int(length)]
+
     def register_custom_ops_library(self, library: Any) -> None:
+        """Add an op library: a plugin's entry-point or distribution name, a module (or its
+        name), or the path of a ``.py`` file.
+
+        :raises Fail: a path (``os.PathLike``, or a string with a folder separator or a library
+            suffix) that does not exist, at the call as onnxruntime does, naming the path.
+        """
+        if isinstance(library, os.PathLike):
+            library = os.fspath(library)
+        if isinstance(library, str) and _looks_like_path(library) and not os.path.isfile(library):
+            raise Fail(f"Failed to load library {library} with error: {library}: no such file")
         self.__dict__.setdefault("_op_libraries", []).append(library)
 
     def __copy__(self) -> SessionOptions:
@@ -140,6 +201,16 @@ class RunOptions(_ConfigEntries):
     @run_log_id.setter
     def run_log_id(self, value: str) -> None:
         self.logid = value
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Apply a :class:`~onnxplug.LoraAdapter`'s parameters in runs with these options: each
+        parameter is fed to the model input of its name, unless the feed gives that input.
+
+        :raises TypeError: not a LoraAdapter.
+        """
+        if not hasattr(adapter, "_onnxplug_parameters"):
+            raise TypeError(f"add_active_adapter needs a LoraAdapter, not {type(adapter).__name__}")
+        self.__dict__.setdefault("_adapters", []).append(adapter)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._add(key, value)

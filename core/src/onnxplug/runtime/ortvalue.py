@@ -14,55 +14,10 @@ import numpy as np
 
 from ..graph import element_name, np_dtype, onnx_element_type
 from ..kernels import check_allocation
+from ._device import OrtDevice
+from .sparse import SparseTensor
 
-__all__ = ["OrtValue", "OrtDevice"]
-
-
-class OrtDevice:
-    """A device descriptor: ``OrtDevice.make("cpu", 0)``."""
-
-    _TYPES = {"cpu": 0, "cuda": 1, "gpu": 1, "dml": 4, "npu": 2}
-
-    def __init__(self, device_type: int = 0, memory_type: int = 0, device_id: int = 0, vendor_id: int = 0) -> None:
-        self._type = device_type
-        self._memory = memory_type
-        self._id = device_id
-        self._vendor = vendor_id
-
-    @classmethod
-    def make(cls, device_type: str, device_id: int = 0) -> OrtDevice:
-        kind = cls._TYPES.get(str(device_type).lower())
-        if kind is None:
-            raise Exception(f"Unsupported device type: {device_type}")
-        return cls(kind, 0, device_id)
-
-    @staticmethod
-    def cpu() -> int:
-        return 0
-
-    @staticmethod
-    def cuda() -> int:
-        return 1
-
-    @staticmethod
-    def npu() -> int:
-        return 2
-
-    @staticmethod
-    def default_memory() -> int:
-        return 0
-
-    def device_type(self) -> int:
-        return self._type
-
-    def device_id(self) -> int:
-        return self._id
-
-    def device_vendor(self) -> int:
-        return self._vendor
-
-    def device_mem_type(self) -> int:
-        return self._memory
+__all__ = ["OrtValue", "OrtDevice", "OrtValueVector"]
 
 
 def _check_device(device_type: str) -> None:
@@ -130,6 +85,22 @@ class OrtValue:
     def ort_value_from_sequence(values: Sequence[Any]) -> OrtValue:
         return OrtValue([v._value if isinstance(v, OrtValue) else v for v in values])
 
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: SparseTensor) -> OrtValue:
+        """Wrap a :class:`~onnxplug.SparseTensor` (no copy)."""
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise TypeError(f"ort_value_from_sparse_tensor needs a SparseTensor, not {type(sparse_tensor).__name__}")
+        return OrtValue(sparse_tensor)
+
+    def as_sparse_tensor(self) -> SparseTensor:
+        """The SparseTensor this value holds.
+
+        :raises RuntimeError: the value is not sparse (onnxruntime's message).
+        """
+        if not isinstance(self._value, SparseTensor):
+            raise RuntimeError("This OrtValue does not contain SparseTensor. Check data_type() value.")
+        return self._value
+
     # -- inspection --------------------------------------------------------------------------
 
     def _onnxplug_value(self) -> Any:
@@ -142,7 +113,7 @@ class OrtValue:
         return isinstance(self._value, list)
 
     def is_sparse_tensor(self) -> bool:
-        return False
+        return isinstance(self._value, SparseTensor)
 
     def has_value(self) -> bool:
         return self._value is not None
@@ -175,6 +146,8 @@ class OrtValue:
         if isinstance(value, list):
             inner = OrtValue(value[0]).data_type() if value else "tensor(float)"
             return f"seq({inner})"
+        if isinstance(value, SparseTensor):
+            return value.data_type()
         if isinstance(value, dict):
             return "map"
         return "optional"
@@ -203,3 +176,48 @@ class OrtValue:
 
     def __repr__(self) -> str:
         return f"<OrtValue {self.data_type()}>"
+
+
+class OrtValueVector:
+    """A list of OrtValues, as onnxruntime's ``run_with_ortvaluevector`` and
+    ``IOBinding.get_outputs_as_ortvaluevector`` use it."""
+
+    def __init__(self, values: Sequence[OrtValue] = ()) -> None:
+        self._values: list[OrtValue] = []
+        for value in values:
+            self.push_back(value)
+
+    def push_back(self, value: OrtValue) -> None:
+        if not isinstance(value, OrtValue):
+            raise TypeError(f"OrtValueVector holds OrtValues, not {type(value).__name__}")
+        self._values.append(value)
+
+    def push_back_batch(self, values: Sequence[Any], *_: Any) -> None:
+        """Append numpy arrays or OrtValues (the extra arguments onnxruntime takes, data
+        pointers, shapes and types, describe the same arrays and are not needed)."""
+        for value in values:
+            self.push_back(value if isinstance(value, OrtValue) else OrtValue.ortvalue_from_numpy(np.asarray(value)))
+
+    def reserve(self, size: int) -> None:
+        """Accepted: a Python list grows as needed."""
+
+    def shrink_to_fit(self) -> None:
+        """Accepted: a Python list needs no shrinking."""
+
+    def element_type_at(self, index: int) -> int:
+        return self._values[index].element_type()
+
+    def dlpack_at(self, index: int) -> Any:
+        return self._values[index]._tensor("dlpack_at()").__dlpack__()
+
+    def to_dlpacks(self, *_: Any) -> list[Any]:
+        return [v._tensor("to_dlpacks()").__dlpack__() for v in self._values]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index: int) -> OrtValue:
+        return self._values[index]
+
+    def __iter__(self) -> Any:
+        return iter(self._values)

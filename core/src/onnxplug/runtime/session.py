@@ -27,12 +27,16 @@ from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
 from ._evaluate import KernelEvaluator
 from ._executors import ParallelExecutor
+from ._global_threads import apply_global_threads
 from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
+from ._model_config import apply_model_config
 from ._plan import GraphPlan, build_plan
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
 from ._save import write_optimized_model
+from ._session_info import assignment_info, in_memory_data, memory_infos
 from .iobinding import IOBinding
+from .lora import with_adapters
 from .options import ExecutionMode, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .report import PartitionReport, build_report
@@ -85,6 +89,7 @@ class InferenceSession:
         libraries = self._sess_options.__dict__.get("_op_libraries", [])
         self._environment = (environment or default_environment()).with_libraries(libraries)
         self._fallback = bool(int(kwargs.pop("enable_fallback", 1)))
+        read_config = kwargs.pop("read_config_from_model", None)
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -93,11 +98,15 @@ class InferenceSession:
         self._logger = self._session_logger()
         start = time.perf_counter_ns()
         external_dir = options._entries().get("session.model_external_data_dir")
-        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir)
+        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options))
         self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
+        apply_model_config(options, self._loaded.proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
+        apply_global_threads(options)  # set_global_thread_pool_sizes
+        if self._profiler is None and options.enable_profiling:  # enabled by the model's config
+            self._profiler = Profiler(options.profile_file_prefix)
         self._threads = _thread_controller(options.intra_op_num_threads)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
@@ -292,6 +301,7 @@ class InferenceSession:
         """
         plan = self._require_plan()
         indices = self._output_indices(output_names)
+        input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
         feeds = check_feeds(self._input_specs, input_feed)
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
         profiler = self._profiler
@@ -423,3 +433,18 @@ class InferenceSession:
     @property
     def _model_proto(self) -> onnx.ModelProto:
         return self._loaded.proto
+
+    # -- onnxruntime introspection (see _session_info) --------------------------------------
+
+    def get_provider_graph_assignment_info(self) -> list:
+        """The nodes each provider runs, as ``OrtEpAssignedSubgraph`` objects (``ep_name``,
+        ``get_nodes()``); needs the config entry ``session.record_ep_graph_assignment_info=1``."""
+        return assignment_info(self._sess_options._entries(), self.get_partition_report())
+
+    def get_input_memory_infos(self) -> list:
+        """One ``OrtMemoryInfo`` per input of :meth:`get_inputs` (host memory)."""
+        return memory_infos(len(self._inputs))
+
+    def get_output_memory_infos(self) -> list:
+        """One ``OrtMemoryInfo`` per output of :meth:`get_outputs` (host memory)."""
+        return memory_infos(len(self._outputs))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import InvalidArgument
+from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, erf, float_unary, widen
 from ._registry import kernel
@@ -50,7 +50,7 @@ kernel("Tanh", since=(1,))(_legacy(tanh, "tanh_legacy"))
 
 def _axis(x, axis, op):
     if not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
-        raise InvalidArgument(f"{op}: axis {axis} is out of range for rank {x.ndim}")
+        raise Fail(f"{op}: axis {axis} is out of range for rank {x.ndim}")  # onnxruntime's class
     return axis + x.ndim if axis < 0 else axis
 
 

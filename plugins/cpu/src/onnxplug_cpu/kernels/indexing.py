@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import InvalidArgument
+from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
 from .shape import int_values, normalize_axes, normalize_axis
 
 
-def checked_indices(indices, size, op, axis, *, negative=True):
+def checked_indices(indices, size, op, axis, *, negative=True, error=InvalidArgument):
     """``indices`` as int64 in ``[0, size)`` for an axis of length ``size``; negative values count
     from the back when allowed.
 
-    :raises InvalidArgument: a value outside ``[-size, size - 1]`` (or ``[0, size - 1]``), naming
-        the first offending value, the axis and the valid range.
+    :raises InvalidArgument: (or ``error``, where onnxruntime raises another class) a value
+        outside ``[-size, size - 1]`` (or ``[0, size - 1]``), naming the first offending value,
+        the axis and the valid range.
     """
     indices = np.asarray(indices)
     if indices.dtype.kind not in "iu":
@@ -32,7 +33,7 @@ def checked_indices(indices, size, op, axis, *, negative=True):
     bad = (indices < low) | (indices >= size)
     if bad.any():
         value = int(indices[bad].reshape(-1)[0])
-        raise InvalidArgument(f"{op}: index {value} on axis {axis} (length {size}) is out of range [{low}, {size - 1}]")
+        raise error(f"{op}: index {value} on axis {axis} (length {size}) is out of range [{low}, {size - 1}]")
     return np.where(indices < 0, indices + size, indices) if negative else indices
 
 
@@ -97,7 +98,7 @@ def gather_elements(x, indices, *, axis):
             raise InvalidArgument(
                 f"GatherElements: indices shape {list(indices.shape)} exceeds data shape {list(x.shape)} on axis {d}"
             )
-    indices = checked_indices(indices, x.shape[axis], "GatherElements", axis)
+    indices = checked_indices(indices, x.shape[axis], "GatherElements", axis, error=Fail)
     # Indices may be smaller than data outside `axis`; only that corner of data is read.
     corner = tuple(slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(x.ndim))
     return np.take_along_axis(x[corner], indices, axis=axis)

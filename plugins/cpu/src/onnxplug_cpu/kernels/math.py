@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import InvalidArgument
+from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, widen
 from ._registry import kernel
@@ -64,7 +64,8 @@ def matmul(a, b):
         with np.errstate(all="ignore"):
             return as_dtype(np.matmul(widen(a), widen(b)), a.dtype)
     except ValueError as error:
-        raise InvalidArgument(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
+        # Fail, as onnxruntime raises for dimensions that do not fit.
+        raise Fail(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
 
 
 @kernel("Einsum", since=(12, 28))

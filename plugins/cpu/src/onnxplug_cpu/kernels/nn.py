@@ -46,7 +46,7 @@ def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, 
         if tuple(ks) != w.shape[2:]:
             raise Fail(f"Conv: kernel_shape {list(ks)} differs from the weights' {list(w.shape[2:])}")
         if x.shape[1] != w.shape[1] * group:
-            raise InvalidArgument(
+            raise Fail(  # onnxruntime's class
                 f"Conv: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs {w.shape[1] * group}"
             )
         weights = packed if packed is not None else _conv_weights(w, group)

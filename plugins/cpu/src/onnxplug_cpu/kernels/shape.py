@@ -134,7 +134,7 @@ def _squeeze(x, axes):
     axes = normalize_axes(axes, x.ndim, "Squeeze")
     for a in axes:
         if x.shape[a] != 1:
-            raise InvalidArgument(f"Squeeze: dimension {a} of shape {list(x.shape)} is not 1")
+            raise Fail(f"Squeeze: dimension {a} of shape {list(x.shape)} is not 1")  # onnxruntime's class
     return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
 
 
@@ -189,7 +189,7 @@ def _concat(inputs, axis):
     outside = inputs[0].shape[:axis] + inputs[0].shape[axis + 1 :]
     for i, a in enumerate(inputs):
         if a.ndim != rank or a.shape[:axis] + a.shape[axis + 1 :] != outside:
-            raise InvalidArgument(
+            raise Fail(  # onnxruntime's class for inputs that do not fit
                 f"Concat: input {i} has shape {list(a.shape)}, which does not match "
                 f"{list(inputs[0].shape)} outside axis {axis}"
             )

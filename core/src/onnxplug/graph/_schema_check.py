@@ -1,0 +1,87 @@
+"""Node attributes checked against the op's schema, as onnxruntime does when it loads a model.
+
+onnxruntime refuses, with ``InvalidGraph``, a node whose attribute has the wrong type, lacks a
+required attribute, or (in the standard domains) carries an attribute its schema does not know.
+A kernel would otherwise meet the fault at its first run, or worse, read a float as an int.
+
+Only ops with a schema are checked: the ``onnx.defs`` ones, plus the custom-domain schemas op
+libraries registered (``onnxplug_op_schemas``).  Unknown ops are the partitioner's to report, and
+calls of model-local functions have no schema.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx.defs
+
+from ..errors import InvalidGraph
+
+__all__ = ["SchemaChecker"]
+
+# Domains whose onnx schemas are complete, so an attribute they do not list is an error.  Custom
+# schemas registered by op libraries may describe a subset of what exporters write.
+_STRICT_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+# Any domain version a schema can have; used for domains a model uses but does not import.
+_NEWEST = 1 << 30
+
+
+def _type_name(value: int) -> str:
+    return onnx.AttributeProto.AttributeType.Name(value)
+
+
+class SchemaChecker:
+    """Checks nodes of one model; schemas are looked up once per (domain, op).
+
+    :param opsets: the model's opset imports (``""`` for the default domain).
+    :param functions: ``(domain, name)`` of the model-local functions.
+    """
+
+    def __init__(self, opsets: dict[str, int], functions: set[tuple[str, str]]) -> None:
+        self._opsets = opsets
+        self._functions = functions
+        self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
+
+    def _schema(self, domain: str, op_type: str) -> onnx.defs.OpSchema | None:
+        key = (domain, op_type)
+        if key not in self._schemas:
+            version = self._opsets.get(domain, _NEWEST)
+            try:
+                self._schemas[key] = onnx.defs.get_schema(op_type, version, domain)
+            except onnx.defs.SchemaError:
+                self._schemas[key] = None
+        return self._schemas[key]
+
+    def check(self, node: onnx.NodeProto) -> None:
+        """:raises InvalidGraph: a mistyped, missing required or (standard domains) unknown
+        attribute, naming the node, the attribute and the expected type."""
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) in self._functions:
+            return
+        schema = self._schema(domain, node.op_type)
+        if schema is None:
+            return
+        declared = schema.attributes
+        where = f"node '{node.name or node.op_type}' ({domain + '::' if domain else ''}{node.op_type})"
+        present = set()
+        for attr in node.attribute:
+            present.add(attr.name)
+            spec = declared.get(attr.name)
+            if spec is None:
+                if domain in _STRICT_DOMAINS:
+                    raise InvalidGraph(
+                        f"This is an invalid model. {where}: Unrecognized attribute: {attr.name} for operator "
+                        f"{node.op_type} (it takes {sorted(declared) or 'no attributes'})"
+                    )
+                continue
+            expected = int(spec.type)
+            # Old exporters leave the type UNDEFINED; a reference names a function's attribute.
+            if attr.type == onnx.AttributeProto.UNDEFINED or attr.ref_attr_name:
+                continue
+            if attr.type != expected:
+                raise InvalidGraph(
+                    f"This is an invalid model. {where}: Mismatched attribute type in '{attr.name}'. "
+                    f"Expected: '{_type_name(expected)}', actual: '{_type_name(attr.type)}'"
+                )
+        missing = sorted(name for name, spec in declared.items() if spec.required and name not in present)
+        if missing:
+            raise InvalidGraph(f"This is an invalid model. {where}: Required attribute '{missing[0]}' is missing.")
