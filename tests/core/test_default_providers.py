@@ -127,3 +127,12 @@ def test_user_order_matches_onnxruntime():
     env.register(fake_plugin(FakeFactory("azure", _claim_relus)), name="azure")
     session = onnxplug.InferenceSession(RELU, providers=asked, environment=env)
     assert session.get_providers() == asked
+
+
+def test_a_provider_with_negative_priority_runs_only_when_named(monkeypatch):
+    monkeypatch.delenv("ONNXPLUG_PROVIDERS", raising=False)
+    default = onnxplug.InferenceSession(RELU)
+    assert "VirtualDeviceExecutionProvider" not in default.get_providers()
+    assert "VirtualDeviceExecutionProvider" in onnxplug.get_available_providers()
+    named = onnxplug.InferenceSession(RELU, providers=["VirtualDeviceExecutionProvider"])
+    assert named.get_providers()[0] == "VirtualDeviceExecutionProvider"

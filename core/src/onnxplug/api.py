@@ -219,7 +219,8 @@ class ProviderFactory:
 
     Subclasses set ``name`` (the short name, equal to the entry-point name), ``ort_name``
     (onnxruntime's name, used in ``providers=[...]``), ``priority`` (higher is asked first
-    when the user gives no order) and ``option_names`` (the provider options ``create``
+    when the user gives no order; below 0, the provider is used only when asked for by name —
+    simulators and test devices) and ``option_names`` (the provider options ``create``
     accepts).
     """
 

@@ -75,7 +75,7 @@ class VirtualDeviceProvider(Provider):
 class VirtualDeviceFactory(ProviderFactory):
     name = "virtual_device"
     ort_name = "VirtualDeviceExecutionProvider"
-    priority = 50
+    priority = -1  # a simulator: used only when a session asks for it by name
     option_names = frozenset({"ops", "fuse"})
 
     def devices(self) -> list[Device]:

@@ -70,14 +70,19 @@ def select_factories(
     environment: Environment, requests: list[ProviderRequest], *, fallback: bool = True
 ) -> list[tuple[ProviderFactory, dict[str, str]]]:
     """The factories to use, in priority order: the user's (CPU appended when not named), or
-    the default one when no provider was requested.
+    the default one when no provider was requested (providers with a negative priority —
+    simulators, test devices — only ever run when named).
 
     :raises InvalidArgument: an unknown or unavailable provider when ``fallback`` is off.
     """
     if not requests:
         named = [name.strip() for name in os.environ.get(PROVIDERS_ENV, "").split(",") if name.strip()]
         if not named:
-            return [(factory, {}) for factory in environment.available_factories()]
+            return [
+                (factory, {})
+                for factory in environment.available_factories()
+                if factory.priority >= 0 or factory.ort_name == CPU_NAME
+            ]
         requests = [(name, {}) for name in named]
     chosen: list[tuple[ProviderFactory, dict[str, str]]] = []
     seen: set[str] = set()
