@@ -183,7 +183,14 @@ def legacy_forest(
     targets,
     dtype=np.float32,
 ):
-    """Build a Forest from the (treeid, nodeid)-keyed attributes of the pre-v5 ops."""
+    """Build a Forest from the (treeid, nodeid)-keyed attributes of the pre-v5 ops.
+
+    Weights are read the way onnxruntime reads them: a weight on an interior node is ignored
+    (old onnxmltools wrote such models), and with a single target only the first weight listed
+    for each leaf counts, whatever its target id (onnxruntime keeps it as the leaf's "unique
+    weight"; skl2onnx's ``decision_path`` regressors list each leaf once per class and rely on
+    it).  With several targets every weight is added to its target.
+    """
     count = len(nodes_nodeids)
     lengths = {
         len(a)
@@ -224,13 +231,22 @@ def legacy_forest(
     missing = list(nodes_missing_value_tracks_true or ()) or [0] * count
     if len(missing) != count:
         raise Fail(f"nodes_missing_value_tracks_true has {len(missing)} entries for {count} nodes")
-    leaf_of = []
-    for tree, node in zip(w_treeids, w_nodeids):
+    if not len(w_treeids) == len(w_nodeids) == len(w_ids) == len(w_weights):
+        raise Fail("the weight attributes (tree ids, node ids, target ids, weights) have different lengths")
+    leaf_of, kept, weighted = [], [], set()
+    for k, (tree, node) in enumerate(zip(w_treeids, w_nodeids)):
         i = position.get((tree, node))
-        if i is None or not is_leaf[i]:
-            raise Fail(f"weight for ({tree}, {node}) does not point to a leaf")
-        leaf_of.append(int(leaf_index[i]))
-    values, has = leaf_table(np.asarray(leaf_of, np.int64), w_ids, w_weights, int(is_leaf.sum()), targets, dtype)
+        if i is None:
+            raise Fail(f"weight for ({tree}, {node}) points to no node")
+        leaf = int(leaf_index[i])
+        if not is_leaf[i] or (targets == 1 and leaf in weighted):
+            continue
+        weighted.add(leaf)
+        leaf_of.append(leaf)
+        kept.append(k)
+    ids = np.asarray(w_ids, np.int64)[kept] if targets > 1 else np.zeros(len(kept), np.int64)
+    weights = np.asarray(w_weights, np.float64).reshape(-1)[kept]
+    values, has = leaf_table(np.asarray(leaf_of, np.int64), ids, weights, int(is_leaf.sum()), targets, dtype)
     return Forest(
         feature=np.asarray(nodes_featureids, np.int64)[interior],
         threshold=np.asarray(nodes_values, np.float64)[interior],
