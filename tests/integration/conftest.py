@@ -49,8 +49,11 @@ def assert_outputs_match(expected: list, got: list, atol: float = 1e-5, what: st
     assert len(expected) == len(got), what
     for index, (want, have) in enumerate(zip(expected, got)):
         label = f"{what} output {index}"
-        if isinstance(want, list):  # ZipMap's list of dicts
-            assert want == pytest.approx(have, abs=atol), label
+        if isinstance(want, list):  # ZipMap's list of {label: probability}
+            assert isinstance(have, list) and len(have) == len(want), label
+            for row, (a, b) in enumerate(zip(want, have)):
+                assert a.keys() == b.keys(), f"{label} row {row}: labels {list(b)} != {list(a)}"
+                assert max(abs(a[k] - b[k]) for k in a) <= atol, f"{label} row {row}: {b} != {a}"
             continue
         have = np.asarray(have)
         assert have.shape == want.shape, f"{label}: shape {have.shape} != {want.shape}"
