@@ -8,6 +8,8 @@
 * Forests fitted on a single class: onnxruntime's one-class rules (label 0/1, one column).
 * Labels on every row, values on thresholds included, equal to onnxruntime's sequential
   (one-thread) evaluation; with several threads onnxruntime's labels move only on tied rows.
+* onnxruntime's corner cases: integer features compared with float thresholds in float, and
+  the two-label rules (int64 labels 1 / 0 when both class ids carry weights).
 """
 
 from __future__ import annotations
@@ -212,3 +214,97 @@ def test_multithreaded_onnxruntime_differs_only_on_ties(skl_to_onnx, ort_run):
         differ = np.nonzero(other_label != label)[0]
         top_two = np.sort(probabilities[differ], axis=1)[:, -2:]
         assert np.all(top_two[:, 1] - top_two[:, 0] <= 1e-6), f"{threads} threads: a non-tied row changed label"
+
+
+def test_integer_features_compare_as_float_like_onnxruntime(matches_ort):
+    """onnxruntime compares an int64 feature with a float threshold in float: 2**24 + 1 rounds
+    to 2**24 and so takes the ``<=`` branch of a split at 2**24."""
+    helper = onnx.helper
+    node = helper.make_node(
+        "TreeEnsembleClassifier",
+        ["X"],
+        ["label", "scores"],
+        domain="ai.onnx.ml",
+        classlabels_int64s=[10, 20],
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[0, 0, 0],
+        nodes_values=[float(2**24), 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0, 0],
+        class_nodeids=[1, 2],
+        class_ids=[0, 1],
+        class_weights=[1.0, 1.0],
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.INT64, [None, 1])],
+        [
+            helper.make_tensor_value_info("label", onnx.TensorProto.INT64, [None]),
+            helper.make_tensor_value_info("scores", onnx.TensorProto.FLOAT, [None, 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets).SerializeToString()
+    x = np.array([[2**24 - 1], [2**24], [2**24 + 1], [2**24 + 2], [2**25 + 3]], np.int64)
+    expected, _ = matches_ort(model, {"X": x})
+    # The rounded comparison this test is about: 2**24 + 1 reaches the first leaf, 2**24 + 2 not.
+    assert expected[1][2].tolist() == [-1.0, 1.0] and expected[1][3].tolist() == [0.0, 1.0]
+
+
+def _stump_classifier(class_ids, class_nodeids, class_weights, labels, base_values=None) -> bytes:
+    helper = onnx.helper
+    strings = isinstance(labels[0], str)
+    attrs = {"classlabels_strings" if strings else "classlabels_int64s": list(labels)}
+    if base_values:
+        attrs["base_values"] = list(base_values)
+    node = helper.make_node(
+        "TreeEnsembleClassifier",
+        ["X"],
+        ["label", "scores"],
+        domain="ai.onnx.ml",
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0] * len(class_ids),
+        class_nodeids=class_nodeids,
+        class_ids=class_ids,
+        class_weights=class_weights,
+        **attrs,
+    )
+    label_type = onnx.TensorProto.STRING if strings else onnx.TensorProto.INT64
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [None, 1])],
+        [
+            helper.make_tensor_value_info("label", label_type, [None]),
+            helper.make_tensor_value_info("scores", onnx.TensorProto.FLOAT, [None, 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+TWO_LABELS = {
+    "both-classes": ([0, 1, 0, 1], [1, 1, 2, 2], [0.8, 0.2, 0.3, 0.7], [10, 20]),
+    "one-class-per-leaf": ([0, 1], [1, 2], [1.0, 1.0], [10, 20]),
+    "mixed-signs": ([0, 1, 0, 1], [1, 1, 2, 2], [-0.8, 0.2, 0.3, -0.7], [10, 20]),
+    "strings": ([0, 1, 0, 1], [1, 1, 2, 2], [0.8, 0.2, 0.3, 0.7], ["a", "b"]),
+    "two-base-values": ([0, 1, 0, 1], [1, 1, 2, 2], [0.8, 0.2, 0.3, 0.7], [10, 20], [0.1, 0.2]),
+    "class-1-only": ([1, 1], [1, 2], [0.3, 0.9], [10, 20]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TWO_LABELS))
+def test_two_label_rules_match_onnxruntime(case, matches_ort):
+    """With both class ids weighted, onnxruntime labels int64 rows 1 / 0 themselves."""
+    x = np.array([[0.1], [0.9]], np.float32)
+    matches_ort(_stump_classifier(*TWO_LABELS[case]), {"X": x}, what=case)

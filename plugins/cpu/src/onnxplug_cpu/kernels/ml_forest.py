@@ -35,7 +35,9 @@ class Forest:
 
     ``true_next``/``false_next``/``roots`` hold an interior node index (>= 0) or a leaf as
     ``-(leaf + 1)``.  Membership sets are a NaN-padded ``[sets, width]`` matrix; ``member_row``
-    gives each interior node's set (or -1).
+    gives each interior node's set (or -1).  ``threshold_dtype`` is the precision the
+    thresholds were given in (float32 for the float attributes), which integer inputs are
+    converted to before comparing.
     """
 
     def __init__(
@@ -52,7 +54,9 @@ class Forest:
         leaf_has,
         member_sets=None,
         member_row=None,
+        threshold_dtype=np.float64,
     ):
+        self.threshold_dtype = np.dtype(threshold_dtype)
         self.feature = np.asarray(feature, np.int64)
         self.threshold = np.asarray(threshold, np.float64)
         self.mode = np.asarray(mode, np.int64)
@@ -101,6 +105,8 @@ class Forest:
         if self.feature.size and self.feature.max() >= x.shape[1]:
             raise InvalidArgument(f"feature id {int(self.feature.max())} is out of range for {x.shape[1]} features")
         width = x.shape[1]
+        if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
+            x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
         values = x.astype(np.float64).reshape(-1)
         current = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
         flat = current.reshape(-1)
@@ -257,6 +263,7 @@ def legacy_forest(
         roots=roots,
         leaf_values=values,
         leaf_has=has,
+        threshold_dtype=np.float32,  # onnxruntime's threshold type for any non-double input
     )
 
 

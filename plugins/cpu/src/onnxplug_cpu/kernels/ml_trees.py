@@ -194,7 +194,9 @@ def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
       has a single score ``s`` that is expanded to ``[1 - s, s]`` (non-negative weights of a
       single class) or ``[-s, s]`` (``LOGISTIC`` applies to each half);
     * the label is positive when the class-1 score (else class 0's) exceeds 0.5 (single class,
-      non-negative weights) or 0.
+      non-negative weights) or 0;
+    * when both class ids carry weights, the int64 label is ``1`` or ``0`` itself rather than
+      ``labels[1]`` / ``labels[0]`` (string labels are indexed as usual).
     """
     s0, s1 = scores[:, 0].astype(np.float64), scores[:, 1].astype(np.float64)
     h0, h1 = present[:, 0], present[:, 1]
@@ -210,9 +212,12 @@ def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
     if binary_case:
         expand = 0 if all_positive else 2
         won = positive > 0.5 if all_positive else positive > 0
+        label = labels[won.astype(np.int64)]
     else:
         won = positive > 0
-    label = labels[won.astype(np.int64)]
+        # onnxruntime's default positive / negative labels: 1 and 0 themselves with int64 labels
+        # (an index into the labels with string ones).
+        label = labels[won.astype(np.int64)] if labels.dtype == object else won.astype(np.int64)
     pair = np.stack([np.where(h0, s0, 0.0), np.where(h1, s1, 0.0)], axis=1)
     out = apply_post_transform(pair, post)
     if single.any():
