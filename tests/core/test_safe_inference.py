@@ -54,6 +54,26 @@ def _fed_by_untyped(op: str, domain: str, attrs: dict) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=opsets)
 
 
+def _in_a_function() -> onnx.ModelProto:
+    """The LabelEncoder case inside a model-local function (onnx infers bodies per call)."""
+    ml_opsets = [helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 4)]
+    body = [
+        helper.make_node("Opaque", ["a"], ["u"], domain="test.opaque"),
+        helper.make_node("LabelEncoder", ["u"], ["b"], domain="ai.onnx.ml", keys_floats=[1.0], values_strings=["a"]),
+    ]
+    function = helper.make_function(
+        "local", "F", ["a"], ["b"], body, opset_imports=ml_opsets + [helper.make_opsetid("test.opaque", 1)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+    )
+    opsets = ml_opsets + [helper.make_opsetid("test.opaque", 1), helper.make_opsetid("local", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[function])
+
+
 def _load_in_child(models: dict[str, onnx.ModelProto], tmp_path) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Load each model in one child process; the child prints a name once its model loaded."""
     paths = []
@@ -82,6 +102,7 @@ def test_load_survives_untyped_inputs(tmp_path):
     empty = _fed_by_untyped("LabelEncoder", *CASES["LabelEncoder"])
     empty.graph.value_info.add().name = "u"
     models["empty_value_info"] = empty
+    models["function_body"] = _in_a_function()
     result, loaded = _load_in_child(models, tmp_path)
     died_on = next((name for name in models if name not in loaded), None)
     assert result.returncode == 0, f"load of {died_on} ended with {result.returncode}: {result.stderr[-2000:]}"

@@ -14,7 +14,8 @@ onnx 1.23's inference, in a forked child, on every schema with untyped inputs.
 Such a node is "parked" while its input is untyped: its domain is swapped for one no schema
 lives in, so inference passes over it; once a round of inference has typed its input it takes
 part again.  A parked node simply keeps its outputs untyped, which is all inference could have
-said about a node whose input type is unknown.
+said about a node whose input type is unknown.  Inside model-local functions (inferred once per
+call, with the caller's types) such nodes stay parked.
 """
 
 from __future__ import annotations
@@ -44,10 +45,8 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """The graph and every subgraph in it, in a fixed order."""
-    yield graph
-    for node in graph.node:
+def _subgraphs(nodes) -> Iterator[onnx.GraphProto]:
+    for node in nodes:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 yield from _graphs(attr.g)
@@ -56,9 +55,24 @@ def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
                     yield from _graphs(sub)
 
 
-def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph in it, in a fixed order."""
+    yield graph
+    yield from _subgraphs(graph.node)
+
+
+def _nodes(model: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, bool]]:
+    """Every node, in a fixed order, and whether it sits in a model-local function (whose
+    input types only the call site knows: onnx infers the body once per call)."""
     for graph in _graphs(model.graph):
-        yield from graph.node
+        for node in graph.node:
+            yield node, False
+    for function in model.functions:
+        for node in function.node:
+            yield node, True
+        for graph in _subgraphs(function.node):
+            for node in graph.node:
+                yield node, True
 
 
 def _typed_names(model: onnx.ModelProto) -> set[str]:
@@ -85,34 +99,41 @@ def infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
 
     :raises Exception: whatever onnx raises (the caller treats inference as best effort).
     """
-    first_inputs = {
-        i: (node.input[0] if node.input else "") for i, node in enumerate(_nodes(model)) if _is_unguarded(node)
-    }
+    first_inputs, in_function = {}, set()
+    for i, (node, local) in enumerate(_nodes(model)):
+        if _is_unguarded(node):
+            first_inputs[i] = node.input[0] if node.input else ""
+            if local:
+                in_function.add(i)
     if not first_inputs:
         return _infer(model)
     if any(op.domain == PARKED_DOMAIN for op in model.opset_import):
         raise ValueError(f"the model imports onnxplug's reserved domain {PARKED_DOMAIN!r}")
     typed = _typed_names(model)
-    parked = {i for i, name in first_inputs.items() if name not in typed}
+    # Function bodies stay parked: their value names are not the graph's.
+    parked = {i for i, name in first_inputs.items() if name not in typed or i in in_function}
     while True:
         trial = onnx.ModelProto()
         trial.CopyFrom(model)
         domains = {}
-        for i, node in enumerate(_nodes(trial)):
+        for i, (node, _) in enumerate(_nodes(trial)):
             if i in parked:
                 domains[i], node.domain = node.domain, PARKED_DOMAIN
         if parked:
             trial.opset_import.add(domain=PARKED_DOMAIN, version=1)
+            for function in trial.functions:
+                function.opset_import.add(domain=PARKED_DOMAIN, version=1)
         inferred = _infer(trial)
         now_typed = _typed_names(inferred)
-        ready = {i for i in parked if first_inputs[i] in now_typed}
+        ready = {i for i in parked - in_function if first_inputs[i] in now_typed}
         if not ready:
             break
         parked -= ready
-    for i, node in enumerate(_nodes(inferred)):
+    for i, (node, _) in enumerate(_nodes(inferred)):
         if i in domains:
             node.domain = domains[i]
-    kept = [op for op in inferred.opset_import if op.domain != PARKED_DOMAIN]
-    del inferred.opset_import[:]
-    inferred.opset_import.extend(kept)
+    for imports in [inferred.opset_import] + [f.opset_import for f in inferred.functions]:
+        kept = [op for op in imports if op.domain != PARKED_DOMAIN]
+        del imports[:]
+        imports.extend(kept)
     return inferred
