@@ -32,6 +32,7 @@ from typing import Any
 import pluggy
 
 from . import _default_policy, hookspecs
+from ._default_policy import CPU_NAME
 from .api import API_VERSION, ProviderFactory
 from .errors import Fail, PluginError
 from .optimizer.rules import RuleSet
@@ -306,9 +307,10 @@ class Environment:
         return list(self._records.values())
 
     def factories(self) -> list[ProviderFactory]:
-        """Every registered provider factory, highest priority first (CPU has the lowest)."""
+        """Every registered provider factory, highest priority first, CPU last (as onnxruntime
+        lists its providers)."""
         unique = {id(f): f for f in self._factories.values()}.values()
-        return sorted(unique, key=lambda f: (-f.priority, f.name))
+        return sorted(unique, key=lambda f: (f.ort_name == CPU_NAME, -f.priority, f.name))
 
     def factory(self, name: str) -> ProviderFactory | None:
         """A factory by short name (``cpu``) or onnxruntime name (``CPUExecutionProvider``)."""

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ._external import check_external_data
 from ._external_memory import InMemoryData, inline_in_memory_data
+from ._infer import infer_types
 from ._normalize import prepare_for_ir
 from ._validate import merged_opsets, validate_model
 
@@ -73,7 +74,7 @@ def _read_bytes(path_or_bytes: Any) -> tuple[bytes, str | None]:
 
 def _infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return infer_types(model)  # parks the nodes whose onnx inference would crash the process
     except Exception:  # noqa: BLE001 - inference is best effort; the declared types still hold
         return model
 

@@ -161,24 +161,65 @@ def output_args(graph: onnx.GraphProto, inferred: Mapping[str, onnx.ValueInfoPro
     return args
 
 
+def _decoded(name: str, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidArgument(f"input '{name}': a string element is not valid UTF-8 ({error})") from None
+
+
+def _as_strings(spec: InputSpec, value: np.ndarray) -> np.ndarray:
+    """A feed for a string input as an object array of ``str``, element by element the way
+    onnxruntime reads it:
+
+    * ``U`` arrays: the strings;
+    * ``S`` arrays (fixed-width bytes): each item up to its first NUL, decoded as UTF-8;
+    * ``V`` arrays (``np.void``, what ML.NET-exported pipelines are fed): each item's bytes,
+      NULs included, decoded as UTF-8;
+    * object arrays: ``str()`` of each element -- so ``b"a"`` becomes ``"b'a'"`` and ``1``
+      becomes ``"1"``, as onnxruntime does.
+
+    Bytes that are not UTF-8 are refused (onnxruntime raises UnicodeDecodeError).
+    """
+    kind = value.dtype.kind
+    if kind == "U":
+        return value.astype(object)
+    out = np.empty(value.shape, dtype=object)
+    flat, items = out.reshape(-1), value.reshape(-1)
+    if kind == "S":
+        for i, item in enumerate(items.tolist()):
+            flat[i] = _decoded(spec.name, item.split(b"\0", 1)[0])
+    elif kind == "V":
+        for i, item in enumerate(items):
+            flat[i] = _decoded(spec.name, item.tobytes())
+    else:
+        for i, item in enumerate(items.tolist()):
+            flat[i] = item if type(item) is str else str(item)
+    return out
+
+
 def _as_array(spec: InputSpec, value: Any) -> Any:
-    """A feed converted the way onnxruntime converts it: lists to the expected dtype, str
-    arrays to object arrays, OrtValues to their array."""
+    """A feed converted the way onnxruntime converts it: lists to the expected dtype, string
+    feeds to object arrays of ``str`` (:func:`_as_strings`), OrtValues to their array."""
     if hasattr(value, "_onnxplug_value"):
         value = value._onnxplug_value()
     if spec.kind != "tensor":
         return value
+    wants_strings = spec.dtype == np.dtype(object)
     if isinstance(value, np.ndarray):
+        if wants_strings and (value.dtype.kind in "USV" or value.dtype == object):
+            return _as_strings(spec, value)
         if value.dtype.kind in "US":
             return value.astype(object)
         return value
     if isinstance(value, (list, tuple)):
         try:
-            return np.asarray(value, dtype=spec.dtype)
+            array = np.asarray(value, dtype=spec.dtype)
         except (TypeError, ValueError) as error:
             raise InvalidArgument(
                 f"input '{spec.name}': cannot convert the list to {spec.type_string}: {error}"
             ) from None
+        return _as_strings(spec, array) if wants_strings else array
     if np.isscalar(value) and not isinstance(value, (float, int, bool, str)):
         return np.asarray(value)
     raise InvalidArgument(

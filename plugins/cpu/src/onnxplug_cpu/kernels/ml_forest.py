@@ -35,7 +35,9 @@ class Forest:
 
     ``true_next``/``false_next``/``roots`` hold an interior node index (>= 0) or a leaf as
     ``-(leaf + 1)``.  Membership sets are a NaN-padded ``[sets, width]`` matrix; ``member_row``
-    gives each interior node's set (or -1).
+    gives each interior node's set (or -1).  ``threshold_dtype`` is the precision the
+    thresholds were given in (float32 for the float attributes), which integer inputs are
+    converted to before comparing.
     """
 
     def __init__(
@@ -52,7 +54,9 @@ class Forest:
         leaf_has,
         member_sets=None,
         member_row=None,
+        threshold_dtype=np.float64,
     ):
+        self.threshold_dtype = np.dtype(threshold_dtype)
         self.feature = np.asarray(feature, np.int64)
         self.threshold = np.asarray(threshold, np.float64)
         self.mode = np.asarray(mode, np.int64)
@@ -101,6 +105,8 @@ class Forest:
         if self.feature.size and self.feature.max() >= x.shape[1]:
             raise InvalidArgument(f"feature id {int(self.feature.max())} is out of range for {x.shape[1]} features")
         width = x.shape[1]
+        if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
+            x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
         values = x.astype(np.float64).reshape(-1)
         current = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
         flat = current.reshape(-1)
@@ -183,7 +189,14 @@ def legacy_forest(
     targets,
     dtype=np.float32,
 ):
-    """Build a Forest from the (treeid, nodeid)-keyed attributes of the pre-v5 ops."""
+    """Build a Forest from the (treeid, nodeid)-keyed attributes of the pre-v5 ops.
+
+    Weights are read the way onnxruntime reads them: a weight on an interior node is ignored
+    (old onnxmltools wrote such models), and with a single target only the first weight listed
+    for each leaf counts, whatever its target id (onnxruntime keeps it as the leaf's "unique
+    weight"; skl2onnx's ``decision_path`` regressors list each leaf once per class and rely on
+    it).  With several targets every weight is added to its target.
+    """
     count = len(nodes_nodeids)
     lengths = {
         len(a)
@@ -224,13 +237,22 @@ def legacy_forest(
     missing = list(nodes_missing_value_tracks_true or ()) or [0] * count
     if len(missing) != count:
         raise Fail(f"nodes_missing_value_tracks_true has {len(missing)} entries for {count} nodes")
-    leaf_of = []
-    for tree, node in zip(w_treeids, w_nodeids):
+    if not len(w_treeids) == len(w_nodeids) == len(w_ids) == len(w_weights):
+        raise Fail("the weight attributes (tree ids, node ids, target ids, weights) have different lengths")
+    leaf_of, kept, weighted = [], [], set()
+    for k, (tree, node) in enumerate(zip(w_treeids, w_nodeids)):
         i = position.get((tree, node))
-        if i is None or not is_leaf[i]:
-            raise Fail(f"weight for ({tree}, {node}) does not point to a leaf")
-        leaf_of.append(int(leaf_index[i]))
-    values, has = leaf_table(np.asarray(leaf_of, np.int64), w_ids, w_weights, int(is_leaf.sum()), targets, dtype)
+        if i is None:
+            raise Fail(f"weight for ({tree}, {node}) points to no node")
+        leaf = int(leaf_index[i])
+        if not is_leaf[i] or (targets == 1 and leaf in weighted):
+            continue
+        weighted.add(leaf)
+        leaf_of.append(leaf)
+        kept.append(k)
+    ids = np.asarray(w_ids, np.int64)[kept] if targets > 1 else np.zeros(len(kept), np.int64)
+    weights = np.asarray(w_weights, np.float64).reshape(-1)[kept]
+    values, has = leaf_table(np.asarray(leaf_of, np.int64), ids, weights, int(is_leaf.sum()), targets, dtype)
     return Forest(
         feature=np.asarray(nodes_featureids, np.int64)[interior],
         threshold=np.asarray(nodes_values, np.float64)[interior],
@@ -241,6 +263,7 @@ def legacy_forest(
         roots=roots,
         leaf_values=values,
         leaf_has=has,
+        threshold_dtype=np.float32,  # onnxruntime's threshold type for any non-double input
     )
 
 

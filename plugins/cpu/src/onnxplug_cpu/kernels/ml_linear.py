@@ -69,11 +69,11 @@ def class_labels(ints, strings):
     return np.asarray(ints or (), dtype=np.int64)
 
 
-def _features(x, width, what):
+def _features(x, width, what, dtype=np.float64):
     table = x.reshape(1, -1) if x.ndim == 1 else x
     if table.ndim != 2 or table.shape[1] != width:
         raise InvalidArgument(f"{what} expects [N, {width}] features, got shape {x.shape}")
-    return table.astype(np.float64)
+    return table.astype(dtype)
 
 
 # --- linear models ---------------------------------------------------------------------------
@@ -143,21 +143,33 @@ def linear_regressor(ctx, *, coefficients=None, intercepts=None, post_transform,
 
 
 def _kernel_function(kernel_type, kernel_params):
+    """The kernel matrix in float32, the way onnxruntime computes it (so that near-zero pair
+    scores, and the labels they decide, come out the same): a float32 GEMM
+    ``gamma * x @ v.T + coef0`` then the power or tanh for POLY / SIGMOID; RBF sums the squared
+    differences feature by feature in float32."""
     params = tuple(kernel_params or ()) + (0.0, 0.0, 0.0)
-    gamma, coef0, degree = float(params[0]), float(params[1]), float(params[2])
+    gamma, coef0, degree = (np.float32(p) for p in params[:3])
 
     def apply(x, vectors):
-        """Kernel matrix [N, V] between samples and (support) vectors."""
+        """Kernel matrix [N, V] (float32) between float32 samples and support vectors."""
+        if kernel_type == "RBF":
+            total = np.zeros((x.shape[0], vectors.shape[0]), np.float32)
+            for feature in range(x.shape[1]):
+                diff = x[:, feature, None] - vectors[None, :, feature]
+                total += diff * diff
+            return np.exp(-gamma * total)
         if kernel_type == "LINEAR":
             return x @ vectors.T
-        if kernel_type == "POLY":
-            return np.power(gamma * (x @ vectors.T) + coef0, degree)
+        if kernel_type not in ("POLY", "SIGMOID"):
+            raise Fail(f"unknown kernel_type {kernel_type!r}")
+        k = gamma * (x @ vectors.T) + coef0
         if kernel_type == "SIGMOID":
-            return np.tanh(gamma * (x @ vectors.T) + coef0)
-        if kernel_type == "RBF":
-            sq = (x * x).sum(axis=1)[:, None] + (vectors * vectors).sum(axis=1)[None, :] - 2.0 * (x @ vectors.T)
-            return np.exp(-gamma * np.maximum(sq, 0.0))
-        raise Fail(f"unknown kernel_type {kernel_type!r}")
+            return np.tanh(k)
+        if degree == 2:
+            return k * k
+        if degree == 3:
+            return k * k * k
+        return np.power(k, degree)
 
     return apply
 
@@ -223,13 +235,13 @@ def svm_classifier(
     if n_vectors > 0:
         if per_class.size != classes:
             raise Fail(f"vectors_per_class has {per_class.size} entries for {classes} classes")
-        vectors = np.asarray(support_vectors or (), np.float64)
+        vectors = np.asarray(support_vectors or (), np.float32)
         if vectors.size % n_vectors:
             raise Fail(f"{vectors.size} support vector values do not split into {n_vectors} vectors")
         vectors = vectors.reshape(n_vectors, -1)
         if coefs.size % n_vectors:
             raise Fail(f"{coefs.size} coefficients do not split into rows of {n_vectors} support vectors")
-        coefs = coefs.reshape(-1, n_vectors)
+        coefs = coefs.astype(np.float32).reshape(-1, n_vectors)
         if coefs.shape[0] < classes - 1:
             raise Fail(f"{coefs.shape[0]} coefficient rows for {classes} classes (one-vs-one needs {classes - 1})")
         starts = np.concatenate([[0], np.cumsum(per_class)[:-1]])
@@ -246,16 +258,17 @@ def svm_classifier(
         width = coefs.shape[1]
 
     def run(x):
-        table = _features(x, width, "SVMClassifier")
-        n = table.shape[0]
+        n = x.shape[0] if x.ndim > 1 else 1
         if n_vectors > 0:
-            k = kernel_of(table, vectors)
+            k = kernel_of(_features(x, width, "SVMClassifier", np.float32), vectors)
             scores = np.empty((n, len(pairs)))
             votes = np.zeros((n, classes))
             rows = np.arange(n)
             for p, (i, j) in enumerate(pairs):
                 si, sj = slice(starts[i], starts[i] + per_class[i]), slice(starts[j], starts[j] + per_class[j])
-                s = rhos[p] + k[:, si] @ coefs[j - 1, si] + k[:, sj] @ coefs[i, sj]
+                # onnxruntime: float products, summed in double, then the score rounded to float.
+                terms = np.concatenate([k[:, si] * coefs[j - 1, si], k[:, sj] * coefs[i, sj]], axis=1)
+                s = (terms.astype(np.float64).sum(axis=1) + np.float64(np.float32(rhos[p]))).astype(np.float32)
                 scores[:, p] = s
                 winner = np.where(s > 0, i, j)
                 np.add.at(votes, (rows, winner), 1)
@@ -263,7 +276,7 @@ def svm_classifier(
             if use_proba:
                 scores = _pair_probabilities(scores, np.asarray(prob_a), np.asarray(prob_b or ()), classes)
         else:
-            scores = rhos[0] + table @ coefs.T
+            scores = rhos[0] + _features(x, width, "SVMClassifier") @ coefs.T
             decision = scores
         best = np.argmax(decision, axis=1)
         label = labels[best] if len(labels) else best.astype(np.int64)
@@ -308,7 +321,7 @@ def svm_regressor(
     coefs = np.asarray(coefficients or (), np.float64)
     bias = float((rho or (0.0,))[0])
     if n_supports > 0:
-        vectors = np.asarray(support_vectors or (), np.float64)
+        vectors = np.asarray(support_vectors or (), np.float32)
         if vectors.size % n_supports or coefs.size < n_supports:
             raise Fail(f"{vectors.size} support vector values / {coefs.size} coefficients for {n_supports} supports")
         vectors = vectors.reshape(n_supports, -1)
@@ -318,11 +331,13 @@ def svm_regressor(
         width = coefs.size
 
     def run(x):
-        table = _features(x, width, "SVMRegressor")
         if n_supports > 0:
-            scores = kernel_of(table, vectors) @ coefs[:n_supports] + bias
+            # float32 kernels as onnxruntime computes them; onnxruntime then sums them in a float32
+            # GEMM whose order cannot be reproduced, so the sum runs in float64 (the closer one).
+            k = kernel_of(_features(x, width, "SVMRegressor", np.float32), vectors)
+            scores = k.astype(np.float64) @ coefs[:n_supports].astype(np.float32).astype(np.float64) + bias
         else:
-            scores = table @ coefs + bias
+            scores = _features(x, width, "SVMRegressor") @ coefs + bias
         scores = scores[:, None]
         if one_class:
             scores = np.where(scores > 0, 1.0, -1.0)

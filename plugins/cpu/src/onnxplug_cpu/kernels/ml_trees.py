@@ -110,8 +110,8 @@ def tree_ensemble_classifier(
 ):
     labels = class_labels(classlabels_int64s, classlabels_strings)
     classes = len(labels)
-    if classes < 2:
-        raise Fail(f"TreeEnsembleClassifier needs at least 2 class labels, got {classes}")
+    if classes < 1:
+        raise Fail("TreeEnsembleClassifier needs class labels (classlabels_int64s or classlabels_strings)")
     weights = _pick(as_tensors.get("class_weights_as_tensor"), class_weights)
     dtype = _score_dtype(as_tensors)
     forest = legacy_forest(
@@ -133,7 +133,7 @@ def tree_ensemble_classifier(
     base = np.asarray(_pick(as_tensors.get("base_values_as_tensor"), base_values), dtype)
     if post_transform not in TRANSFORMS:
         raise Fail(f"unknown post_transform {post_transform!r}")
-    finish = _multiclass if classes > 2 else _binary
+    finish = _multiclass if classes > 2 else _binary if classes == 2 else _single
     rules = {
         "labels": labels,
         "base": base,
@@ -161,6 +161,30 @@ def _multiclass(scores, present, *, labels, base, post, **_):
     return labels[best], apply_post_transform(values, post)
 
 
+def _single(scores, present, *, labels, base, post, **_):
+    """onnxruntime's one-class rules (scikit-learn forests fitted on a single class export so):
+
+    * the score ``s`` is the sum of the reached leaves' weights, plus ``base[1]`` when there
+      are two base values (the pair is then ``[-s, s]``) or ``base[0]`` when there is one;
+    * the label is ``1`` when ``s > 0``, else ``0`` -- onnxruntime's default positive and
+      negative labels, not the class label (with string labels, where onnxruntime would read
+      past the one-entry list, the one label is returned);
+    * the single probability column is ``s`` as it is (only PROBIT applies), or, with two base
+      values, the first entry of the post-transformed pair.
+    """
+    s = scores[:, 0].astype(np.float64)
+    if base.size == 2:
+        s = s + base[1]
+        out = apply_post_transform(np.stack([-s, s], axis=1), post)[:, :1]
+    else:
+        if base.size == 1:
+            s = s + base[0]
+        out = (probit(s) if post == "PROBIT" else s)[:, None]
+    won = (s > 0).astype(np.int64)
+    label = np.full(s.shape, labels[0], object) if labels.dtype == object else won
+    return label, out
+
+
 def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
     """onnxruntime's two-class rules (kept for compatibility with converted models):
 
@@ -170,7 +194,9 @@ def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
       has a single score ``s`` that is expanded to ``[1 - s, s]`` (non-negative weights of a
       single class) or ``[-s, s]`` (``LOGISTIC`` applies to each half);
     * the label is positive when the class-1 score (else class 0's) exceeds 0.5 (single class,
-      non-negative weights) or 0.
+      non-negative weights) or 0;
+    * when both class ids carry weights, the int64 label is ``1`` or ``0`` itself rather than
+      ``labels[1]`` / ``labels[0]`` (string labels are indexed as usual).
     """
     s0, s1 = scores[:, 0].astype(np.float64), scores[:, 1].astype(np.float64)
     h0, h1 = present[:, 0], present[:, 1]
@@ -186,9 +212,12 @@ def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
     if binary_case:
         expand = 0 if all_positive else 2
         won = positive > 0.5 if all_positive else positive > 0
+        label = labels[won.astype(np.int64)]
     else:
         won = positive > 0
-    label = labels[won.astype(np.int64)]
+        # onnxruntime's default positive / negative labels: 1 and 0 themselves with int64 labels
+        # (an index into the labels with string ones).
+        label = labels[won.astype(np.int64)] if labels.dtype == object else won.astype(np.int64)
     pair = np.stack([np.where(h0, s0, 0.0), np.where(h1, s1, 0.0)], axis=1)
     out = apply_post_transform(pair, post)
     if single.any():
