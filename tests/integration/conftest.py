@@ -9,29 +9,17 @@ and the labels of rows whose classes tie, change with its thread count (see
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-
-
-def _dedupe_opsets(model: onnx.ModelProto) -> None:
-    # skl2onnx imports the default domain twice (('', N) twice), which onnxplug refuses today
-    # ("opset for domain '' is imported twice"); the fix belongs to graph/_validate.py and is
-    # another change.  Until it lands, keep the first import of each domain.
-    seen: set[str] = set()
-    kept = [op for op in model.opset_import if not (op.domain in seen or seen.add(op.domain))]
-    del model.opset_import[:]
-    model.opset_import.extend(kept)
 
 
 @pytest.fixture
 def skl_to_onnx():
-    """``convert(estimator, X, options=None) -> bytes``: skl2onnx's model, ready to load."""
+    """``convert(estimator, X, options=None) -> bytes``: skl2onnx's model as it writes it
+    (the default domain imported twice included: onnxplug accepts agreeing duplicates)."""
     skl2onnx = pytest.importorskip("skl2onnx", reason="the scikit-learn suites need skl2onnx")
 
     def convert(estimator, x, options=None, **kwargs):
-        model = skl2onnx.to_onnx(estimator, x, options=options, **kwargs)
-        _dedupe_opsets(model)
-        return model.SerializeToString()
+        return skl2onnx.to_onnx(estimator, x, options=options, **kwargs).SerializeToString()
 
     return convert
 
