@@ -457,3 +457,16 @@ def test_optional_input_omitted_or_none():
     model.ir_version = 8
     _assert_same(lambda rt: _session(rt, model.SerializeToString()).run(None, {"maybe": np.ones(2, np.float32)}))
     _assert_same(lambda rt: [(a.name, a.type, a.shape) for a in _session(rt, model.SerializeToString()).get_inputs()])
+
+
+def test_an_output_listed_twice_is_returned_twice():
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])])
+    model.graph.output.append(model.graph.output[0])
+    data = model.SerializeToString()
+
+    def scenario(rt):
+        session = rt.InferenceSession(data, providers=["CPUExecutionProvider"])
+        return [o.name for o in session.get_outputs()] + [len(session.run(None, {"x": X}))]
+
+    _assert_same(scenario)

@@ -164,7 +164,10 @@ class InferenceSession:
                 provider.close()
             raise
         self._providers = providers
-        self._output_index = {name: i for i, name in enumerate(self._plan.output_names)}
+        # the first position of each name (a graph may list one value as two outputs)
+        self._output_index: dict[str, int] = {}
+        for index, name in enumerate(self._plan.output_names):
+            self._output_index.setdefault(name, index)
         options = self._sess_options
         if options.execution_mode == ExecutionMode.ORT_PARALLEL:
             self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
@@ -340,7 +343,7 @@ class InferenceSession:
         if isinstance(output_names, (str, bytes)):
             raise TypeError("output_names must be a list of names (or None), not a string")
         if not output_names:
-            return list(range(len(self._output_index)))
+            return list(range(len(self._require_plan().output_names)))
         indices = []
         for name in output_names:
             index = self._output_index.get(name)
