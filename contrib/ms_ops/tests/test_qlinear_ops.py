@@ -48,6 +48,20 @@ def test_qgemm(run_both, close, rng, a_type, b_type, per_column, output, trans):
     close(ours, theirs, rtol=1e-5, atol=1 if output == "quantized" else 1e-4)
 
 
+def test_qgemm_y_scale_without_zero_point_is_float(run_both, close, rng):
+    inputs = [
+        ("a", _q(rng, np.uint8, (3, 8))),
+        ("a_scale", np.array(0.02, np.float32)),
+        ("a_zero", np.array(120, np.uint8)),
+        ("b", _q(rng, np.int8, (8, 4))),
+        ("b_scale", np.array(0.04, np.float32)),
+        ("b_zero", np.array(0, np.int8)),
+        ("", None),
+        ("y_scale", np.array(0.1, np.float32)),
+    ]
+    close(*run_both("QGemm", inputs, ["y"]), rtol=1e-5, atol=1e-4)
+
+
 def test_qgemm_without_c(run_both, close, rng):
     inputs = [
         ("a", _q(rng, np.uint8, (3, 8))),

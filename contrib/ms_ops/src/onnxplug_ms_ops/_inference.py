@@ -353,3 +353,9 @@ def gather_block(ctx: Any) -> None:
         axis = axis + len(data) if axis < 0 else axis
         dims = data[:axis] + indices + data[axis + 1 :]
     put(ctx, 0, elem(ctx, 2), dims)
+
+
+def bnb4(ctx: Any) -> None:
+    sa = shape(ctx, 0)
+    last = attr(ctx, "N") if attr(ctx, "transB", 1) else attr(ctx, "K")
+    put(ctx, 0, elem(ctx, 0), None if sa is None else sa[:-1] + [last])

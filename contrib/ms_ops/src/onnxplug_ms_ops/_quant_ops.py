@@ -5,8 +5,9 @@ onnxruntime's optimizer then fuses) writes QGemm, QLinearSoftmax, QLinearAverage
 QLinearWhere and (with ``UseQDQContribOps``) the com.microsoft QuantizeLinear/DequantizeLinear;
 ``quantize_dynamic`` writes DynamicQuantizeLSTM, QAttention and QEmbedLayerNormalization.
 onnxruntime's NHWC transformer (ORT_ENABLE_ALL) writes the channels-last com.microsoft
-QLinearConv, and ``matmul_nbits_quantizer`` GatherBlockQuantized.  QLinearReduceMean is
-declared by onnxruntime without a CPU kernel; it is here by its definition.  TransposeMatMul
+QLinearConv, ``matmul_nbits_quantizer`` GatherBlockQuantized and ``matmul_bnb4_quantizer``
+MatMulBnb4.  QLinearReduceMean is declared by onnxruntime without a CPU kernel; it is here by
+its definition.  TransposeMatMul
 (FusedMatMul's older name, in models optimized by older onnxruntime versions) sits here with
 GatherBlockQuantized, whose module runs it.  The declarations follow onnxruntime's registered
 schemas (names, order, types and defaults).
@@ -41,6 +42,14 @@ QUANT_OPS: dict[str, tuple] = {
         inf.gather_block,
         "Gather from a table block-quantized along quantize_axis, dequantized (matmul_nbits_quantizer "
         "writes it for embedding Gathers).",
+    ),
+    "MatMulBnb4": (
+        ["A:T1", "B:T2", "absmax:T1"],
+        ["Y:T1"],
+        {"T1": ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "T2": ["tensor(uint8)"]},
+        {"K": req(INT), "N": req(INT), "block_size": req(INT), "quant_type": req(INT), "transB": 1, "training_mode": 0},
+        inf.bnb4,
+        "A @ dequantize(B).T (transB=1) with B [N, K] in 4-bit FP4 (quant_type 0) or NF4 (1) blocks.",
     ),
     "TransposeMatMul": (
         ["A:T", "B:T"],

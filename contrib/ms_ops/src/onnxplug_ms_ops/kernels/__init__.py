@@ -30,6 +30,7 @@ MODULES = (
     "qlstm",
     "qconv",
     "qgather",
+    "bnb4",
     "ml",
 )
 

@@ -76,8 +76,10 @@ def qgemm(
     y = (acc.astype(np.float32) * multiplier).astype(np.float32)
     if y_scale is None:
         return y
-    dtype = y_zero_point.dtype if y_zero_point is not None else np.dtype(np.uint8)
-    return quantize(y, np.float32(scalar(y_scale, "y_scale")), scalar(y_zero_point, "y_zero_point"), dtype)
+    if y_zero_point is None:
+        # onnxruntime: y_scale without a zero point gives float output divided by y_scale
+        return (y / np.float32(scalar(y_scale, "y_scale"))).astype(np.float32)
+    return quantize(y, np.float32(scalar(y_scale, "y_scale")), scalar(y_zero_point, "y_zero_point"), y_zero_point.dtype)
 
 
 @kernel("QLinearWhere", since=(1,))
