@@ -146,7 +146,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>@TITLE@</title>
 <style>
 html, body { margin: 0; height: 100%; font-family: sans-serif; overflow: hidden; }
-header { position: relative; z-index: 1; padding: 6px 12px; background: #f4f4f4; border-bottom: 1px solid #ccc; font-size: 13px; }
+header { position: relative; z-index: 1; padding: 6px 12px; background: #f4f4f4; border-bottom: 1px solid #ccc;
+  font-size: 13px; }
 header span { margin-right: 14px; white-space: nowrap; }
 header i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px;
   border: 1px solid #555; }
@@ -193,7 +194,8 @@ _SCRIPT = r"""
   });
   parts.push('<span>&#9670; copies: ' + data.copies + '</span>');
   parts.push('<span style="color:#c00">&#9698; declined by a provider</span>');
-  parts.push('<span style="color:#666">wheel: zoom &middot; drag: pan &middot; hover: details &middot; f: fit all</span>');
+  parts.push('<span style="color:#666">wheel: zoom &middot; drag: pan &middot; hover: details &middot; ' +
+    "f: fit all</span>");
   legend.insertAdjacentHTML("beforeend", parts.join(""));
 
   // Layout with dagre: top to bottom, box sizes from their labels.
