@@ -139,14 +139,6 @@ def run_demo(args: argparse.Namespace) -> int:
 _RANDOM_INT_HIGH = 10
 
 
-def random_feeds(session: InferenceSession, dims: dict[str, int], rng: np.random.Generator) -> dict[str, Any]:
-    """Random values for every input, following its declared dtype and shape (symbolic dims take
-    ``dims[name]`` or 1; unknown dims 1)."""
-    inputs = session.get_inputs()
-    shapes, _ = resolve_shapes(inputs, dims, {}, {})
-    return {arg.name: random_array(arg.type, shapes[arg.name], rng) for arg in inputs}
-
-
 def _declared_dtype(type_string: str) -> np.dtype | None:
     """numpy dtype of a ``tensor(...)`` type string (``None`` for others)."""
     element = type_string[len("tensor(") : -1] if type_string.startswith("tensor(") else ""
