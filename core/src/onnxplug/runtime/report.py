@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-
 __all__ = ["PartitionReport", "ReportCopy", "ReportNode"]
 
 
