@@ -1,6 +1,7 @@
 """Developer and CI sessions.
 
-``nox`` runs the CPU-only defaults (lint, tests, conformance); ``nox -s conformance`` runs every
+``nox`` runs the CPU-only defaults (lint, tests, conformance); ``nox -s picture`` screenshots the
+partition picture in headless Chromium; ``nox -s conformance`` runs every
 conformance case, the slow light models included, and prints the (op, since_version) coverage
 table; ``nox -s bench -- --providers openvino`` benchmarks a provider against its vendor library
 and onnxruntime.  Extra arguments
@@ -60,3 +61,12 @@ def lint(session: nox.Session) -> None:
     """ruff over the sources and tests (configuration in pyproject.toml)."""
     session.install("ruff")
     session.run("ruff", "check", "core", "plugins", "contrib", "tests", "scripts", *session.posargs)
+
+
+@nox.session
+def picture(session: nox.Session) -> None:
+    """The ``onnxplug partition --html`` picture in headless Chromium (screenshots of a light
+    model and a BERT-sized graph); needs a ``chromium`` executable (``apt-get install -y chromium``),
+    and skips naming it otherwise."""
+    _install_project(session)
+    session.run("pytest", "tests/cli/test_partition_picture.py", "-q", "-rs", *session.posargs)

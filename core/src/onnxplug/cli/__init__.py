@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ..errors import OnnxplugError
@@ -26,8 +27,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onnxplug`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
+    saved = warnings.formatwarning
+    warnings.formatwarning = _format_warning
     try:
         return int(args.handler(args) or 0)
     except (OnnxplugError, OSError, ValueError) as error:
         print(f"onnxplug {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = saved
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line for a command's user: the category and message, not the source line."""
+    return f"{category.__name__}: {message}\n"

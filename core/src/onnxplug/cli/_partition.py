@@ -1,11 +1,16 @@
-"""``onnxplug partition MODEL``: which provider runs what, and why the others declined."""
+"""``onnxplug partition MODEL``: which provider runs what, and why the others declined.
+
+Everything printed or drawn comes from the session's public
+:meth:`~onnxplug.InferenceSession.get_partition_report`, so the node counts here are the nodes
+that run (folded constants are not nodes) and always add up to the total printed.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..runtime import InferenceSession
+from ..runtime.report import PartitionReport
 from ._html import write_html
 
 
@@ -17,45 +22,38 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def partition_report(session: InferenceSession) -> dict[str, Any]:
-    """The session's public partition report as plain dicts and lists, for the text and HTML
-    output: nodes in execution order with their provider, edges between them, per-provider
-    counts, fused partitions, copies, and declined reasons."""
-    report = session.get_partition_report()
-    return {
-        "nodes": [{"name": n.name, "op_type": n.op_type, "provider": n.provider} for n in report.nodes],
-        "edges": [(source, target) for source, target, _ in report.edges],
-        "counts": report.counts,
-        "partitions": {name: list(members) for name, members in report.partitions.items()},
-        "copies": [str(c) for c in report.copies],
-        "declined": {p: {n: list(r) for n, r in per.items()} for p, per in report.declined.items()},
-        "providers": list(report.providers),
-    }
+def format_report(report: PartitionReport, title: str) -> list[str]:
+    """The text report's lines: totals, then per provider its count, fused partitions and the
+    nodes it declined (with where they went instead), then the copies."""
+    provider_of = {node.name: node.provider for node in report.nodes}
+    op_of = {node.name: node.op_type for node in report.nodes}
+    counts = report.counts
+    lines = [f"{title}: {len(report.nodes)} nodes, {len(report.constants)} constants"]
+    for provider in report.providers:
+        count = counts.get(provider, 0)
+        lines.append(f"{provider}: {count} node{'s' if count != 1 else ''}")
+        for name, members in report.partitions.items():
+            if members and provider_of.get(members[0]) == provider:
+                lines.append(f"  fused partition {name}: {len(members)} nodes")
+        folded = 0
+        for node, reasons in sorted(report.declined.get(provider, {}).items()):
+            if node not in provider_of:  # folded into a constant when the session was built: runs nowhere
+                folded += 1
+                continue
+            lines.append(f"  declined {node} ({op_of[node]}): {'; '.join(reasons)} -> {provider_of[node]}")
+        if folded:
+            lines.append(f"  declined {folded} node{'s' if folded != 1 else ''} later folded into constants")
+    lines.append(f"copies inserted: {len(report.copies)}")
+    lines.extend(f"  {copy}" for copy in report.copies)
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
     names = [p.strip() for p in args.providers.split(",") if p.strip()] or None
     session = InferenceSession(args.model, providers=names)
-    report = partition_report(session)
-    assigned = {n["name"]: n["provider"] for n in report["nodes"]}
-    print(f"{args.model}: {len(report['nodes'])} nodes")
-    for provider in report["providers"]:
-        count = report["counts"].get(provider, 0)
-        print(f"{provider}: {count} node{'s' if count != 1 else ''}")
-        for name, members in report["partitions"].items():
-            if members and assigned.get(members[0]) == provider:
-                print(f"  fused partition {name}: {len(members)} nodes")
-        declined = report["declined"].get(provider, {})
-        for node, reasons in sorted(declined.items()):
-            print(f"  declined {node} ({_op(report, node)}): {'; '.join(reasons)} -> {assigned.get(node, '?')}")
-    print(f"copies inserted: {len(report['copies'])}")
-    for copy in report["copies"]:
-        print(f"  {copy}")
+    report = session.get_partition_report()
+    print("\n".join(format_report(report, str(args.model))))
     if args.html:
         write_html(report, args.html, title=str(args.model))
         print(f"wrote {args.html}")
     return 0
-
-
-def _op(report: dict[str, Any], node: str) -> str:
-    return next((n["op_type"] for n in report["nodes"] if n["name"] == node), "?")

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..graph import ELEMENT_NAMES, np_dtype
+from ..errors import OnnxplugError
+from ..graph import np_dtype
+from ..graph._types import ELEMENT_NAMES
 from ..runtime import InferenceSession
+from ._feeds import cast_given, infer_dims, parse_dims, resolve_shapes
 
 DEMO_MODEL = "digits.onnx"
 DEMO_SAMPLES = "digits_samples.npz"
@@ -34,8 +38,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--dim",
         action="append",
         default=[],
-        metavar="NAME=V",
-        help="value for a symbolic dimension in random inputs (default 1)",
+        metavar="NAME=V|INPUT:INDEX=V",
+        help="value of a symbolic dimension in random inputs, by name or by input and position (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     parser.set_defaults(handler=run)
@@ -77,14 +81,28 @@ def run(args: argparse.Namespace) -> int:
         return run_demo(args)
     session = _session(args.model, args.providers)
     given = _pairs(args.input, "--input")
-    dims = {name: int(value) for name, value in _pairs(args.dim, "--dim").items()}
-    feeds = random_feeds(session, dims, np.random.default_rng(args.seed))
-    known = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+    inputs = session.get_inputs()
+    named, positional = parse_dims(args.dim, [arg.name for arg in inputs])
+    shapes, defaulted = resolve_shapes(inputs, named, positional, infer_dims(args.model, inputs))
+    rng = np.random.default_rng(args.seed)
+    feeds = {arg.name: random_array(arg.type, shapes[arg.name], rng) for arg in inputs if arg.name not in given}
+    declared = {arg.name: arg.type for arg in inputs} | {i.name: i.type for i in session.get_overridable_initializers()}
     for name, path in given.items():
-        if name not in known:
-            raise ValueError(f"--input {name}: the model has no input named {name!r} (inputs: {sorted(known)})")
-        feeds[name] = np.load(path, allow_pickle=False)
-    outputs, latencies = _timed_runs(session, feeds, args.repeat)
+        if name not in declared:
+            raise ValueError(f"--input {name}: the model has no input named {name!r} (inputs: {sorted(declared)})")
+        feeds[name], note = cast_given(name, np.load(path, allow_pickle=False), declared[name], _declared_dtype)
+        if note:
+            print(note, file=sys.stderr)
+    try:
+        outputs, latencies = _timed_runs(session, feeds, args.repeat)
+    except OnnxplugError:
+        if defaulted:
+            print(
+                f"hint: random inputs gave these symbolic dimensions 1: {', '.join(defaulted)}; "
+                "set them with --dim NAME=V or --dim INPUT:INDEX=V",
+                file=sys.stderr,
+            )
+        raise
     for arg, value in zip(session.get_outputs(), outputs):
         print(f"{arg.name}: {describe_value(value)}")
     print(f"median latency: {statistics.median(latencies) * 1e3:.3f} ms over {len(latencies)} run(s)")
@@ -121,14 +139,11 @@ def run_demo(args: argparse.Namespace) -> int:
 _RANDOM_INT_HIGH = 10
 
 
-def random_feeds(session: InferenceSession, dims: dict[str, int], rng: np.random.Generator) -> dict[str, Any]:
-    """Random values for every input, following its declared dtype and shape (symbolic dims take
-    ``dims[name]`` or 1; unknown dims 1)."""
-    feeds: dict[str, Any] = {}
-    for arg in session.get_inputs():
-        shape = tuple(d if isinstance(d, int) else dims.get(d, 1) for d in arg.shape)
-        feeds[arg.name] = random_array(arg.type, shape, rng)
-    return feeds
+def _declared_dtype(type_string: str) -> np.dtype | None:
+    """numpy dtype of a ``tensor(...)`` type string (``None`` for others)."""
+    element = type_string[len("tensor(") : -1] if type_string.startswith("tensor(") else ""
+    codes = [code for code, name in ELEMENT_NAMES.items() if name == element]
+    return np.dtype(np_dtype(codes[0])) if codes and element not in ("string", "bool") else None
 
 
 def random_array(type_string: str, shape: tuple[int, ...], rng: np.random.Generator) -> Any:

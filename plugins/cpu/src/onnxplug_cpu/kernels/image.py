@@ -1,6 +1,6 @@
 """Spatial sampling and detection: GridSample, AffineGrid, RoiAlign, NonMaxSuppression.
 
-ImageDecoder lives in image_decode.py (PNG, BMP, PNM, TIFF in numpy; other formats refused).
+ImageDecoder lives in image_decode.py (decoded by Pillow, the optional ``image`` extra).
 
 GridSample gathers every output position at once for each interpolation tap (2 per axis for
 linear, 4 for cubic); RoiAlign's average mode is separable into two small matrices per roi, and
