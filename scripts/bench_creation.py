@@ -10,10 +10,10 @@ are cleared before every timed creation, so each round pays the full price, as a
 would.  The table shows the median of the rounds and how many ``convert_partially`` and
 ``compile_model`` calls one creation made.
 
-Models: ``control``, a 5-node model with an If and a Loop whose body holds a node OpenVINO cannot
-convert (so the Loop and its body are split between providers), and the light model-zoo classics
-shipped in the onnx wheel, as shipped (IR 3: weights are overridable inputs) and with constant
-weights (``-const``).
+Models: ``control``, a 5-node model with an If and a Loop whose body holds a Det, which OpenVINO
+cannot convert (so the Loop runs on the CPU provider and its body is split between providers),
+and the light model-zoo classics shipped in the onnx wheel, as shipped (IR 3: weights are
+overridable inputs) and with constant weights (``-const``).
 """
 
 from __future__ import annotations
@@ -25,83 +25,37 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import onnx
-from onnx import TensorProto, helper
+
+REPO = Path(__file__).resolve().parent.parent
 
 LIGHT = ("squeezenet", "resnet50", "densenet121", "inception_v2", "vgg19")
 
 
 def control_model() -> bytes:
-    """Relu → If → Loop → Sigmoid → Mul; the Loop body has a Det (no OpenVINO conversion)."""
-    then_branch = helper.make_graph(
-        [helper.make_node("Add", ["r", "x"], ["t"], name="then_add")],
-        "then",
-        [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3, 3])],
-    )
-    else_branch = helper.make_graph(
-        [helper.make_node("Sub", ["r", "x"], ["e"], name="else_sub")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3, 3])],
-    )
-    body = helper.make_graph(
-        [
-            helper.make_node("Det", ["acc_in"], ["d"], name="body_det"),
-            helper.make_node("Add", ["acc_in", "d"], ["acc_out"], name="body_add"),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [3, 3]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3, 3]),
-        ],
-        value_info=[helper.make_tensor_value_info("d", TensorProto.FLOAT, [])],
-    )
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch),
-        helper.make_node("Loop", ["n", "c", "y"], ["z"], name="loop", body=body),
-        helper.make_node("Sigmoid", ["z"], ["s"], name="sigmoid"),
-        helper.make_node("Mul", ["s", "x"], ["out"], name="mul"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "control",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3]),
-            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("n", TensorProto.INT64, []),
-        ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 3])],
-        value_info=[
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3]),
-            helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 3]),
-        ],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    """The plugin test's Relu → If → Loop → Sigmoid → Mul model (``_control_flow_model`` in
+    plugins/openvino/tests/test_openvino.py, loaded by path: the tests folder is no package)."""
+    import importlib.util
+
+    path = REPO / "plugins" / "openvino" / "tests" / "test_openvino.py"
+    spec = importlib.util.spec_from_file_location("onnxplug_openvino_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._control_flow_model().SerializeToString()
 
 
 def light_model(name: str, constant_weights: bool) -> bytes | None:
     from onnx.backend.test import loader
 
-    path = os.path.join(loader.DATA_DIR, "light", f"light_{name}.onnx")
-    if not os.path.exists(path):
+    if not os.path.exists(os.path.join(loader.DATA_DIR, "light", f"light_{name}.onnx")):
         return None
-    model = onnx.load(path)
     if constant_weights:
-        initializers = {t.name for t in model.graph.initializer}
-        inputs = [i for i in model.graph.input if i.name not in initializers]
-        del model.graph.input[:]
-        model.graph.input.extend(inputs)
-        model.ir_version = max(model.ir_version, 4)
-    return model.SerializeToString()
+        from bench import light_model as constant_light_model  # scripts/bench.py, beside this one
+
+        return constant_light_model(name).SerializeToString()
+    return onnx.load(os.path.join(loader.DATA_DIR, "light", f"light_{name}.onnx")).SerializeToString()
 
 
 class CallCounter:
