@@ -509,3 +509,46 @@ def test_slow_steps_are_logged_at_info(openvino_calls, monkeypatch, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "onnxplug.openvino"]
     assert any(m.startswith("capability of 4 nodes: 4 supported, 0 declined") for m in messages), messages
     assert any(m.startswith("compiled openvino_partition_0 (4 nodes) for CPU in") for m in messages), messages
+
+
+def test_a_conversion_error_is_bisected_to_the_failing_node(monkeypatch):
+    """A conversion error names no node: the nodes are halved until the failing one is alone,
+    so one bad node among 16 costs about 2 log2(16) conversions, not one per node.  The
+    frontend's ``load`` is wrapped to fail for any model holding ``neg_9`` (no real op makes
+    the whole conversion raise once the provider's own checks have run)."""
+    import openvino as ov
+
+    import onnxplug_openvino
+
+    frontend = type(ov.frontend.FrontEndManager().load_by_framework("onnx"))
+    original = frontend.load
+    loads = []
+
+    def load(self, stream, *args, **kwargs):
+        names = {node.name for node in onnx.load_from_string(stream.getvalue()).graph.node}
+        loads.append(names)
+        if "neg_9" in names:
+            raise RuntimeError("Check 'false' failed at src/frontends/onnx:\ninjected conversion error")
+        return original(self, stream, *args, **kwargs)
+
+    monkeypatch.setattr(frontend, "load", load)
+    onnxplug_openvino.clear_caches()
+    nodes = [
+        helper.make_node("Neg" if i % 2 else "Relu", [f"v{i}"], [f"v{i + 1}"], name=f"{'neg' if i % 2 else 'relu'}_{i}")
+        for i in range(16)
+    ]
+    model = make_model(nodes, [("v0", TensorProto.FLOAT, [2, 3])], [("v16", TensorProto.FLOAT, [2, 3])])
+    try:
+        session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    finally:
+        onnxplug_openvino.clear_caches()
+    report = session.get_partition_report()
+    assert report.declined[OV]["neg_9"] == ("OpenVINO's ONNX frontend failed to convert it: injected conversion error",)
+    assert {n.name for n in report.nodes if n.provider == OV} == {n.name for n in nodes} - {"neg_9"}
+    assert len(loads) <= 9, [sorted(names) for names in loads]
+    x = _x((2, 3))
+    (got,) = session.run(None, {"v0": x})
+    expected = x
+    for i in range(16):
+        expected = -expected if i % 2 else np.maximum(expected, 0)
+    np.testing.assert_allclose(got, expected)
