@@ -1,24 +1,23 @@
-"""Load the conformance harness (tests/conformance/_harness.py) for the scripts beside this one.
+"""The conformance harness (tests/conformance/_harness.py) for the scripts beside this one.
 
-The tests folder is not a package, so the harness is loaded by file path, under the same module
-name the suite's conftest uses.
+The tests folder is not a package: its folder goes on ``sys.path`` and the harness is imported
+as ``_harness``, the name pytest imports it under (``pythonpath`` in pyproject.toml).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-XFAIL_FILE = REPO / "plugins" / "cpu" / "tests" / "xfail.toml"
+_FOLDER = str(Path(__file__).resolve().parent.parent / "tests" / "conformance")
+if _FOLDER not in sys.path:
+    sys.path.insert(0, _FOLDER)
+
+import _harness  # noqa: E402 - needs the path above
+
+REPO = _harness.REPO
+XFAIL_FILE = _harness.XFAIL_FILE
 
 
 def load_harness():
-    name = "onnxplug_conformance_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "conformance" / "_harness.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return _harness

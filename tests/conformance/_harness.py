@@ -1,8 +1,10 @@
 """The conformance harness: ONNX's test cases, run through onnxplug's public API only.
 
-Kept apart from pytest's wiring (``conftest.py``) so that ``scripts/op_coverage.py`` and
-``scripts/gen_xfail.py`` use exactly the logic the suite uses.  It is loaded by file path (the
-tests directory is not a package), so it imports nothing from its neighbours.
+Kept apart from pytest's wiring (``conftest.py``) so that ``scripts/op_coverage.py``,
+``scripts/gen_xfail.py`` and the OpenVINO plugin's conformance test use exactly the logic the
+suite uses.  Everyone imports it as ``_harness``: pytest has this folder on its ``pythonpath``
+(``pyproject.toml``) and the scripts put it on ``sys.path`` (``scripts/_conformance.py``).  It
+imports nothing from its neighbours.
 
 Suites:
 
@@ -26,6 +28,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +39,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+#: The CPU provider's expected failures (``scripts/gen_xfail.py`` writes it).
+XFAIL_FILE = REPO / "plugins" / "cpu" / "tests" / "xfail.toml"
 
 #: Model suites shipped as folders in the onnx wheel.
 FOLDER_SUITES = ("simple", "pytorch-converted", "pytorch-operator")

@@ -1,6 +1,6 @@
 """pytest wiring of the conformance suite: parametrization, expected failures, the summary.
 
-Cases come from ``_harness.py`` (loaded by path: this folder is not a package).  Expected
+Cases come from ``_harness.py`` (on pytest's ``pythonpath``: this folder is not a package).  Expected
 failures live in ``plugins/cpu/tests/xfail.toml`` and are strict: a listed case that passes
 fails the run, so the list cannot go stale.  The light models are marked ``slow`` (the whole nine
 take about ten seconds today), so ``-m "not slow"`` leaves them out of a quick run.
@@ -12,29 +12,13 @@ take about ten seconds today), so ``-m "not slow"`` leaves them out of a quick r
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
+import _harness as harness
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-REPO = _HERE.parent.parent
-XFAIL_FILE = REPO / "plugins" / "cpu" / "tests" / "xfail.toml"
-
-
-def _load_harness():
-    name = "onnxplug_conformance_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _HERE / "_harness.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-harness = _load_harness()
+XFAIL_FILE = harness.XFAIL_FILE
 
 # Which argument of a test function receives which suites' cases.
 _ARGUMENTS = {

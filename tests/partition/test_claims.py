@@ -274,3 +274,22 @@ def test_fused_partition_with_a_subgraph_takes_its_outer_values_as_inputs():
     step = next(s for s in session._plan.steps if s.op_type == "FusedPartition")
     assert len(step.inputs) == 2  # c, and x read inside the branches
     np.testing.assert_array_equal(session.run(None, {"c": np.array(False), "x": X})[0], -X)
+
+
+def test_a_fused_if_that_fails_to_compile_runs_its_branches_with_kernels():
+    # the If's branches were left to the compiler; after the fallback they are partitioned too
+    branch = lambda op, out: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["x"], [out])], out, [], [helper.make_tensor_value_info(out, F, [2])]
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("Relu", "t"), else_branch=branch("Neg", "e"))
+    ]
+    model = make_model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [2])], [("y", F, [2])]).SerializeToString()
+    broken = _BrokenCompiler(
+        "broken", lambda graph, kernels: [FuseClaim([n.name for n in graph.nodes if n.op_type == "If"])]
+    )
+    with pytest.warns(UserWarning, match="fall back"):
+        session = _session(model, broken)
+    x = np.array([-1, 2], np.float32)
+    np.testing.assert_array_equal(session.run(None, {"c": np.array(True), "x": x})[0], [0, 2])
+    np.testing.assert_array_equal(session.run(None, {"c": np.array(False), "x": x})[0], [1, -2])

@@ -390,3 +390,165 @@ def test_if_reading_outer_values_is_fused_with_their_producer(recwarn):
     for flag, expected in ((True, np.maximum(x, 0) + x), (False, np.maximum(x, 0) - x)):
         (got,) = session.run(None, {"x": x, "c": np.array(flag)})
         np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+# -- creation cost -----------------------------------------------------------------------------
+
+
+def _control_flow_model() -> onnx.ModelProto:
+    """Relu → If → Loop → Sigmoid → Mul, where the Loop's body holds a Det (no OpenVINO conversion):
+    the Loop is declined, so its body is a second graph that OpenVINO is asked about."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["r", "x"], ["t"], name="then_add")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3, 3])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Sub", ["r", "x"], ["e"], name="else_sub")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3, 3])],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Det", ["acc_in"], ["d"], name="body_det"),
+            helper.make_node("Add", ["acc_in", "d"], ["acc_out"], name="body_add"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [3, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3, 3]),
+        ],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Loop", ["n", "c", "y"], ["z"], name="loop", body=body),
+        helper.make_node("Sigmoid", ["z"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["s", "x"], ["out"], name="mul"),
+    ]
+    model = make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [3, 3]), ("c", TensorProto.BOOL, []), ("n", TensorProto.INT64, [])],
+        [("out", TensorProto.FLOAT, [3, 3])],
+    )
+    # The Loop's result has a declared shape, so Sigmoid can go to OpenVINO once the Loop is cut out.
+    model.graph.value_info.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 3]))
+    return model
+
+
+@pytest.fixture
+def openvino_calls(monkeypatch):
+    """Counts the real OpenVINO calls the plugin makes (the methods are wrapped, not replaced)."""
+    import openvino as ov
+
+    import onnxplug_openvino
+
+    counts: dict[str, int] = {}
+    frontend = type(ov.frontend.FrontEndManager().load_by_framework("onnx"))
+    for cls, name in ((frontend, "convert_partially"), (ov.Core, "compile_model")):
+        original = getattr(cls, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    onnxplug_openvino.clear_caches()
+    yield counts
+    onnxplug_openvino.clear_caches()
+
+
+def test_one_conversion_per_graph_and_one_compile_per_partition(openvino_calls):
+    model = _control_flow_model()
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    report = session.get_partition_report()
+    # The main graph and the Loop's body are each converted once; declining the Loop cuts it out
+    # of the converted model instead of converting the rest again.
+    assert openvino_calls["convert_partially"] == 2
+    # One compile per partition: relu+if and sigmoid+mul here, body_add and body_id in the body.
+    assert sorted(report.partitions.values()) == [("relu", "if"), ("sigmoid", "mul")]
+    assert openvino_calls["compile_model"] == 4
+    assert report.declined[OV]["loop"] == ("OpenVINO's ONNX frontend has no conversion for Det (inside its subgraph)",)
+    x = _x((3, 3))
+    (got,) = session.run(None, {"x": x, "c": np.array(True), "n": np.array(2, np.int64)})
+    acc = np.maximum(x, 0) + x
+    for _ in range(2):
+        acc = acc + np.linalg.det(acc)
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-acc)) * x, rtol=1e-5, atol=1e-6)
+    # A second session over the same model reuses both caches.
+    onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    assert openvino_calls["convert_partially"] == 2
+
+
+def test_reader_of_a_declined_node_is_checked_against_the_declared_type(openvino_calls):
+    """With z declared without a rank, Sigmoid (reading the declined Loop's result) is declined
+    for the dynamic rank its partition's input would have, and no graph is converted twice."""
+    model = _control_flow_model()
+    model.graph.value_info[-1].type.tensor_type.ClearField("shape")
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    report = session.get_partition_report()
+    assert sorted(report.partitions.values()) == [("relu", "if")]
+    assert "dynamic rank" in report.declined[OV]["sigmoid"][0]
+    assert openvino_calls["convert_partially"] == 2
+
+
+def test_slow_steps_are_logged_at_info(openvino_calls, monkeypatch, caplog):
+    import onnxplug_openvino.provider as provider
+
+    monkeypatch.setattr(provider, "SLOW_S", 0.0)  # every step counts as slow
+    with caplog.at_level("INFO", logger="onnxplug.openvino"):
+        onnxplug.InferenceSession(_mlp().SerializeToString(), providers=[OV])
+    messages = [r.getMessage() for r in caplog.records if r.name == "onnxplug.openvino"]
+    assert any(m.startswith("capability of 4 nodes: 4 supported, 0 declined") for m in messages), messages
+    assert any(m.startswith("compiled openvino_partition_0 (4 nodes) for CPU in") for m in messages), messages
+
+
+def test_a_conversion_error_is_bisected_to_the_failing_node(monkeypatch):
+    """A conversion error names no node: the nodes are halved until the failing one is alone,
+    so one bad node among 16 costs about 2 log2(16) conversions, not one per node.  The
+    frontend's ``load`` is wrapped to fail for any model holding ``neg_9`` (no real op makes
+    the whole conversion raise once the provider's own checks have run)."""
+    import openvino as ov
+
+    import onnxplug_openvino
+
+    frontend = type(ov.frontend.FrontEndManager().load_by_framework("onnx"))
+    original = frontend.load
+    loads = []
+
+    def load(self, stream, *args, **kwargs):
+        names = {node.name for node in onnx.load_from_string(stream.getvalue()).graph.node}
+        loads.append(names)
+        if "neg_9" in names:
+            raise RuntimeError("Check 'false' failed at src/frontends/onnx:\ninjected conversion error")
+        return original(self, stream, *args, **kwargs)
+
+    monkeypatch.setattr(frontend, "load", load)
+    onnxplug_openvino.clear_caches()
+    nodes = [
+        helper.make_node("Neg" if i % 2 else "Relu", [f"v{i}"], [f"v{i + 1}"], name=f"{'neg' if i % 2 else 'relu'}_{i}")
+        for i in range(16)
+    ]
+    model = make_model(nodes, [("v0", TensorProto.FLOAT, [2, 3])], [("v16", TensorProto.FLOAT, [2, 3])])
+    try:
+        session = onnxplug.InferenceSession(model.SerializeToString(), providers=[OV])
+    finally:
+        onnxplug_openvino.clear_caches()
+    report = session.get_partition_report()
+    assert report.declined[OV]["neg_9"] == ("OpenVINO's ONNX frontend failed to convert it: injected conversion error",)
+    assert {n.name for n in report.nodes if n.provider == OV} == {n.name for n in nodes} - {"neg_9"}
+    assert len(loads) <= 9, [sorted(names) for names in loads]
+    x = _x((2, 3))
+    (got,) = session.run(None, {"v0": x})
+    expected = x
+    for i in range(16):
+        expected = -expected if i % 2 else np.maximum(expected, 0)
+    np.testing.assert_allclose(got, expected)

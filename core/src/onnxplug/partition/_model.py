@@ -2,8 +2,9 @@
 
 Partitioning may replace function ops nobody claims by their bodies, which edits a graph, so the
 stage works on its own copy of the optimized model (``ir.Model.clone`` shares tensor payloads) and
-partitions every graph of it — the main graph and, recursively, each If/Loop/Scan body with the
-opsets its node resolves with.  The planner then reads the assignments; nothing earlier is edited.
+partitions every graph of it — the main graph and, recursively, each If/Loop/Scan body of a node
+run by a kernel, with the opsets its node resolves with (a node inside a fused partition hands its
+subgraphs to the provider compiling it).  The planner then reads the assignments; nothing earlier is edited.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ class PartitionedModel:
         """The assignment of ``graph`` (a graph of this model)."""
         return self.results[graph]
 
+    def with_subgraphs(self, node: ir.Node, slots: Sequence[ProviderSlot]) -> PartitionedModel:
+        """This model with ``node``'s subgraphs partitioned too: for a node that was fused but
+        falls back to a kernel when its partition fails to compile."""
+        results, graph_opsets = dict(self.results), dict(self.graph_opsets)
+        own = node_opsets(node, self.graph_opsets[node.graph])
+        _partition_graphs([(body, own) for _, body in subgraphs(node)], self.model, slots, results, graph_opsets)
+        return PartitionedModel(self.model, self.opsets, results, graph_opsets)
+
 
 def partition_model(model: ir.Model, opsets: Mapping[str, int], slots: Sequence[ProviderSlot]) -> PartitionedModel:
     """Partition a copy of ``model`` for ``slots`` (providers in priority order).
@@ -54,12 +63,25 @@ def partition_model(model: ir.Model, opsets: Mapping[str, int], slots: Sequence[
     copy = model.clone()
     results: dict[ir.Graph, PartitionResult] = {}
     graph_opsets: dict[ir.Graph, Mapping[str, int]] = {}
-    pending: list[tuple[ir.Graph, Mapping[str, int]]] = [(copy.graph, dict(opsets))]
+    _partition_graphs([(copy.graph, dict(opsets))], copy, slots, results, graph_opsets)
+    return PartitionedModel(copy, dict(opsets), results, graph_opsets)
+
+
+def _partition_graphs(
+    pending: list[tuple[ir.Graph, Mapping[str, int]]],
+    model: ir.Model,
+    slots: Sequence[ProviderSlot],
+    results: dict[ir.Graph, PartitionResult],
+    graph_opsets: dict[ir.Graph, Mapping[str, int]],
+) -> None:
+    """Partition the pending graphs and, recursively, the subgraphs of their kernel-run nodes."""
     while pending:
         graph, own = pending.pop()
-        results[graph] = partition_graph(graph, execution_order(graph), own, slots, functions=copy.functions)
+        results[graph] = partition_graph(graph, execution_order(graph), own, slots, functions=model.functions)
         graph_opsets[graph] = own
+        assignments = results[graph].assignments
         for node in graph:  # after inlining: bodies' subgraphs are partitioned too
+            if assignments[node.name].partition is not None:
+                continue  # a fused node's subgraphs are its compiler's business
             for _, body in subgraphs(node):
                 pending.append((body, node_opsets(node, own)))
-    return PartitionedModel(copy, dict(opsets), results, graph_opsets)

@@ -20,7 +20,7 @@ from typing import Any
 import onnx_ir as ir
 
 from ..errors import EPFail, Fail
-from ..graph import GraphView, execution_order, node_reads, order_units
+from ..graph import GraphView, execution_order, node_reads, order_units, subgraphs
 from ..partition import Assignment, PartitionedModel, PartitionResult, ProviderSlot, build_partition, node_opsets
 from ._loop import load_values, run_sequential
 from ._placement import Copy, place
@@ -150,6 +150,8 @@ def build_plan(
             )
             del partition.fused[name]
             for node in unit:
+                if subgraphs(node):  # its bodies were left to the compiler: partition them now
+                    partitioned = partitioned.with_subgraphs(node, slots)
                 provider, kernel = _fallback_kernel(node, opsets, slots, assignment.provider)
                 partition.assignments[node.name] = Assignment(provider, kernel)
                 steps.append(node_step(node, partition.assignments[node.name], index))

@@ -5,3 +5,13 @@ only when devices are listed or a provider is created, never at discovery.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["clear_caches"]
+
+
+def clear_caches() -> None:
+    """Forget the cached capability answers and compiled models (benchmarks of creation time, tests)."""
+    from . import _compile, _support
+
+    _support.clear_cache()
+    _compile.clear_cache()

@@ -272,33 +272,39 @@ def _convert_all(
     constants: dict[str, TensorProto],
 ) -> dict[str, str]:
     """Node name → reason for the ``nodes`` OpenVINO does not take: those its frontend does not
-    convert, then, on the model of the others, those the CPU plugin would refuse."""
+    convert, then, on the model of the others, those the CPU plugin would refuse.
+
+    One ``convert_partially`` for the lot.  Only when that raises (a conversion error names no
+    node) are the nodes halved and each half converted, so a few bad nodes cost a few
+    conversions per halving level, not one per node."""
     frontend = _frontend()
     try:
         return _check(frontend, model, nodes, types, constants)
-    except Exception:  # noqa: BLE001 - a conversion error on the whole model: ask node by node
-        pass
-    found: dict[str, str] = {}
-    for node in nodes:
-        try:
-            found.update(_check(frontend, model, [node], types, constants))
-        except Exception as error:  # noqa: BLE001 - any conversion failure declines the node
-            found[node.name] = f"OpenVINO's ONNX frontend failed to convert it: {_first_line(error)}"
+    except Exception as error:  # noqa: BLE001 - a conversion error on the whole set: bisect it
+        if len(nodes) == 1:
+            return {nodes[0].name: f"OpenVINO's ONNX frontend failed to convert it: {_first_line(error)}"}
+    half = len(nodes) // 2
+    found = _convert_all(model, nodes[:half], types, constants)
+    found.update(_convert_all(model, nodes[half:], types, constants))
     return found
 
 
-#: How many times the remaining nodes are converted again after some were declined.
+#: How many times the remaining nodes are converted again when cutting the declined ones out of
+#: the converted model is not possible (an output without a declared type).
 _ROUNDS = 6
 
 
 def _check(frontend, model, nodes, types, constants) -> dict[str, str]:
-    """Convert, decline, and convert the rest again until nothing more is declined: declining a
-    node turns its outputs into inputs of the rest (with their declared types), which changes
-    what the frontend and the CPU plugin see, as the partitions' own models will."""
+    """Convert once and decline; then cut the declined nodes out of the converted model (their
+    outputs read by the rest become Parameters of the declared types, as in the partitions' own
+    models) and infer its shapes again, until nothing more is declined.  Only where a cut is not
+    possible are the remaining nodes converted again."""
     found: dict[str, str] = {}
+    converted = None
     for _ in range(_ROUNDS):
         by_name = _names(nodes)
-        converted = _convert(frontend, _submodel(model, nodes, types, constants))
+        if converted is None:
+            converted = _convert(frontend, _submodel(model, nodes, types, constants))
         declined = _not_converted(converted, by_name) or _refused_by_cpu_plugin(converted, by_name)
         if not declined:
             break
@@ -306,7 +312,53 @@ def _check(frontend, model, nodes, types, constants) -> dict[str, str]:
         nodes = [n for n in nodes if n.name not in declined]
         if not nodes:
             break
+        if not _cut(converted, set(found), by_name, types):
+            converted = None
     return found
+
+
+def _cut(converted, declined: set[str], by_name: dict[str, str], types: dict[str, onnx.TypeProto]) -> bool:
+    """Feed the readers of ``declined`` nodes' outputs from new Parameters of the outputs'
+    declared types and infer the model's shapes again.  ``False`` (nothing usable) when an
+    output has no declared tensor type."""
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    parameters = []
+    for op in converted.get_ordered_ops():
+        if op.get_type_name() in _BORDER_OPS or _node_of(op, by_name) not in declined:
+            continue
+        for output in op.outputs():
+            readers = [
+                target
+                for target in output.get_target_inputs()
+                if target.get_node().get_type_name() != "Result"
+                and _node_of(target.get_node(), by_name) not in declined
+            ]
+            if not readers:
+                continue
+            name = next((n for n in sorted(output.get_names()) if n in types), None)
+            type_proto = types.get(name) if name else None
+            if type_proto is None or not _has_rank(type_proto):
+                return False
+            tensor = type_proto.tensor_type
+            try:
+                element = ov.Type(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+            except (KeyError, TypeError, RuntimeError):
+                return False
+            shape = ov.PartialShape(
+                [ov.Dimension(d.dim_value) if d.HasField("dim_value") else ov.Dimension() for d in tensor.shape.dim]
+            )
+            parameter = ops.parameter(shape, element, name=name)
+            parameters.append(parameter)
+            for target in readers:
+                target.replace_source_output(parameter.output(0))
+    try:
+        converted.add_parameters(parameters)  # a model must declare every Parameter it reads
+        converted.validate_nodes_and_infer_types()
+    except Exception:  # noqa: BLE001 - the cut model does not validate: convert the rest again
+        return False
+    return True
 
 
 def _first_line(error: Exception) -> str:
@@ -417,11 +469,17 @@ _STATIC_WEIGHTS = frozenset(
 )
 
 
+_BODY_OPS = frozenset({"If", "Loop", "TensorIterator"})
+
+
 def _bodies(op) -> list:
     """The subgraph bodies of an If/Loop/TensorIterator op (none for other ops).
 
     ``get_function(index)`` does not check its index (a bad one crashes the process), so each
     op kind is asked only for the bodies it has."""
+    kind = op.get_type_name()
+    if kind not in _BODY_OPS:
+        return []  # asking pybind for attributes of every op costs more than the conversion
     if hasattr(op, "get_then_body"):
         return [op.get_then_body(), op.get_else_body()]
     getter = getattr(op, "get_function", None)

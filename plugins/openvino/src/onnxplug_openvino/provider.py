@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +14,13 @@ from onnxplug.errors import InvalidArgument
 from ._options import OPTION_NAMES, Settings, parse_options
 
 INSTALL_HINT = "pip install onnxplug[openvino]"
+
+#: Progress of the slow steps of session creation (OpenVINO's conversion and compilation).  A
+#: step that took :data:`SLOW_S` or longer is logged at INFO, others at DEBUG; compiling a
+#: partition of :data:`LARGE_PARTITION` nodes or more is announced at INFO before it starts.
+logger = logging.getLogger("onnxplug.openvino")
+SLOW_S = 0.5
+LARGE_PARTITION = 100
 
 _core_lock = threading.Lock()
 _core: Any = None
@@ -44,7 +53,17 @@ class OpenVINOProvider(Provider):
     def capability(self, graph, kernels):
         from ._support import analyze
 
+        start = time.perf_counter()
         support = analyze(graph.model_bytes())
+        elapsed = time.perf_counter() - start
+        logger.log(
+            logging.INFO if elapsed >= SLOW_S else logging.DEBUG,
+            "capability of %d nodes: %d supported, %d declined (%.2f s)",
+            len(support.supported) + len(support.declined),
+            len(support.supported),
+            len(support.declined),
+            elapsed,
+        )
         for name, reason in support.declined.items():
             if name in graph:
                 graph.decline(name, reason)
@@ -53,7 +72,21 @@ class OpenVINOProvider(Provider):
     def compile(self, partition) -> CompiledPartition:
         from ._compile import compile_partition
 
-        return compile_partition(partition, self.settings, shared_core())
+        count = len(partition.nodes)
+        if count >= LARGE_PARTITION:
+            logger.info("compiling %s (%d nodes) for %s", partition.name, count, self.settings.device)
+        start = time.perf_counter()
+        compiled = compile_partition(partition, self.settings, shared_core())
+        elapsed = time.perf_counter() - start
+        logger.log(
+            logging.INFO if elapsed >= SLOW_S else logging.DEBUG,
+            "compiled %s (%d nodes) for %s in %.2f s",
+            partition.name,
+            count,
+            self.settings.device,
+            elapsed,
+        )
+        return compiled
 
     def transfer(self) -> None:
         return None  # OpenVINO's CPU plugin reads and writes host memory

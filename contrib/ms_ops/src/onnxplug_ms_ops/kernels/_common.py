@@ -27,6 +27,11 @@ _SERIES = np.cumprod([1.0] + [1.0 / (2 * n + 1) for n in range(1, 32)])[::-1].co
 def erf(x: np.ndarray) -> np.ndarray:
     """erf to float64 accuracy (numpy has none).
 
+    Not ``onnxplug_cpu.numerics.erf``: that one's float64 path (Chebyshev interpolants of erf on
+    [1, 6]) is off by about 1e-15 for |x| in [4, 6], which is all of ``1 + erf(x)`` in Gelu's
+    negative tail (``test_gelu_double_exact`` fails with it); erfc's continued fraction here
+    keeps that sum accurate.
+
     |x| < 2: ``2/sqrt(pi) exp(-x^2) x sum_n (2x^2)^n / (2n+1)!!`` (all terms positive, so no
     cancellation; 32 terms reach 1e-17), by Horner; 2 <= |x| < 6: erfc's continued fraction,
     40 levels evaluated backwards (relative error below 1e-13 of erfc <= 5e-3); beyond 6, erf is

@@ -1,16 +1,15 @@
 """FusedConv, FusedGemm and FusedMatMul: a linear op with what onnxruntime folded into it.
 
-The convolution is an im2col over the kernel offsets (one strided slice per offset) followed
-by one batched matmul per group; the weights are reshaped once per node when constant.
+The convolution is the CPU provider's Conv (``onnxplug_cpu.numerics.convolve``: im2col and one
+batched matmul for all groups); the weights are packed once per node when constant.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.errors import Fail
+from onnxplug_cpu.numerics import convolve, pack_conv_weights
 
 from ._common import widen
 from ._registry import kernel
@@ -109,58 +108,6 @@ def fused_matmul(a, b, *, alpha, transA, transB, transBatchA, transBatchB):
     return y.astype(a.dtype, copy=False)
 
 
-def _conv_geometry(spatial, kernel_shape, auto_pad, pads, strides, dilations):
-    rank = len(spatial)
-    strides = tuple(strides) if strides else (1,) * rank
-    dilations = tuple(dilations) if dilations else (1,) * rank
-    spans = [d * (k - 1) + 1 for d, k in zip(dilations, kernel_shape)]
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, stride, span in zip(spatial, strides, spans):
-            out = -(-size // stride)
-            total = max(0, (out - 1) * stride + span - size)
-            small, large = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else large)
-            end.append(large if auto_pad == "SAME_UPPER" else small)
-    elif auto_pad == "VALID":
-        begin, end = [0] * rank, [0] * rank
-    elif auto_pad == "NOTSET":
-        pads = tuple(pads) if pads else (0,) * (2 * rank)
-        begin, end = list(pads[:rank]), list(pads[rank:])
-    else:
-        raise InvalidArgument(f"unknown auto_pad {auto_pad!r}")
-    outs = [
-        (size + b + e - span) // stride + 1 for size, b, e, span, stride in zip(spatial, begin, end, spans, strides)
-    ]
-    if any(o <= 0 for o in outs):
-        raise Fail(f"convolution output would be empty: input {tuple(spatial)}, kernel {tuple(kernel_shape)}")
-    return begin, end, strides, dilations, outs
-
-
-def conv(x, w, b, *, auto_pad, dilations, group, kernel_shape, pads, strides):
-    """N-d grouped convolution (ONNX Conv semantics)."""
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise Fail(f"Conv: X {x.shape} and W {w.shape} must both be (N, C, spatial...)")
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    kernel_shape = tuple(kernel_shape) if kernel_shape else w.shape[2:]
-    if c != w.shape[1] * group or m % group:
-        raise Fail(f"Conv: channels {c} and weights {w.shape} do not fit group={group}")
-    begin, end, strides, dilations, outs = _conv_geometry(x.shape[2:], kernel_shape, auto_pad, pads, strides, dilations)
-    padded = np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)))
-    cols = []
-    for offset in np.ndindex(*kernel_shape):
-        index = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilations, strides, outs))
-        cols.append(padded[(slice(None), slice(None)) + index])
-    taps = math.prod(kernel_shape)
-    stacked = np.stack(cols, axis=2).reshape(n, group, (c // group) * taps, -1)
-    weights = w.reshape(group, m // group, -1)
-    y = np.matmul(weights, stacked).reshape((n, m) + tuple(outs))
-    if b is not None:
-        y = y + b.reshape((1, m) + (1,) * len(outs))
-    return y.astype(x.dtype, copy=False)
-
-
 @kernel("FusedConv", since=(1,), factory=True)
 def fused_conv(
     ctx,
@@ -175,12 +122,14 @@ def fused_conv(
     activation_params=None,
 ):
     act = _activation(activation, tuple(activation_params or ()), "FusedConv")
+    constant_w = ctx.constant(1)
+    packed = None if constant_w is None else pack_conv_weights(constant_w, group, "FusedConv")
     geometry = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
 
     def run(x, w, b=None, z=None):
-        y = conv(x, w, b, **geometry)
+        y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)
         if z is not None:
             y = y + z
         return act(y)

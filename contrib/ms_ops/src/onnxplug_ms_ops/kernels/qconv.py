@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail
+from onnxplug_cpu.numerics import convolve
 
 from ._common import scalar
 from ._registry import kernel
-from .fused import conv
 
 
 def _per_channel(value, channels, name):
@@ -55,10 +55,11 @@ def qlinear_conv(
     w_zero = _per_channel(w_zero_point, channels, "w_zero_point").astype(np.float64)
     wi = w.astype(np.float64) - (w_zero.reshape((-1,) + (1,) * (w.ndim - 1)) if w_zero.ndim else w_zero)
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    acc = conv(
+    acc = convolve(
         xi,
         wi,
         None if b is None else b.astype(np.float64),
+        op="QLinearConv",
         auto_pad=auto_pad,
         dilations=dilations,
         group=group,

@@ -1,8 +1,9 @@
 """Convolutions and Dropout: Conv, ConvTranspose, DeformConv, Col2Im, Dropout.
 
-Conv is im2col over a strided ``sliding_window_view`` followed by one batched matmul per run
-(all groups at once); ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops
-over the kernel's offsets only.  When the weights are a constant initializer their reshaping is
+Conv is ``onnxplug_cpu.numerics.convolve`` (im2col over a strided ``sliding_window_view``
+followed by one batched matmul for all groups, shared with op libraries such as FusedConv);
+ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops over the kernel's
+offsets only.  When the weights are a constant initializer their reshaping is
 done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
 """
 
@@ -15,60 +16,21 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
+from ..numerics import conv_compute_dtype, convolve, pack_conv_weights
 from ._registry import kernel
-from .pool import pool_geometry, windows
-
-
-def _compute_dtype(dtype):
-    return np.float64 if dtype == np.float64 else np.float32
-
-
-def _conv_weights(w, group):
-    """``(M, C/g, *k)`` weights as ``(g, M/g, C/g*K)`` for ``weights @ cols``."""
-    m = w.shape[0]
-    if group <= 0 or m % group:
-        raise InvalidArgument(f"Conv: {m} output channels cannot be split into group={group}")
-    w = w.astype(_compute_dtype(w.dtype))
-    per_group = math.prod(w.shape[1:])
-    return np.ascontiguousarray(w.reshape(group, m // group, per_group))
+from .pool import pool_geometry
 
 
 @kernel("Conv", since=(1, 11, 22), factory=True)
 def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     constant_w = ctx.constant(1)
-    packed = None if constant_w is None else _conv_weights(constant_w, group)
+    packed = None if constant_w is None else pack_conv_weights(constant_w, group)
+    geometry = dict(
+        group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
+    )
 
     def run(x, w, b=None):
-        if x.ndim < 3 or w.ndim != x.ndim:
-            raise Fail(f"Conv: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
-        nd = x.ndim - 2
-        ks = tuple(kernel_shape) if kernel_shape else w.shape[2:]
-        if tuple(ks) != w.shape[2:]:
-            raise Fail(f"Conv: kernel_shape {list(ks)} differs from the weights' {list(w.shape[2:])}")
-        if x.shape[1] != w.shape[1] * group:
-            raise Fail(  # onnxruntime's class
-                f"Conv: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs {w.shape[1] * group}"
-            )
-        weights = packed if packed is not None else _conv_weights(w, group)
-        out, begin, end, _ = pool_geometry(x.shape[2:], ks, strides, dilations, pads, auto_pad, 0, "Conv")
-        ct = _compute_dtype(x.dtype)
-        n, c = x.shape[:2]
-        if out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
-            # A pointwise convolution is a plain matmul over channels: no im2col copy.
-            pixels = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(out))
-            y = np.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
-        else:
-            view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
-            # (N, C, *out, *k) -> (N, g, C/g*K, P): the im2col copy.  Output positions stay the
-            # innermost axis, so the copy reads input rows in order and the product lands in
-            # (N, M, *out) layout without a transpose.
-            view = view.reshape((n, group, c // group) + view.shape[2:])
-            order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
-            cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
-            y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
-        if b is not None:
-            y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
-        return y.astype(x.dtype, copy=False)
+        return convolve(x, w, b, packed=packed, **geometry)
 
     return run
 
@@ -89,7 +51,7 @@ def _transpose_weights(w, group):
     c = w.shape[0]
     if group <= 0 or c % group:
         raise InvalidArgument(f"ConvTranspose: {c} input channels cannot be split into group={group}")
-    return w.astype(_compute_dtype(w.dtype)).reshape(group, c // group, math.prod(w.shape[1:]))
+    return w.astype(conv_compute_dtype(w.dtype)).reshape(group, c // group, math.prod(w.shape[1:]))
 
 
 @kernel("ConvTranspose", since=(1, 11, 22), factory=True)
@@ -140,7 +102,7 @@ def conv_transpose(
         if any(o <= 0 for o in out):
             raise Fail(f"ConvTranspose: computed output size {list(out)} is not positive")
         weights = packed if packed is not None else _transpose_weights(w, group)
-        ct = _compute_dtype(x.dtype)
+        ct = conv_compute_dtype(x.dtype)
         m = w.shape[1] * group
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
         cols = np.matmul(xs, weights)  # (N, g, P, M/g*K)
@@ -183,7 +145,7 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     counts = tuple((image[i] + pd[i] + pd[i + nd] - (block[i] - 1) * dl[i] - 1) // st[i] + 1 for i in range(nd))
     if math.prod(counts) != length:
         raise InvalidArgument(f"Col2Im: input has {length} blocks but the geometry gives {list(counts)}")
-    ct = _compute_dtype(x.dtype)
+    ct = conv_compute_dtype(x.dtype)
     cols = x.astype(ct, copy=False).reshape((n, ck // k, k) + counts)
     padded = (n, ck // k) + tuple(image[i] + pd[i] + pd[i + nd] for i in range(nd))
     full = np.zeros(check_allocation(padded, ct, "Col2Im output"), dtype=ct)
@@ -228,7 +190,7 @@ def deform_conv(
         raise InvalidArgument(f"DeformConv: offset shape {list(offset.shape)} does not match {[n, og * 2 * k, *out]}")
     if mask is not None and mask.shape != (n, og * k) + out:
         raise InvalidArgument(f"DeformConv: mask shape {list(mask.shape)} does not match {[n, og * k, *out]}")
-    ct = _compute_dtype(x.dtype)
+    ct = conv_compute_dtype(x.dtype)
     ki, kj = np.unravel_index(np.arange(k), ks)
     base_y = (np.arange(out[0]) * st[0] - begin[0])[None, :, None] + (ki * dl[0])[:, None, None]
     base_x = (np.arange(out[1]) * st[1] - begin[1])[None, None, :] + (kj * dl[1])[:, None, None]
@@ -241,7 +203,7 @@ def deform_conv(
         sampled = sampled * mask.astype(ct).reshape((n, og, 1, k) + out)
     # (N, C, K, P) -> (N, g, C/g*K, P) for the same matmul as Conv.
     cols = sampled.reshape(n, group, (c // group) * k, math.prod(out))
-    y = np.matmul(_conv_weights(w, group), cols).reshape((n, w.shape[0]) + out)
+    y = np.matmul(pack_conv_weights(w, group, "DeformConv"), cols).reshape((n, w.shape[0]) + out)
     if b is not None:
         y = y + b.astype(ct).reshape(1, -1, 1, 1)
     return y.astype(x.dtype)

@@ -14,6 +14,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
+from ..numerics import convolve
 from ._registry import kernel
 
 # Saturation ranges of the integer quantized types, keyed by numpy dtype.
@@ -248,63 +249,22 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
 # --- integer convolution -------------------------------------------------------------------
 
 
-def _conv_pads(spatial, kernel_shape, strides, dilations, pads, auto_pad):
-    n = len(spatial)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for size, k, s, d in zip(spatial, kernel_shape, strides, dilations):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small = total // 2
-            begins.append(small if auto_pad == "SAME_UPPER" else total - small)
-            ends.append(total - small if auto_pad == "SAME_UPPER" else small)
-        return begins, ends
-    if auto_pad == "VALID" or pads is None:
-        return [0] * n, [0] * n
-    if auto_pad != "NOTSET":
-        raise Fail(f"unknown auto_pad {auto_pad!r}")
-    if len(pads) != 2 * n:
-        raise InvalidArgument(f"pads {pads} must have {2 * n} values")
-    return list(pads[:n]), list(pads[n:])
-
-
 def _integer_conv(x, w, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     """Exact convolution of zero-point-corrected integer tensors; returns float64 sums.
 
-    Gathers one strided view of the padded input per kernel offset (a few dozen at most) and
-    contracts channels and offsets in a single BLAS call per group.
+    The provider's one convolution (``numerics.convolve``) in float64: the integer products and
+    their sums are exact while they stay below 2**53, far beyond what 8-bit inputs reach.
     """
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise InvalidArgument(f"conv input shape {x.shape} and weight shape {w.shape} do not match")
-    spatial = x.shape[2:]
-    n_sp = len(spatial)
-    if kernel_shape and tuple(kernel_shape) != w.shape[2:]:
-        raise InvalidArgument(f"kernel_shape {tuple(kernel_shape)} does not match weight shape {w.shape}")
-    kernel_shape = w.shape[2:]
-    strides = tuple(strides) if strides else (1,) * n_sp
-    dilations = tuple(dilations) if dilations else (1,) * n_sp
-    if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        raise InvalidArgument(f"channels do not match: input {x.shape}, weight {w.shape}, group {group}")
-    begins, ends = _conv_pads(spatial, kernel_shape, strides, dilations, pads, auto_pad)
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + list(zip(begins, ends)))
-    out_sp = [(xp.shape[2 + i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(n_sp)]
-    if any(o <= 0 for o in out_sp):
-        raise InvalidArgument(f"conv output would be empty for input {x.shape} and kernel {kernel_shape}")
-    offsets = list(np.ndindex(*kernel_shape))
-    columns = np.empty((x.shape[0], x.shape[1], len(offsets), *out_sp), np.float64)
-    for j, offset in enumerate(offsets):
-        index = tuple(
-            slice(o * d, o * d + s * (size - 1) + 1, s) for o, d, s, size in zip(offset, dilations, strides, out_sp)
-        )
-        columns[:, :, j] = xp[(slice(None), slice(None)) + index]
-    c_per, m_per = w.shape[1], w.shape[0] // group
-    wf = w.astype(np.float64).reshape(w.shape[0], c_per, -1)
-    parts = []
-    for g in range(group):
-        cols = columns[:, g * c_per : (g + 1) * c_per]
-        parts.append(np.tensordot(wf[g * m_per : (g + 1) * m_per], cols, axes=([1, 2], [1, 2])))
-    result = np.concatenate(parts, axis=0) if group > 1 else parts[0]
-    return np.moveaxis(result, 0, 1)
+    return convolve(
+        x.astype(np.float64),
+        w.astype(np.float64),
+        group=group,
+        kernel_shape=kernel_shape,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        auto_pad=auto_pad,
+    )
 
 
 def _scalar(param, what):
