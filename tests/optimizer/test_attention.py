@@ -19,7 +19,7 @@ from onnxplug_ms_ops.rules import rule_sets
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data" / "transformers"
 # (file stem, number of attention layers)
 MODELS = [("bert", 2), ("gpt2", 2), ("gpt2_past", 2), ("vit", 2)]
-EXPORTERS = ["torchscript"]
+EXPORTERS = ["torchscript", "dynamo"]
 
 
 def _load(path: pathlib.Path) -> ir.Model:

@@ -97,7 +97,12 @@ def _hidden_size(value: ir.Value) -> int | None:
     if node.op_type in ("Add", "MatMul"):
         for operand in node.inputs:
             dims = operand.shape if operand is not None else None
-            if dims is not None and dims.rank() in (1, 2) and isinstance(dims[-1], int) and operand.const_value is not None:
+            if (
+                dims is not None
+                and dims.rank() in (1, 2)
+                and isinstance(dims[-1], int)
+                and operand.const_value is not None
+            ):
                 return dims[-1]
     return None
 
@@ -127,7 +132,9 @@ class _SdpaToMha(pattern.RewriteRuleClassBase):
                 ]
             )
         scores = op.MatMul(q_heads, k_t)
-        scaled = pattern.OrValue([op.Mul(scores, scale), op.Div(scores, scale)], tag_var="scale_op", tag_values=["mul", "div"])
+        scaled = pattern.OrValue(
+            [op.Mul(scores, scale), op.Div(scores, scale)], tag_var="scale_op", tag_values=["mul", "div"]
+        )
         if self._masked:
             scaled = op.Add(scaled, mask)
         probs = _softmax_cast(op, op.Softmax(scaled, axis=-1))
