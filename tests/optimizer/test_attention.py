@@ -152,3 +152,21 @@ def test_near_misses_do_not_fuse(variant):
     fused = _fuse(_layer(**variant))
     assert fused.applied["ms_ops.attention"] == 0
     assert _ops(fused.model)[("", "Softmax")] == 1
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize(("stem", "layers"), MODELS)
+def test_fused_model_runs_on_onnxruntime(stem, layers, exporter):
+    """The replacement is a valid com.microsoft MultiHeadAttention: onnxruntime runs it to torch's outputs."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for the fused op's contract")
+    fused = _fuse(_load(DATA / f"{stem}.{exporter}.onnx")).model
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(ir.to_proto(fused).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    data = np.load(DATA / f"{stem}.npz")
+    feeds = {k: data[k] for k in data.files if not k.startswith("out:")}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    for key in data.files:
+        if key.startswith("out:"):
+            np.testing.assert_allclose(got[key[4:]], data[key], rtol=0, atol=1e-4, err_msg=key)
