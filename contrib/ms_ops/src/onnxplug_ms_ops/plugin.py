@@ -26,3 +26,10 @@ def onnxplug_kernels(provider):
     from .kernels import load_registry
 
     return [load_registry()]
+
+
+@onnxplug.hookimpl
+def onnxplug_rewrite_rules(stage):
+    from .rules import rule_sets
+
+    return rule_sets(stage)
