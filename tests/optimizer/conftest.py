@@ -1,0 +1,69 @@
+"""The optimizer test template: build a model, run it unfused, apply rule sets, check the op
+histogram, run the rewritten model and compare (onnxscript's template)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+import onnxplug
+from onnxplug.optimizer import apply_rule_sets
+
+
+def to_ir(model: onnx.ModelProto) -> ir.Model:
+    """The model as the loader hands it on: shape-inferred, then onnx-ir."""
+    return ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(model, strict_mode=True))
+
+
+def run_unoptimized(model: onnx.ModelProto | ir.Model, feeds: dict) -> list:
+    """Run through onnxplug with every optimization off, so only the rule sets under test act."""
+    if isinstance(model, ir.Model):
+        model = ir.serde.serialize_model(model)
+    options = onnxplug.SessionOptions()
+    options.graph_optimization_level = onnxplug.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def histogram(model: ir.Model) -> dict[str, int]:
+    """``{"Op": count}`` over the main graph, ``"domain.Op"`` outside the ONNX domain."""
+    return dict(collections.Counter(f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph))
+
+
+class Fusion:
+    """Runs the template on one model; returns the rewritten onnx-ir model."""
+
+    def apply(self, model: onnx.ModelProto, rule_sets) -> tuple[ir.Model, dict[str, int]]:
+        result = apply_rule_sets(to_ir(model), rule_sets)
+        return result.model, result.applied
+
+    def check(self, model, rule_sets, feeds, expected_ops, *, rtol=1e-5, atol=1e-5):
+        want = run_unoptimized(model, feeds)
+        fused, applied = self.apply(model, rule_sets)
+        assert histogram(fused) == expected_ops, applied
+        onnx.checker.check_model(ir.serde.serialize_model(fused))
+        got = run_unoptimized(fused, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        return fused, applied
+
+    def assert_unchanged(self, model, rule_sets):
+        fused, applied = self.apply(model, rule_sets)
+        assert sum(applied.values()) == 0, applied
+        assert histogram(fused) == histogram(to_ir(model))
+
+
+@pytest.fixture
+def fusion():
+    return Fusion()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261202)
