@@ -20,7 +20,7 @@ from onnxscript.rewriter import pattern
 
 from onnxplug.optimizer import OpRef, RuleSet
 
-from ._rule_values import constant_array, fresh_initializer_name, static_shape
+from .rule_values import constant_array, fresh_initializer_name, static_shape
 
 __all__ = ["rule_sets"]
 

@@ -1,4 +1,7 @@
-"""What rule checks ask of a value: its constant contents, its shape, a free initializer name."""
+"""What rule checks ask of a value: its constant contents, its shape, a free initializer name.
+
+Public so that op libraries built on the CPU provider (onnxplug-contrib-ms-ops) check values the
+same way in their rules."""
 
 from __future__ import annotations
 
