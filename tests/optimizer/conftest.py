@@ -37,6 +37,10 @@ def histogram(model: ir.Model) -> dict[str, int]:
 class Fusion:
     """Runs the template on one model; returns the rewritten onnx-ir model."""
 
+    to_ir = staticmethod(to_ir)
+    run = staticmethod(run_unoptimized)
+    histogram = staticmethod(histogram)
+
     def apply(self, model: onnx.ModelProto, rule_sets) -> tuple[ir.Model, dict[str, int]]:
         result = apply_rule_sets(to_ir(model), rule_sets)
         return result.model, result.applied
