@@ -48,6 +48,19 @@ class NewGELU(torch.nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+class GPT2MLP(torch.nn.Module):
+    """GPT-2's MLP: Linear, NewGELU, Linear (3-D input: the Linears export as MatMul + Add)."""
+
+    def __init__(self, hidden=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(hidden, 2 * hidden)
+        self.act = NewGELU()
+        self.proj = torch.nn.Linear(2 * hidden, hidden)
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x)))
+
+
 class HandwrittenLayerNorm(torch.nn.Module):
     """A layer norm written out (ConvNeXt, older BERT ports)."""
 
@@ -111,6 +124,7 @@ def models():
         "rms_norm": (RMSNorm(), (x,)),
         "residual_rms_norm": (ResidualRMSNorm(), (x, x)),
         "new_gelu": (NewGELU(), (x,)),
+        "gpt2_mlp": (GPT2MLP(), (x,)),
         "handwritten_layer_norm": (HandwrittenLayerNorm(), (x,)),
         "bert_like_block": (BertLikeBlock(), (x, x)),
         "conv_bn_relu": (ConvBNReLU(), (torch.randn(1, 3, 8, 8),)),

@@ -21,6 +21,7 @@ EXPECTED = {
     "rms_norm": {"SimplifiedLayerNormalization": 1},
     "residual_rms_norm": {f"{MS}.SkipSimplifiedLayerNormalization": 1},
     "new_gelu": {f"{MS}.FastGelu": 1},
+    "gpt2_mlp": {"MatMul": 2, f"{MS}.FastGelu": 1, "Add": 1},
     "handwritten_layer_norm": {"LayerNormalization": 1},
     "bert_like_block": {f"{MS}.SkipLayerNormalization": 1, "MatMul": 1, f"{MS}.BiasGelu": 1},
     "conv_bn_relu": {f"{MS}.FusedConv": 1},

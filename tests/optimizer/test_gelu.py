@@ -132,3 +132,15 @@ def test_tanh_gelu_op_is_not_bias_gelu(fusion, rng):
     g = Graph()
     out = g.op("Gelu", g.op("Add", "x", g.const(rng.standard_normal(8))), approximate="tanh")
     fusion.assert_unchanged(g.model(out, opset=20), [SETS["ms_ops.bias_gelu"]])
+
+
+@pytest.mark.parametrize("bias_shape,fused", [((8,), True), ((3, 8), False), ((1,), False)])
+def test_fast_gelu_takes_the_bias(fusion, rng, bias_shape, fused):
+    """GPT-2's MLP: MatMul + Add(bias) + tanh Gelu; the bias Add goes into FastGelu."""
+    g = Graph()
+    added = g.op("Add", "x", g.const(rng.standard_normal(bias_shape)))
+    out = half_x(g, added, tanh_term(g, added), "hf")
+    x = rng.standard_normal(g.shape).astype(np.float32)
+    expected = {f"{MS}.FastGelu": 1} if fused else {"Add": 1, f"{MS}.FastGelu": 1}
+    fused_model, _ = fusion.check(g.model(out), [SETS["ms_ops.fast_gelu"]], {"x": x}, expected)
+    assert len(next(n for n in fused_model.graph if n.op_type == "FastGelu").inputs) == (2 if fused else 1)

@@ -4,6 +4,8 @@
   writes it → ``com.microsoft.Gelu``.
 - ``FuseTanhGelu``: ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))`` (GPT-2's
   ``NewGELUActivation``, torch's ``approximate="tanh"``) → ``com.microsoft.FastGelu``.
+- ``FuseFastGeluBias``: ``FastGelu(Add(x, bias))`` → ``FastGelu(x, bias)`` (GPT-2's MLP: the Linear's
+  bias, a vector of x's last dimension).
 - ``BiasGelu``: ``Gelu(Add(x, bias))`` (contrib or ONNX exact Gelu) → ``com.microsoft.BiasGelu``,
   from onnxscript's ``ort_fusions.bias_gelu`` with the bias checked against x's last dimension.
 """
@@ -78,6 +80,26 @@ class FuseTanhGelu(_GeluForm):
         return op.FastGelu(x, _domain=DOMAIN)
 
 
+def _bias_vector_of(x: ir.Value, bias: ir.Value) -> bool:
+    """Whether ``bias`` is a vector of ``x``'s (known) last dimension: adding it cannot broadcast x."""
+    x_shape, b_shape = static_shape(x), static_shape(bias)
+    return bool(x_shape) and b_shape is not None and x_shape[-1:] == b_shape
+
+
+class FuseFastGeluBias(pattern.RewriteRuleClassBase):
+    def pattern(self, op, x, bias):
+        return op.FastGelu(op.Add(x, bias), _domain=DOMAIN)
+
+    def check(self, context, x, bias, **_):
+        result = pattern.MatchResult()
+        if not _bias_vector_of(x, bias) or bias.dtype != x.dtype:
+            return result.fail("bias is not a vector of x's type and last dimension", bias)
+        return result
+
+    def rewrite(self, op, x, bias, **_):
+        return op.FastGelu(x, bias, _domain=DOMAIN)
+
+
 def _gelu_rules(cls) -> list:
     rules = []
     for grouping in ("x_term", "half_x", "term_half"):
@@ -94,8 +116,7 @@ class _BiasGelu(bias_gelu.BiasGeluFusion):
 
     def check(self, op, **bindings):  # onnxscript binds the pattern's `input` by that name
         result = super().check(op, **bindings)
-        x_shape, b_shape = static_shape(bindings["input"]), static_shape(bindings["bias"])
-        if result and (not x_shape or b_shape is None or x_shape[-1:] != b_shape):
+        if result and not _bias_vector_of(bindings["input"], bindings["bias"]):
             return result.fail("bias is not a vector of x's last dimension", bindings["bias"])
         return result
 
@@ -110,9 +131,9 @@ def rule_sets() -> list[RuleSet]:
         ),
         RuleSet(
             "ms_ops.fast_gelu",
-            _gelu_rules(FuseTanhGelu),
+            [*_gelu_rules(FuseTanhGelu), *FuseFastGeluBias.rule().commute()],
             produces=[OpRef(DOMAIN, "FastGelu")],
-            description="the tanh approximation of Gelu (GPT-2) → FastGelu",
+            description="the tanh approximation of Gelu (GPT-2) → FastGelu, with a preceding bias Add folded in",
         ),
         RuleSet(
             "ms_ops.bias_gelu",
