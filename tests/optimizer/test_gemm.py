@@ -68,3 +68,14 @@ def test_lookalikes_are_not_fused(fusion, rng, kwargs):
     if a_shape is None:
         model.graph.input[0].type.tensor_type.ClearField("shape")
     fusion.assert_unchanged(model, GEMM)
+
+
+def test_integer_matmul_is_not_fused(fusion, rng):
+    """Gemm takes integers only from opset 11 on; integer MatMul + Add stays as it is."""
+    i32 = onnx.TensorProto.INT32
+    inits = [nh.from_array(np.ones((5, 3), np.int32), "b"), nh.from_array(np.ones(3, np.int32), "c")]
+    nodes = [oh.make_node("MatMul", ["a", "b"], ["mm"]), oh.make_node("Add", ["mm", "c"], ["y"])]
+    graph = oh.make_graph(
+        nodes, "int", [oh.make_tensor_value_info("a", i32, [4, 5])], [oh.make_tensor_value_info("y", i32, None)], inits
+    )
+    fusion.assert_unchanged(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8), GEMM)

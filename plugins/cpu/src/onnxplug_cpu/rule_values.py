@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["constant_array", "fresh_initializer_name", "static_shape"]
+__all__ = ["constant_array", "fresh_initializer_name", "static_shape", "trailing_reduce_axis"]
 
 
 def constant_array(value: ir.Value | None) -> np.ndarray | None:
@@ -56,3 +56,21 @@ def fresh_initializer_name(graph: ir.Graph | ir.Function, base: str) -> str:
         n += 1
         name = f"{base}_{n}"
     return name
+
+
+def trailing_reduce_axis(node: ir.Node, rank: int) -> int | None:
+    """For a Reduce* node with keepdims=1 over trailing axes, the first of them as a negative axis
+    (what LayerNormalization's ``axis`` means); ``None`` otherwise or when the axes are unknown.
+
+    The axes are an attribute before opset 18 and a constant input from opset 18 on."""
+    if node.attributes.get_int("keepdims", 1) != 1:
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        array = constant_array(node.inputs[1])
+        axes = None if array is None else array.reshape(-1).tolist()
+    else:
+        axes = node.attributes.get_ints("axes", None)
+    if not axes or any(not -rank <= a < rank for a in axes):
+        return None
+    axes = sorted(a % rank for a in axes)
+    return axes[0] - rank if axes == list(range(axes[0], rank)) else None

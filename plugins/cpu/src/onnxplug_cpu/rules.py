@@ -20,14 +20,12 @@ from onnxscript.rewriter import pattern
 
 from onnxplug.optimizer import OpRef, RuleSet
 
-from .rule_values import constant_array, fresh_initializer_name, static_shape
+from .rule_values import constant_array, fresh_initializer_name, static_shape, trailing_reduce_axis
 
 __all__ = ["rule_sets"]
 
-_GEMM_TYPES = frozenset(
-    {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
-    | {ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT32, ir.DataType.UINT64}
-)
+#: Gemm's types at every opset MatMul + Add models use (integer and bfloat16 Gemm came later).
+_GEMM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE})
 _LAYER_NORM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16})
 
 
@@ -109,24 +107,6 @@ class FuseMatMulAddToGemm(pattern.RewriteRuleClassBase):
         return op.Gemm(a, b, c)
 
 
-def _reduce_axes(node: ir.Node, rank: int) -> tuple[int, ...] | None:
-    """The normalized, sorted axes a ReduceMean reduces (keepdims=1 only), or ``None`` when unknown."""
-    if node.attributes.get_int("keepdims", 1) != 1:
-        return None
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        axes = constant_array(node.inputs[1])
-        if axes is None:
-            return None
-        axes = axes.reshape(-1).tolist()
-    else:
-        axes = node.attributes.get_ints("axes", None)
-    if not axes:
-        return None
-    if any(not -rank <= axis < rank for axis in axes):
-        return None
-    return tuple(sorted(axis % rank for axis in axes))
-
-
 class FuseLayerNormalization(pattern.RewriteRuleClassBase):
     """The layer norm decomposition → ``LayerNormalization(x, scale)`` over the trailing axes it reduces."""
 
@@ -150,20 +130,19 @@ class FuseLayerNormalization(pattern.RewriteRuleClassBase):
         shape = static_shape(x)
         if shape is None or x.dtype not in _LAYER_NORM_TYPES:
             return result.fail("X's rank or float type is unknown", x)
-        rank = len(shape)
-        axes = _reduce_axes(mean.producer(), rank)
-        if axes is None or axes != tuple(range(axes[0], rank)):
+        axis = trailing_reduce_axis(mean.producer(), len(shape))
+        if axis is None:
             return result.fail("the mean is not taken over trailing axes with keepdims=1", mean)
-        if _reduce_axes(variance.producer(), rank) != axes:
+        if trailing_reduce_axis(variance.producer(), len(shape)) != axis:
             return result.fail("the variance is not taken over the mean's axes", variance)
         eps = constant_array(epsilon)
         if eps is None or eps.size != 1 or eps.ndim > 1:
             return result.fail("epsilon is not a scalar constant", epsilon)
-        normalized_shape = tuple(shape[axes[0] :])
+        normalized_shape = tuple(shape[axis:])
         weights = constant_array(scale)
         if weights is None or scale.dtype != x.dtype or tuple(weights.shape) != normalized_shape:
             return result.fail(f"scale is not a constant of X's type and shape {normalized_shape}", scale)
-        self._axis = axes[0] - rank
+        self._axis = axis
         self._epsilon = float(eps.reshape(()))
         self._stash_type = ir.DataType.DOUBLE if x.dtype == ir.DataType.DOUBLE else ir.DataType.FLOAT
         return result

@@ -17,7 +17,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions import skip_normalization
 
 from onnxplug.optimizer import OpRef, RuleSet
-from onnxplug_cpu.rule_values import constant_array, static_shape
+from onnxplug_cpu.rule_values import constant_array, static_shape, trailing_reduce_axis
 
 from .. import DOMAIN
 
@@ -25,21 +25,6 @@ __all__ = ["rule_sets"]
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16})
 _COMPUTE = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE})
-
-
-def trailing_axes(node: ir.Node, rank: int) -> int | None:
-    """The first axis of a ReduceMean over trailing axes with keepdims=1 (negative), else ``None``."""
-    if node.attributes.get_int("keepdims", 1) != 1:
-        return None
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        array = constant_array(node.inputs[1])
-        axes = None if array is None else array.reshape(-1).tolist()
-    else:
-        axes = node.attributes.get_ints("axes", None)
-    if not axes or any(not -rank <= a < rank for a in axes):
-        return None
-    axes = sorted(a % rank for a in axes)
-    return axes[0] - rank if axes == list(range(axes[0], rank)) else None
 
 
 class FuseRmsNormalization(pattern.RewriteRuleClassBase):
@@ -63,7 +48,7 @@ class FuseRmsNormalization(pattern.RewriteRuleClassBase):
         shape = static_shape(x)
         if shape is None or x.dtype not in _FLOATS:
             return result.fail("X's rank or float type is unknown", x)
-        axis = trailing_axes(mean_square.producer(), len(shape))
+        axis = trailing_reduce_axis(mean_square.producer(), len(shape))
         if axis is None:
             return result.fail("the mean is not taken over trailing axes with keepdims=1", mean_square)
         eps = constant_array(epsilon)
