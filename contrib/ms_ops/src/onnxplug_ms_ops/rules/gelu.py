@@ -110,7 +110,7 @@ def _gelu_rules(cls) -> list:
     return rules
 
 
-class _BiasGelu(bias_gelu.BiasGeluFusion):
+class FuseBiasGelu(bias_gelu.BiasGeluFusion):
     """onnxscript's rule; also requires the bias to have x's (known) last dimension, since
     ``BiasGelu`` does not broadcast x up to the bias."""
 
@@ -138,8 +138,8 @@ def rule_sets() -> list[RuleSet]:
         RuleSet(
             "ms_ops.bias_gelu",
             [
-                *_BiasGelu.rule("bias_gelu_onnx", contrib_op=False).commute(),
-                *_BiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
+                *FuseBiasGelu.rule("bias_gelu_onnx", contrib_op=False).commute(),
+                *FuseBiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
             ],
             produces=[OpRef(DOMAIN, "BiasGelu")],
             description="Add of a bias vector then Gelu → BiasGelu",

@@ -72,7 +72,7 @@ def _same_shape(*values: ir.Value) -> bool:
     return shapes[0] is not None and all(s == shapes[0] for s in shapes)
 
 
-class _SkipLayerNorm(skip_normalization.SkipLayerNormFusion):
+class FuseSkipLayerNorm(skip_normalization.SkipLayerNormFusion):
     """onnxscript's rule; also requires input and skip of the same known shape (no broadcast),
     where onnxscript lets two unnamed dimensions pass as equal."""
 
@@ -83,7 +83,7 @@ class _SkipLayerNorm(skip_normalization.SkipLayerNormFusion):
         return result
 
 
-class _SkipRmsNorm(skip_normalization.SkipRmsNormFusion):
+class FuseSkipRmsNorm(skip_normalization.SkipRmsNormFusion):
     """onnxscript's rule with the same shape check, and gamma of the input's type (the contrib op
     has one type for all)."""
 
@@ -118,13 +118,13 @@ def rule_sets() -> list[RuleSet]:
         ),
         RuleSet(
             "ms_ops.skip_layer_norm",
-            _skip_rules(_SkipLayerNorm),
+            _skip_rules(FuseSkipLayerNorm),
             produces=[OpRef(DOMAIN, "SkipLayerNormalization")],
             description="Add (+ bias) then LayerNormalization → SkipLayerNormalization",
         ),
         RuleSet(
             "ms_ops.skip_rms_norm",
-            _skip_rules(_SkipRmsNorm),
+            _skip_rules(FuseSkipRmsNorm),
             produces=[OpRef(DOMAIN, "SkipSimplifiedLayerNormalization")],
             description="Add (+ bias) then SimplifiedLayerNormalization → SkipSimplifiedLayerNormalization",
         ),
