@@ -57,10 +57,29 @@ class Fusion:
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
         return fused, applied
 
-    def assert_unchanged(self, model, rule_sets):
+    def rejections(self, model, rule_sets) -> list[str]:
+        """The reasons the rules' checks gave for turning down a structural match."""
+        from onnxscript.rewriter import pattern
+
+        tracer = pattern.MatchingTracer()
+        traced = to_ir(model)
+        for rule_set in rule_sets:  # with a tracer, onnxscript matches but does not rewrite
+            pattern.RewriteRuleSet(list(rule_set.rules)).apply_to_model(traced, tracer=tracer)
+        return [
+            info.match_result.reason
+            for infos in tracer.best_matches_map.values()
+            for info in infos
+            if info.status == pattern.MatchStatus.CONDITION_FAILED
+        ]
+
+    def assert_unchanged(self, model, rule_sets, reason: str | None = None):
+        """No rewrite; with ``reason``, a rule's check turned the match down saying so."""
         fused, applied = self.apply(model, rule_sets)
         assert sum(applied.values()) == 0, applied
         assert histogram(fused) == histogram(to_ir(model))
+        if reason is not None:
+            reasons = self.rejections(model, rule_sets)
+            assert any(reason in r for r in reasons), reasons
 
 
 @pytest.fixture

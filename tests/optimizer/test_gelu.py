@@ -125,7 +125,7 @@ def test_wrong_cubic_coefficient_is_not_fast_gelu(fusion):
 def test_bias_that_broadcasts_is_not_bias_gelu(fusion, rng, bias_shape):
     g = Graph()
     out = g.op("Gelu", g.op("Add", "x", g.const(rng.standard_normal(bias_shape))))
-    fusion.assert_unchanged(g.model(out, opset=20), [SETS["ms_ops.bias_gelu"]])
+    fusion.assert_unchanged(g.model(out, opset=20), [SETS["ms_ops.bias_gelu"]], "bias")
 
 
 def test_tanh_gelu_op_is_not_bias_gelu(fusion, rng):
