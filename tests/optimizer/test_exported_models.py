@@ -55,3 +55,5 @@ def test_exported_model_fuses(fusion, rng, name, exporter):
     got = fusion.run(result.model, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    for theirs, w in zip(fusion.run_onnxruntime(result.model, feeds) or (), want):
+        np.testing.assert_allclose(theirs, w, rtol=1e-4, atol=1e-4)
