@@ -81,3 +81,11 @@ def test_integer_matmul_is_not_fused(fusion, rng):
     fusion.assert_unchanged(
         oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8), GEMM, "Gemm does not take"
     )
+
+
+def test_opset_6_is_not_fused(fusion, rng):
+    """Before opset 7 Gemm's C broadcasts only with ``broadcast=1``; the rule leaves such models alone."""
+    model, _ = matmul_add(rng, a_shape=(4, 5))
+    model.opset_import[0].version = 6
+    next(n for n in model.graph.node if n.op_type == "Add").attribute.append(oh.make_attribute("broadcast", 1))
+    fusion.assert_unchanged(model, GEMM, "from opset 7 on")

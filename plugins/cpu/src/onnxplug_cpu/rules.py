@@ -87,6 +87,8 @@ class FuseMatMulAddToGemm(pattern.RewriteRuleClassBase):
 
     def check(self, context, a, b, c, **_):
         result = pattern.MatchResult()
+        if context.model.opset_imports.get("", 0) < 7:
+            return result.fail("Gemm broadcasts C from opset 7 on")
         a_shape, c_shape = static_shape(a), static_shape(c)
         weights = constant_array(b)
         if a_shape is None or len(a_shape) != 2:
