@@ -24,14 +24,20 @@ F = TensorProto.FLOAT
 LEVEL = onnxplug.GraphOptimizationLevel
 
 
-def _matmul_add_model() -> onnx.ModelProto:
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])]
-    inits = {"w": np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "b": np.array([1, 2, 3], np.float32)}
+def _double_relu_model() -> onnx.ModelProto:
+    """MatMul → Relu → Relu: the test rule below merges the two Relus (nothing built in does)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = {"w": np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5}
     return make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 3])], inits)
 
 
-def _gemm_rule() -> pattern.RewriteRule:
-    return pattern.RewriteRule(lambda op, x, w, b: op.Add(op.MatMul(x, w), b), lambda op, x, w, b: op.Gemm(x, w, b))
+def _double_relu_rule() -> pattern.RewriteRule:
+    """Relu(Relu(x)) → Relu(x)."""
+    return pattern.RewriteRule(lambda op, x: op.Relu(op.Relu(x)), lambda op, x: op.Relu(x))
 
 
 def _rules_plugin(*rule_sets: RuleSet, stage: str = "extended") -> types.SimpleNamespace:
@@ -66,30 +72,30 @@ X = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
 
 
 def test_a_plugins_rule_set_runs_at_extended_and_not_below():
-    env = _environment(_rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")])))
-    model = _matmul_add_model()
+    env = _environment(_rules_plugin(RuleSet("test.relu", [_double_relu_rule()], produces=[OpRef("", "Relu")])))
+    model = _double_relu_model()
     basic = _session(model, LEVEL.ORT_ENABLE_BASIC, env)
     extended = _session(model, LEVEL.ORT_ENABLE_EXTENDED, env)
-    assert _ops(basic) == ["MatMul", "Add"]
-    assert _ops(extended) == ["Gemm"]
-    assert extended.get_optimization_report().fusions() == {"test.gemm": 1}
+    assert _ops(basic) == ["MatMul", "Relu", "Relu"]
+    assert _ops(extended) == ["MatMul", "Relu"]
+    assert extended.get_optimization_report().fusions() == {"test.relu": 1}
     np.testing.assert_allclose(extended.run(None, {"x": X})[0], basic.run(None, {"x": X})[0], rtol=1e-6)
 
 
 def test_a_rule_set_whose_op_no_provider_runs_is_not_applied():
-    unrunnable = RuleSet("test.nobody", [_gemm_rule()], produces=[OpRef("test.nowhere", "Gemm", 1)])
+    unrunnable = RuleSet("test.nobody", [_double_relu_rule()], produces=[OpRef("test.nowhere", "Relu", 1)])
     env = _environment(_rules_plugin(unrunnable))
-    session = _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)
-    assert _ops(session) == ["MatMul", "Add"]
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_ALL, env)
+    assert _ops(session) == ["MatMul", "Relu", "Relu"]
     assert (
-        "no provider of the session runs test.nowhere::Gemm" in session.get_optimization_report().skipped["test.nobody"]
+        "no provider of the session runs test.nowhere::Relu" in session.get_optimization_report().skipped["test.nobody"]
     )
 
 
 def test_a_rule_set_for_another_provider_is_not_applied():
-    targeted = RuleSet("test.elsewhere", [_gemm_rule()], produces=[OpRef("", "Gemm")], providers=("openvino",))
-    session = _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, _environment(_rules_plugin(targeted)))
-    assert _ops(session) == ["MatMul", "Add"]
+    targeted = RuleSet("test.elsewhere", [_double_relu_rule()], produces=[OpRef("", "Relu")], providers=("openvino",))
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_ALL, _environment(_rules_plugin(targeted)))
+    assert _ops(session) == ["MatMul", "Relu", "Relu"]
     assert "not among the session's providers" in session.get_optimization_report().skipped["test.elsewhere"]
 
 
@@ -102,10 +108,10 @@ def test_an_op_newer_than_the_models_opset_is_not_produced():
 
 def test_layout_rules_run_only_at_enable_all():
     env = _environment(
-        _rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")]), stage="layout")
+        _rules_plugin(RuleSet("test.relu", [_double_relu_rule()], produces=[OpRef("", "Relu")]), stage="layout")
     )
-    assert _ops(_session(_matmul_add_model(), LEVEL.ORT_ENABLE_EXTENDED, env)) == ["MatMul", "Add"]
-    assert _ops(_session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)) == ["Gemm"]
+    assert _ops(_session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, env)) == ["MatMul", "Relu", "Relu"]
+    assert _ops(_session(_double_relu_model(), LEVEL.ORT_ENABLE_ALL, env)) == ["MatMul", "Relu"]
 
 
 def test_a_plugin_returning_something_else_is_named():
@@ -115,7 +121,7 @@ def test_a_plugin_returning_something_else_is_named():
 
     env = _environment(types.SimpleNamespace(onnxplug_rewrite_rules=onnxplug_rewrite_rules))
     with pytest.raises(PluginError, match="test-plugin-0.*expected onnxplug.optimizer.RuleSet"):
-        _session(_matmul_add_model(), LEVEL.ORT_ENABLE_ALL, env)
+        _session(_double_relu_model(), LEVEL.ORT_ENABLE_ALL, env)
 
 
 def _shape_model() -> onnx.ModelProto:
@@ -209,16 +215,16 @@ def test_set_providers_gives_the_outputs_of_a_fresh_session():
 
 def test_the_model_written_at_extended_runs_in_onnxruntime(tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle that loads the written model")
-    env = _environment(_rules_plugin(RuleSet("test.gemm", [_gemm_rule()], produces=[OpRef("", "Gemm")])))
+    env = _environment(_rules_plugin(RuleSet("test.relu", [_double_relu_rule()], produces=[OpRef("", "Relu")])))
     path = tmp_path / "optimized.onnx"
     options = onnxplug.SessionOptions()
     options.graph_optimization_level = LEVEL.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(path)
     session = onnxplug.InferenceSession(
-        _matmul_add_model().SerializeToString(), options, providers=["CPUExecutionProvider"], environment=env
+        _double_relu_model().SerializeToString(), options, providers=["CPUExecutionProvider"], environment=env
     )
     written = onnx.load(str(path))
-    assert [n.op_type for n in written.graph.node] == ["Gemm"]
+    assert [n.op_type for n in written.graph.node] == ["MatMul", "Relu"]
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(reference.run(None, {"x": X})[0], session.run(None, {"x": X})[0], rtol=1e-6)
 
@@ -247,4 +253,4 @@ def test_optimized_model_external_file_must_stay_beside_the_model(tmp_path, name
     options.optimized_model_filepath = str(tmp_path / "out.onnx")
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", name)
     with pytest.raises(onnxplug.InvalidArgument, match="must be a file name in the folder"), warnings.catch_warnings():
-        onnxplug.InferenceSession(_matmul_add_model().SerializeToString(), options, providers=["CPUExecutionProvider"])
+        onnxplug.InferenceSession(_double_relu_model().SerializeToString(), options, providers=["CPUExecutionProvider"])

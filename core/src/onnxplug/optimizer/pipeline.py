@@ -42,6 +42,8 @@ LEVELS = {0: "ORT_DISABLE_ALL", 1: "ORT_ENABLE_BASIC", 2: "ORT_ENABLE_EXTENDED",
 
 #: How many rounds the basic passes get to reach a fixed point.
 _BASIC_ROUNDS = 4
+#: How many times a stage's rule sets are applied, at most, to reach a fixed point.
+_RULE_ROUNDS = 3
 
 
 def stages_for_level(level: int) -> tuple[str, ...]:
@@ -204,13 +206,22 @@ def optimize(
         _basic(recorder, opsets, evaluate, resolve)
     fused = False
     for stage in stages:
+        applicable = []
         for rule_set in (rule_sets or {}).get(stage, ()):
             reason = None if gate is None else gate.why_not(rule_set, opsets)
-            if reason is not None:
+            if reason is None:
+                applicable.append(rule_set)
+            else:
                 skipped[rule_set.name] = reason
-                continue
-
-            fused |= recorder.run(f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set]))
+        # Sets of different plugins may build on each other's results (a skip norm over the
+        # LayerNormalization another plugin fused): repeat the stage until nothing matches.
+        for _ in range(_RULE_ROUNDS):
+            matched = False
+            for rule_set in applicable:
+                matched |= recorder.run(f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set]))
+            fused |= matched
+            if not matched:
+                break
     if fused:
         fill_missing_opsets(copy)
         _basic(recorder, opsets, evaluate, resolve)

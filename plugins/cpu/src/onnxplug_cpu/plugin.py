@@ -19,3 +19,10 @@ def onnxplug_kernels(provider):
     from .kernels import load_registry
 
     return [load_registry()]
+
+
+@onnxplug.hookimpl
+def onnxplug_rewrite_rules(stage):
+    from .rules import rule_sets  # onnxscript's rewriter loads only when a session optimizes
+
+    return rule_sets(stage)

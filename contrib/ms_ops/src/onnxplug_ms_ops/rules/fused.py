@@ -1,0 +1,252 @@
+"""A linear op and what follows it, fused into onnxruntime's contrib ops.
+
+- ``FuseConvActivation``: ``act(Conv(x, W[, B]))`` → ``FusedConv(activation=act)`` for Relu, Tanh,
+  Sigmoid, LeakyRelu, HardSigmoid and Clip with constant bounds (onnxruntime's set).
+- ``FuseGemmActivation``: ``act(Gemm(A, B[, C]))`` → ``FusedGemm`` for the activations FusedGemm's
+  ``activation_alpha/beta/gamma`` can carry (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Elu,
+  Selu, Softplus, Softsign, ThresholdedRelu).
+- ``FuseMatMulScale`` / ``FuseMatMulTranspose``: MatMul (or FusedMatMul) scaled by a scalar
+  constant, or reading an input through a Transpose of its last two axes → ``FusedMatMul`` with
+  ``alpha`` / ``transA`` / ``transB``.  FusedMatMul has no activation: onnxruntime fuses scales
+  and transposes into it, and so does this.
+
+Only float32 is fused, as onnxruntime's CPU kernels for these ops are float32 only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+
+from onnxplug.optimizer import OpRef, RuleSet
+from onnxplug_cpu.rule_values import constant_array, static_shape
+
+from .. import DOMAIN
+
+__all__ = ["rule_sets"]
+
+_F32 = ir.DataType.FLOAT
+
+
+def _params(node: ir.Node) -> list[float] | None:
+    """An activation node's parameters as FusedConv's ``activation_params`` (``None``: not fusable)."""
+    attrs = node.attributes
+    if node.op_type in ("Relu", "Tanh", "Sigmoid"):
+        return []
+    if node.op_type == "LeakyRelu":
+        return [attrs.get_float("alpha", 0.01)]
+    if node.op_type == "HardSigmoid":
+        return [attrs.get_float("alpha", 0.2), attrs.get_float("beta", 0.5)]
+    if node.op_type == "Clip":
+        if "min" in attrs or "max" in attrs:  # opset < 11 bounds
+            return [
+                attrs.get_float("min", float(np.finfo(np.float32).min)),
+                attrs.get_float("max", float(np.finfo(np.float32).max)),
+            ]
+        bounds = []
+        for i, default in ((1, np.finfo(np.float32).min), (2, np.finfo(np.float32).max)):
+            value = node.inputs[i] if len(node.inputs) > i else None
+            if value is None:
+                bounds.append(float(default))
+                continue
+            array = constant_array(value)
+            if array is None or array.size != 1:
+                return None
+            bounds.append(float(array.reshape(())))
+        return bounds
+    return None
+
+
+class FuseConvActivation(pattern.RewriteRuleClassBase):
+    def __init__(self, name: str, *, activation: str):
+        super().__init__(name)
+        self._activation = activation
+
+    def pattern(self, op, x):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        return getattr(op, self._activation)(conv, _allow_other_inputs=True, _outputs=["act_out"])
+
+    def check(self, context, x, conv_out, act_out, **_):
+        result = pattern.MatchResult()
+        if x.dtype != _F32:
+            return result.fail("FusedConv is fused for float32 only", x)
+        self._activation_params = _params(act_out.producer())
+        if self._activation_params is None:
+            return result.fail("the activation's parameters are not constants", act_out)
+        return result
+
+    def rewrite(self, op, x, conv_out, **_):
+        conv = conv_out.producer()
+        attrs = dict(conv.attributes)
+        attrs["activation"] = self._activation
+        if self._activation_params:
+            attrs["activation_params"] = self._activation_params
+        return op.FusedConv(*conv.inputs, **attrs, _domain=DOMAIN)
+
+
+#: Gemm activations and their attribute → FusedGemm's activation_alpha/beta/gamma (with defaults).
+_GEMM_ACTIVATIONS = {
+    "Relu": {},
+    "Tanh": {},
+    "Sigmoid": {},
+    "Softsign": {},
+    "Softplus": {},
+    "LeakyRelu": {"alpha": ("activation_alpha", 0.01)},
+    "HardSigmoid": {"alpha": ("activation_alpha", 0.2), "beta": ("activation_beta", 0.5)},
+    "Elu": {"alpha": ("activation_alpha", 1.0)},
+    "Selu": {"alpha": ("activation_alpha", 1.6732632423543772), "gamma": ("activation_gamma", 1.0507009873554805)},
+    "ThresholdedRelu": {"alpha": ("activation_alpha", 1.0)},
+}
+
+
+class FuseGemmActivation(pattern.RewriteRuleClassBase):
+    def __init__(self, name: str, *, activation: str):
+        super().__init__(name)
+        self._activation = activation
+
+    def pattern(self, op, a):
+        gemm = op.Gemm(a, _allow_other_inputs=True, _outputs=["gemm_out"])
+        return getattr(op, self._activation)(gemm, _outputs=["act_out"])
+
+    def check(self, context, a, **_):
+        result = pattern.MatchResult()
+        if a.dtype != _F32:
+            return result.fail("FusedGemm is fused for float32 only", a)
+        return result
+
+    def rewrite(self, op, a, gemm_out, act_out, **_):
+        gemm, act = gemm_out.producer(), act_out.producer()
+        attrs = {
+            "alpha": gemm.attributes.get_float("alpha", 1.0),
+            "beta": gemm.attributes.get_float("beta", 1.0),
+            "transA": gemm.attributes.get_int("transA", 0),
+            "transB": gemm.attributes.get_int("transB", 0),
+            "activation": self._activation,
+        }
+        for name, (target, default) in _GEMM_ACTIVATIONS[self._activation].items():
+            attrs[target] = act.attributes.get_float(name, default)
+        return op.FusedGemm(*gemm.inputs, **attrs, _domain=DOMAIN)
+
+
+def _scalar(value: ir.Value) -> float | None:
+    array = constant_array(value)
+    if array is None or array.size != 1 or array.ndim > 1 or array.dtype != np.float32:
+        return None
+    return float(array.reshape(()))
+
+
+def _matmul_attrs(node: ir.Node) -> dict:
+    """A MatMul's or FusedMatMul's attributes as FusedMatMul ones."""
+    get = node.attributes
+    return {
+        "alpha": get.get_float("alpha", 1.0),
+        "transA": get.get_int("transA", 0),
+        "transB": get.get_int("transB", 0),
+        "transBatchA": get.get_int("transBatchA", 0),
+        "transBatchB": get.get_int("transBatchB", 0),
+    }
+
+
+class FuseMatMulScale(pattern.RewriteRuleClassBase):
+    """``MatMul(a, b) * c``, ``c * MatMul(a, b)`` or ``MatMul(a, b) / c`` for a scalar constant ``c``."""
+
+    def __init__(self, name: str, *, form: str, fused_input: bool):
+        super().__init__(name)
+        self._form = form
+        self._fused_input = fused_input
+
+    def pattern(self, op, a, b, c):
+        if self._fused_input:
+            mm = op.FusedMatMul(a, b, _domain=DOMAIN, _outputs=["mm"])
+        else:
+            mm = op.MatMul(a, b, _outputs=["mm"])
+        if self._form == "div":
+            return op.Div(mm, c)
+        return op.Mul(c, mm) if self._form == "mul_first" else op.Mul(mm, c)
+
+    def check(self, context, a, b, c, **_):
+        result = pattern.MatchResult()
+        if a.dtype != _F32:
+            return result.fail("FusedMatMul is fused for float32 only", a)
+        scalar = _scalar(c)
+        if scalar is None or (self._form == "div" and scalar == 0.0):
+            return result.fail("the scale is not a float32 scalar constant", c)
+        a_shape, b_shape = static_shape(a), static_shape(b)
+        if a_shape is None or b_shape is None or (len(a_shape) < 2 and len(b_shape) < 2):
+            return result.fail("a scalar scale of a 1-D x 1-D MatMul would change its rank", c)
+        self._factor = 1.0 / scalar if self._form == "div" else scalar
+        return result
+
+    def rewrite(self, op, a, b, mm, **_):
+        attrs = _matmul_attrs(mm.producer())
+        attrs["alpha"] = attrs["alpha"] * self._factor
+        return op.FusedMatMul(a, b, **attrs, _domain=DOMAIN)
+
+
+def _swaps_last_two(node: ir.Node, rank: int) -> bool:
+    perm = node.attributes.get_ints("perm", None)
+    if rank < 2 or perm is None or len(perm) != rank:
+        return False
+    return list(perm) == [*range(rank - 2), rank - 1, rank - 2]
+
+
+class FuseMatMulTranspose(pattern.RewriteRuleClassBase):
+    """``MatMul(Transpose(a), b)`` / ``MatMul(a, Transpose(b))`` where the Transpose swaps the
+    last two axes (and the other operand has rank ≥ 2) → ``FusedMatMul(transA / transB)``."""
+
+    def __init__(self, name: str, *, side: str):
+        super().__init__(name)
+        self._side = side
+
+    def pattern(self, op, a, b):
+        if self._side == "a":
+            return op.MatMul(op.Transpose(a, _outputs=["transposed"]), b)
+        return op.MatMul(a, op.Transpose(b, _outputs=["transposed"]))
+
+    def check(self, context, a, b, transposed, **_):
+        result = pattern.MatchResult()
+        if a.dtype != _F32:
+            return result.fail("FusedMatMul is fused for float32 only", a)
+        source = a if self._side == "a" else b
+        shape, other = static_shape(source), static_shape(b if self._side == "a" else a)
+        if shape is None or other is None or len(other) < 2:
+            return result.fail("the operands' ranks are unknown or below 2", source)
+        if not _swaps_last_two(transposed.producer(), len(shape)):
+            return result.fail("the Transpose does not swap just the last two axes", transposed)
+        return result
+
+    def rewrite(self, op, a, b, **_):
+        flag = "transA" if self._side == "a" else "transB"
+        return op.FusedMatMul(a, b, **{flag: 1}, _domain=DOMAIN)
+
+
+def rule_sets() -> list[RuleSet]:
+    return [
+        RuleSet(
+            "ms_ops.fused_matmul",
+            [FuseMatMulTranspose.rule(f"matmul_transpose_{s}", side=s) for s in ("a", "b")]
+            + [
+                FuseMatMulScale.rule(f"matmul_scale_{form}{'_fused' if fused else ''}", form=form, fused_input=fused)
+                for fused in (True, False)
+                for form in ("div", "mul_first", "mul_last")
+            ],
+            produces=[OpRef(DOMAIN, "FusedMatMul")],
+            description="MatMul with a scalar scale or a last-two-axes Transpose → FusedMatMul",
+        ),
+        RuleSet(
+            "ms_ops.fused_conv",
+            [
+                FuseConvActivation.rule(f"conv_{a}", activation=a)
+                for a in ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
+            ],
+            produces=[OpRef(DOMAIN, "FusedConv")],
+            description="Conv + activation → FusedConv",
+        ),
+        RuleSet(
+            "ms_ops.fused_gemm",
+            [FuseGemmActivation.rule(f"gemm_{a}", activation=a) for a in _GEMM_ACTIVATIONS],
+            produces=[OpRef(DOMAIN, "FusedGemm")],
+            description="Gemm + activation → FusedGemm",
+        ),
+    ]

@@ -1,0 +1,211 @@
+"""ms_ops.fused_conv, ms_ops.fused_gemm, ms_ops.fused_matmul."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as nh
+import pytest
+
+from onnxplug_ms_ops.rules import fused
+
+SETS = {s.name: s for s in fused.rule_sets()}
+F = onnx.TensorProto.FLOAT
+MS = "com.microsoft"
+
+
+def model_of(nodes, inits, inputs, out, opset=17, dtype=F):
+    graph = oh.make_graph(nodes, "g", inputs, [oh.make_tensor_value_info(out, dtype, None)], initializer=inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset), oh.make_opsetid(MS, 1)], ir_version=8)
+
+
+CONV_ACTIVATIONS = [
+    ("Relu", {}, ()),
+    ("Tanh", {}, ()),
+    ("Sigmoid", {}, ()),
+    ("LeakyRelu", {"alpha": 0.2}, ()),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, ()),
+    ("Clip", {}, (-0.5, 0.7)),
+    ("Clip", {}, (None, 0.7)),
+]
+
+
+def conv_act(rng, activation, attrs, bounds, *, bounds_as_inputs=False, opset=17):
+    inits = [
+        nh.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal(6).astype(np.float32), "b"),
+    ]
+    inputs = [oh.make_tensor_value_info("x", F, [2, 4, 8, 8])]
+    act_inputs = ["c"]
+    for name, bound in zip(("lo", "hi"), bounds):
+        if bound is None:
+            act_inputs.append("")
+        elif bounds_as_inputs:
+            inputs.append(oh.make_tensor_value_info(name, F, []))
+            act_inputs.append(name)
+        else:
+            inits.append(nh.from_array(np.array(bound, np.float32), name))
+            act_inputs.append(name)
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[1, 2]),
+        oh.make_node(activation, act_inputs, ["y"], **attrs),
+    ]
+    return model_of(nodes, inits, inputs, "y", opset=opset)
+
+
+@pytest.mark.parametrize("activation,attrs,bounds", CONV_ACTIVATIONS)
+def test_conv_activation(fusion, rng, activation, attrs, bounds):
+    x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    fused_model, _ = fusion.check(
+        conv_act(rng, activation, attrs, bounds), [SETS["ms_ops.fused_conv"]], {"x": x}, {f"{MS}.FusedConv": 1}
+    )
+    node = next(iter(fused_model.graph))
+    assert node.attributes.get_string("activation") == activation
+    assert tuple(node.attributes.get_ints("strides")) == (1, 2)
+
+
+def test_clip_with_attribute_bounds(fusion, rng):
+    model = conv_act(rng, "Clip", {"min": -0.3, "max": 0.4}, (), opset=10)
+    x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    fusion.check(model, [SETS["ms_ops.fused_conv"]], {"x": x}, {f"{MS}.FusedConv": 1})
+
+
+def test_clip_with_run_time_bounds_is_not_fused(fusion, rng):
+    model = conv_act(rng, "Clip", {}, (-0.5, 0.5), bounds_as_inputs=True)
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]], "parameters are not constants")
+
+
+def test_unsupported_activation_is_not_fused(fusion, rng):
+    fusion.assert_unchanged(conv_act(rng, "Softplus", {}, ()), [SETS["ms_ops.fused_conv"]])
+
+
+def test_conv_used_elsewhere_is_not_fused(fusion, rng):
+    model = conv_act(rng, "Relu", {}, ())
+    model.graph.output.append(oh.make_tensor_value_info("c", F, None))
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]])
+
+
+def test_double_conv_is_not_fused(fusion, rng):
+    inits = [nh.from_array(rng.standard_normal((6, 4, 3, 3)), "w")]
+    nodes = [oh.make_node("Conv", ["x", "w"], ["c"]), oh.make_node("Relu", ["c"], ["y"])]
+    d = onnx.TensorProto.DOUBLE
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("x", d, [1, 4, 8, 8])], "y", dtype=d)
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]], "float32 only")
+
+
+GEMM_ACTIVATIONS = [
+    ("Relu", {}),
+    ("Tanh", {}),
+    ("Sigmoid", {}),
+    ("LeakyRelu", {"alpha": 0.3}),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.6}),
+    ("Elu", {"alpha": 0.7}),
+    ("Selu", {"alpha": 1.5, "gamma": 1.2}),
+    ("Softplus", {}),
+    ("Softsign", {}),
+    ("ThresholdedRelu", {"alpha": 0.4}),
+]
+
+
+@pytest.mark.parametrize("activation,attrs", GEMM_ACTIVATIONS)
+@pytest.mark.parametrize("gemm_attrs", [{}, {"alpha": 0.5, "beta": 2.0, "transB": 1}])
+def test_gemm_activation(fusion, rng, activation, attrs, gemm_attrs):
+    w_shape = (3, 5) if gemm_attrs.get("transB") else (5, 3)
+    inits = [
+        nh.from_array(rng.standard_normal(w_shape).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal(3).astype(np.float32), "c"),
+    ]
+    nodes = [
+        oh.make_node("Gemm", ["a", "w", "c"], ["g"], **gemm_attrs),
+        oh.make_node(activation, ["g"], ["y"], **attrs),
+    ]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("a", F, [4, 5])], "y")
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    fusion.check(model, [SETS["ms_ops.fused_gemm"]], {"a": a}, {f"{MS}.FusedGemm": 1})
+
+
+def test_gemm_without_c(fusion, rng):
+    inits = [nh.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w")]
+    nodes = [oh.make_node("Gemm", ["a", "w"], ["g"]), oh.make_node("Relu", ["g"], ["y"])]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("a", F, [4, 5])], "y")
+    fusion.check(
+        model,
+        [SETS["ms_ops.fused_gemm"]],
+        {"a": rng.standard_normal((4, 5)).astype(np.float32)},
+        {f"{MS}.FusedGemm": 1},
+    )
+
+
+def test_gemm_with_unfusable_activation(fusion, rng):
+    inits = [nh.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w")]
+    nodes = [oh.make_node("Gemm", ["a", "w"], ["g"]), oh.make_node("Abs", ["g"], ["y"])]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("a", F, [4, 5])], "y")
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_gemm"]])
+
+
+def matmul_model(rng, *, a_shape=(2, 4, 5), b_shape=(2, 5, 3), transpose=None, perm=None, scale=None, scale_shape=()):
+    inputs = [oh.make_tensor_value_info("a", F, list(a_shape)), oh.make_tensor_value_info("b", F, list(b_shape))]
+    nodes, inits = [], []
+    a, b = "a", "b"
+    if transpose:
+        nodes.append(oh.make_node("Transpose", [transpose], ["t"], perm=perm))
+        a, b = ("t", b) if transpose == "a" else (a, "t")
+    nodes.append(oh.make_node("MatMul", [a, b], ["mm"]))
+    out = "mm"
+    if scale:
+        inits.append(nh.from_array(np.full(scale_shape, 0.125, np.float32), "s"))
+        nodes.append(oh.make_node(scale, ["mm", "s"], ["y"]))
+        out = "y"
+    return model_of(nodes, inits, inputs, out)
+
+
+def feeds_for(rng, a_shape, b_shape):
+    return {"a": rng.standard_normal(a_shape).astype(np.float32), "b": rng.standard_normal(b_shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("scale", ["Mul", "Div"])
+@pytest.mark.parametrize("scale_shape", [(), (1,)])
+def test_matmul_scale(fusion, rng, scale, scale_shape):
+    model = matmul_model(rng, scale=scale, scale_shape=scale_shape)
+    fused_model, _ = fusion.check(
+        model, [SETS["ms_ops.fused_matmul"]], feeds_for(rng, (2, 4, 5), (2, 5, 3)), {f"{MS}.FusedMatMul": 1}
+    )
+    alpha = next(iter(fused_model.graph)).attributes.get_float("alpha")
+    assert alpha == pytest.approx(0.125 if scale == "Mul" else 8.0)
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_matmul_transpose_and_scale(fusion, rng, side):
+    a_shape, b_shape = ((2, 5, 4), (2, 5, 3)) if side == "a" else ((2, 4, 5), (2, 3, 5))
+    model = matmul_model(rng, a_shape=a_shape, b_shape=b_shape, transpose=side, perm=[0, 2, 1], scale="Div")
+    fused_model, applied = fusion.check(
+        model, [SETS["ms_ops.fused_matmul"]], feeds_for(rng, a_shape, b_shape), {f"{MS}.FusedMatMul": 1}
+    )
+    node = next(iter(fused_model.graph))
+    assert node.attributes.get_int("transA" if side == "a" else "transB") == 1
+    assert node.attributes.get_float("alpha") == pytest.approx(8.0)
+    assert applied == {"ms_ops.fused_matmul": 2}
+
+
+def test_transpose_of_batch_axes_is_not_fused(fusion, rng):
+    model = matmul_model(rng, a_shape=(4, 2, 5), transpose="a", perm=[1, 0, 2])
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_matmul"]], "does not swap just the last two axes")
+
+
+def test_non_scalar_scale_is_not_fused(fusion, rng):
+    model = matmul_model(rng, scale="Mul", scale_shape=(3,))
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_matmul"]], "not a float32 scalar constant")
+
+
+def test_transposed_vector_operand_is_not_fused(fusion, rng):
+    model = matmul_model(rng, a_shape=(5,), b_shape=(4, 3, 5), transpose="b", perm=[0, 2, 1])
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_matmul"]], "ranks are unknown or below 2")
+
+
+def test_double_gemm_is_not_fused(fusion, rng):
+    d = onnx.TensorProto.DOUBLE
+    inits = [nh.from_array(rng.standard_normal((5, 3)), "w")]
+    nodes = [oh.make_node("Gemm", ["a", "w"], ["g"]), oh.make_node("Relu", ["g"], ["y"])]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("a", d, [4, 5])], "y", dtype=d)
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_gemm"]], "float32 only")
