@@ -2,6 +2,7 @@
 code imports from there (``Session`` is the base class name; onnxplug has one session class)."""
 
 from ..runtime import (
+    DEVICE_TYPE_CODES,
     AdapterFormat,
     InferenceSession,
     IOBinding,
@@ -10,7 +11,6 @@ from ..runtime import (
     OrtValue,
     SparseTensor,
 )
-from ..runtime._device import _TYPE_CODES
 
 __all__ = [
     "AdapterFormat",
@@ -32,7 +32,7 @@ def get_ort_device_type(device_type: str) -> int:
 
     :raises Exception: an unknown name (onnxruntime raises a plain ``Exception``).
     """
-    code = _TYPE_CODES.get(device_type)
+    code = DEVICE_TYPE_CODES.get(device_type)
     if code is None or device_type == "fpga":
         raise Exception("Unsupported device type: " + device_type)
     return code

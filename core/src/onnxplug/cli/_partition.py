@@ -35,14 +35,14 @@ def format_report(report: PartitionReport, title: str) -> list[str]:
         for name, members in report.partitions.items():
             if members and provider_of.get(members[0]) == provider:
                 lines.append(f"  fused partition {name}: {len(members)} nodes")
-        folded = 0
+        replaced = 0
         for node, reasons in sorted(report.declined.get(provider, {}).items()):
-            if node not in provider_of:  # folded into a constant when the session was built: runs nowhere
-                folded += 1
+            if node not in provider_of:  # a function op nobody claimed: its body's nodes run instead
+                replaced += 1
                 continue
             lines.append(f"  declined {node} ({op_of[node]}): {'; '.join(reasons)} -> {provider_of[node]}")
-        if folded:
-            lines.append(f"  declined {folded} node{'s' if folded != 1 else ''} later folded into constants")
+        if replaced:
+            lines.append(f"  declined {replaced} function node{'s' if replaced != 1 else ''} later inlined")
     lines.append(f"copies inserted: {len(report.copies)}")
     lines.extend(f"  {copy}" for copy in report.copies)
     return lines

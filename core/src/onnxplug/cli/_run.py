@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OnnxplugError
-from ..graph import np_dtype
-from ..graph._types import ELEMENT_NAMES
+from ..graph import ELEMENT_NAMES, np_dtype
 from ..runtime import InferenceSession
 from ._feeds import cast_given, infer_dims, parse_dims, resolve_shapes
 

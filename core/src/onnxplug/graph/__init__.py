@@ -2,6 +2,7 @@
 helpers the later stages share (scopes and order, convexity, extraction of nodes as a model)."""
 
 from ._convex import connected_parts, convex_parts, successor_map
+from ._external_memory import InMemoryData
 from ._extract import extract_model
 from ._load import LoadedModel, load_model
 from ._scopes import execution_order, node_reads, order_units, outer_references, subgraphs
@@ -11,6 +12,7 @@ from ._view import GraphView, NodeView
 __all__ = [
     "ELEMENT_NAMES",
     "GraphView",
+    "InMemoryData",
     "LoadedModel",
     "NodeView",
     "connected_parts",

@@ -13,7 +13,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from ..kernels._schema import find_schema, normalize_domain
+from ..kernels import find_schema, normalize_domain
 from ._convex import connected_parts, convex_parts, successor_map
 from ._extract import extract_model
 from ._scopes import node_reads

@@ -108,8 +108,9 @@ class RuleGate:
     """Decides which rule sets a session may apply.
 
     :param providers: short names of the session's providers.
-    :param has_kernel: ``has_kernel(domain, op_type, since_version)``: whether some provider of
-        the session has a kernel for that schema version.
+    :param has_kernel: ``has_kernel(domain, op_type, since_version)``: whether the session can
+        run that schema version where the fused op would land (sessions ask their first
+        provider, so a fusion never takes nodes from a provider asked before the one running it).
     """
 
     def __init__(self, providers: Iterable[str], has_kernel: Callable[[str, str, int], bool]) -> None:

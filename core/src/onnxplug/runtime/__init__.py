@@ -1,6 +1,14 @@
 """Sessions, options, execution plans."""
 
-from ._device import OrtAllocatorType, OrtArenaCfg, OrtDevice, OrtDeviceVendorId, OrtMemoryInfo, OrtMemType
+from ._device import (
+    DEVICE_TYPE_CODES,
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtDeviceVendorId,
+    OrtMemoryInfo,
+    OrtMemType,
+)
 from ._io import ModelMetadata, NodeArg
 from ._plan import GraphPlan, SubgraphRunner
 from ._session_info import OrtEpAssignedNode, OrtEpAssignedSubgraph
@@ -13,6 +21,7 @@ from .session import InferenceSession
 from .sparse import OrtSparseFormat, SparseTensor
 
 __all__ = [
+    "DEVICE_TYPE_CODES",
     "AdapterFormat",
     "ExecutionMode",
     "ExecutionOrder",

@@ -37,7 +37,8 @@ class OrtDeviceVendorId(enum.IntEnum):
 
 
 # onnxruntime's OrtDevice type codes (cuda, webgpu and gpu share the GPU code; npu and cann too).
-_TYPE_CODES = {"cpu": 0, "gpu": 1, "cuda": 1, "webgpu": 1, "fpga": 2, "npu": 3, "cann": 3, "dml": 4}
+#: onnxruntime's device type codes by name (OrtDevice.cpu() == 0 ...).
+DEVICE_TYPE_CODES = _TYPE_CODES = {"cpu": 0, "gpu": 1, "cuda": 1, "webgpu": 1, "fpga": 2, "npu": 3, "cann": 3, "dml": 4}
 # What OrtDevice.make gives: DirectML devices are GPUs of vendor Microsoft there (OrtDevice.dml(),
 # the older code 4, is kept for code that compares with it).
 _MAKE_CODES = {**_TYPE_CODES, "dml": 1}

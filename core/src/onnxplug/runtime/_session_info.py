@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..errors import Fail
-from ..graph._external_memory import InMemoryData
+from ..graph import InMemoryData
 from ._device import OrtMemoryInfo, cpu_memory_info
 
 if TYPE_CHECKING:

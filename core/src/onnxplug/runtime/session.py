@@ -186,8 +186,13 @@ class InferenceSession:
         level = int(self._sess_options.graph_optimization_level)
         names = {slot.provider.name for slot in slots}
 
+        # A fused op must be runnable by the provider asked first: fusing for the CPU provider
+        # would take nodes away from a provider ahead of it that runs them unfused (OpenVINO
+        # compiles MatMul + Add + Relu, not com.microsoft FusedGemm).
+        first = slots[0].kernels
+
         def has_kernel(domain: str, op_type: str, since_version: int) -> bool:
-            return any(slot.kernels.lookup(domain, op_type, since_version) is not None for slot in slots)
+            return first.lookup(domain, op_type, since_version) is not None
 
         gate = RuleGate(names, has_kernel)
         opsets = self._loaded.opsets

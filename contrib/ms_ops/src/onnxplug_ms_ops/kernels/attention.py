@@ -89,7 +89,8 @@ def _check_bias(attention_bias, batch, num_heads, seq, total, op):
         attention_bias.ndim != 4
         or dims[0] not in (1, batch)
         or dims[1] not in (1, num_heads)
-        or dims[2:] != (seq, total)
+        or dims[2] not in (1, seq)  # 1: broadcast over queries (onnxruntime wants S; a shape-blind fusion may give 1)
+        or dims[3] != total
     ):
         raise Fail(f"{op}: attention_bias of shape {dims} does not broadcast to ({batch}, {num_heads}, {seq}, {total})")
 

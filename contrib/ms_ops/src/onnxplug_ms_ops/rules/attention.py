@@ -178,6 +178,11 @@ class _SdpaToMha(pattern.RewriteRuleClassBase):
                 return result.fail(f"mask head dimension {dims[1]} is neither 1 nor {num_heads}", mask)
             if mask.dtype is not None and mask.dtype != ir.DataType.FLOAT:
                 return result.fail(f"mask is {mask.dtype}, not float32", mask)
+            # onnxruntime's MultiHeadAttention takes a bias of (B or 1, N or 1, S, T): a mask known
+            # to broadcast over the query positions, (B, 1, 1, T), is left unfused.
+            seq = None if q.shape is None else q.shape[1]
+            if isinstance(dims[2], int) and dims[2] != seq:
+                return result.fail(f"mask's query dimension {dims[2]} is not the query length {seq}", mask)
         self._num_heads = num_heads
         self._head_size = head_size
         return result
