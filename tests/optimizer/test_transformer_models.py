@@ -44,7 +44,7 @@ def this_family():
 def test_transformer_model(fusion, name):
     path = DATA / f"{name}.torchscript.onnx"
     if not path.exists():
-        pytest.skip(f"{path.name} is missing: tests/data/transformers/ comes from the attention work")
+        pytest.skip(f"{path.name} is missing: write it with scripts/make_transformer_models.py")
     model = onnx.load(path)
     sample = np.load(DATA / f"{name}.npz")
     feeds = {i.name: sample[i.name] for i in model.graph.input if i.name in sample.files}
