@@ -189,7 +189,7 @@ class InferenceSession:
         # A fused op must be runnable by the provider asked first: fusing for the CPU provider
         # would take nodes away from a provider ahead of it that runs them unfused (OpenVINO
         # compiles MatMul + Add + Relu, not com.microsoft FusedGemm).
-        first = slots[0].kernels
+        first = slots[0].kernels if slots else KernelLookup()
 
         def has_kernel(domain: str, op_type: str, since_version: int) -> bool:
             return first.lookup(domain, op_type, since_version) is not None
