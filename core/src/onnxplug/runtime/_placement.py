@@ -11,30 +11,18 @@ host.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from ..api import Provider
 from ._steps import DROP_SLOT, NONE_SLOT, Step
+from .report import ReportCopy
 
 __all__ = ["Copy", "place"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Copy:
-    """One inserted copy, for reports: the value, from where, to where, and how (``"run"``: a
-    copy step on every run; ``"build"``: a constant copied once, when the plan was built;
-    ``"dlpack"``: device to device through DLPack; ``"via host"``: device to device through the
-    host)."""
-
-    value: str
-    source: str
-    target: str
-    how: str = "run"
-
-    def __str__(self) -> str:
-        return f"{self.value}: {self.source} -> {self.target}"
+#: One inserted copy, for reports (the public report's own record).
+Copy = ReportCopy
 
 
 def _label(device: Provider | None) -> str:

@@ -97,7 +97,7 @@ def build_report(
     graph: ir.Graph,
     order: Sequence[tuple[ir.Node, str, str | None]],
     constants: Sequence[str],
-    copies: Sequence[object],
+    copies: Sequence[ReportCopy],
     declined: Mapping[str, Mapping[str, Sequence[str]]],
     providers: Sequence[str],
 ) -> PartitionReport:
@@ -137,7 +137,7 @@ def build_report(
         graph_inputs=tuple(v.name for v in graph.inputs if v.name not in constant_names),
         graph_outputs=tuple(v.name for v in graph.outputs),
         partitions={name: tuple(members) for name, members in partitions.items()},
-        copies=tuple(ReportCopy(c.value, c.source, c.target, c.how) for c in copies),  # type: ignore[attr-defined]
+        copies=tuple(copies),  # type: ignore[arg-type]
         declined={p: {n: tuple(r) for n, r in per.items()} for p, per in declined.items()},
     )
 

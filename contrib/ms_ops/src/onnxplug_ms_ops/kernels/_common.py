@@ -16,6 +16,18 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype).name in _NARROW else np.dtype(dtype)
 
 
+def per_column(value, name, columns, default, op):
+    """A scale or zero point given per output column or as a scalar, as float64 (``default``
+    when absent): the quantized matmuls' per-column parameters."""
+    if value is None:
+        return np.float64(default)
+    if value.size == 1:
+        return value.reshape(()).astype(np.float64)
+    if value.shape != (columns,):
+        raise Fail(f"{op}: {name} must be a scalar or have shape ({columns},), got {value.shape}")
+    return value.astype(np.float64)
+
+
 def widen(x: np.ndarray) -> np.ndarray:
     return x.astype(compute_dtype(x.dtype), copy=False)
 

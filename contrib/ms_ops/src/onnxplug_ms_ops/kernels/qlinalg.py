@@ -13,7 +13,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._common import scalar
+from ._common import per_column, scalar
 from ._registry import kernel
 from .qlinear import params, quantize
 
@@ -26,16 +26,6 @@ _RANGES = {
     np.dtype(ml_dtypes.uint4): (0, 15),
     np.dtype(ml_dtypes.int4): (-8, 7),
 }
-
-
-def _per_column(value, name, columns, default, op):
-    if value is None:
-        return np.float64(default)
-    if value.size == 1:
-        return value.reshape(()).astype(np.float64)
-    if value.shape != (columns,):
-        raise Fail(f"{op}: {name} must be a scalar or have shape ({columns},), got {value.shape}")
-    return value.astype(np.float64)
 
 
 @kernel("QGemm", since=(1,))
@@ -63,7 +53,7 @@ def qgemm(
         raise Fail(f"{op}: op(A) {a.shape} and op(B) {b.shape} do not multiply")
     columns = b.shape[1]
     za = scalar(a_zero_point, "a_zero_point")
-    zb = _per_column(b_zero_point, "b_zero_point", columns, 0, op)
+    zb = per_column(b_zero_point, "b_zero_point", columns, 0, op)
     acc = (a.astype(np.float64) - za) @ (b.astype(np.float64) - zb)
     if c is not None:
         try:
@@ -72,7 +62,7 @@ def qgemm(
             raise Fail(f"{op}: C of shape {c.shape} does not broadcast to {acc.shape}") from None
     # C is int32 quantized with scale alpha * a_scale * b_scale, so it shares the product's scale.
     multiplier = np.float32(alpha) * np.float32(scalar(a_scale, "a_scale"))
-    multiplier = multiplier * _per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
+    multiplier = multiplier * per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
     y = (acc.astype(np.float32) * multiplier).astype(np.float32)
     if y_scale is None:
         return y

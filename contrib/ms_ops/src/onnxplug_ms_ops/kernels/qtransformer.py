@@ -13,20 +13,10 @@ import numpy as np
 from onnxplug.errors import Fail
 from onnxplug.errors import NotImplemented as NotImplementedError_
 
-from ._common import scalar
+from ._common import per_column, scalar
 from ._registry import kernel
 from .attention import attention_from_qkv
 from .normalization import embed_layer_norm
-
-
-def _per_column(value, name, columns, default, op):
-    if value is None:
-        return np.float64(default)
-    if value.size == 1:
-        return value.reshape(()).astype(np.float64)
-    if value.shape != (columns,):
-        raise Fail(f"{op}: {name} must be a scalar or have shape ({columns},), got {value.shape}")
-    return value.astype(np.float64)
 
 
 @kernel("QAttention", since=(1,), factory=True)
@@ -70,9 +60,9 @@ def qattention(
         if bias.shape != (columns,):
             raise Fail(f"{op}: bias must have shape ({columns},), got {bias.shape}")
         x_zero = scalar(input_zero_point, "input_zero_point")
-        w_zero = _per_column(weight_zero_point, "weight_zero_point", columns, 0, op)
+        w_zero = per_column(weight_zero_point, "weight_zero_point", columns, 0, op)
         acc = np.matmul(x.astype(np.float64) - x_zero, weight.astype(np.float64) - w_zero)
-        multiplier = np.float32(scalar(input_scale, "input_scale")) * _per_column(
+        multiplier = np.float32(scalar(input_scale, "input_scale")) * per_column(
             weight_scale, "weight_scale", columns, 1, op
         ).astype(np.float32)
         qkv = acc.astype(np.float32) * multiplier + bias.astype(np.float32)

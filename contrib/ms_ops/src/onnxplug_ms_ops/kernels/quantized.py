@@ -12,7 +12,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._common import compute_dtype, scalar
+from ._common import compute_dtype, per_column, scalar
 from ._registry import kernel
 
 
@@ -122,16 +122,6 @@ def matmul_nbits(ctx, *, K, N, bits, block_size, accuracy_level, weight_prepacke
     return run
 
 
-def _per_column(value, name, columns, default, op):
-    if value is None:
-        return np.float64(default)
-    if value.size == 1:
-        return value.reshape(()).astype(np.float64)
-    if value.shape != (columns,):
-        raise Fail(f"{op}: {name} must be a scalar or have shape ({columns},), got {value.shape}")
-    return value.astype(np.float64)
-
-
 def _integer_matmul(a, b, op):
     try:
         return np.matmul(a, b)
@@ -156,9 +146,9 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     op = "DynamicQuantizeMatMul"
     columns = b.shape[-1]
     q, a_scale, a_zero = quantize_dynamic_uint8(a)
-    b_zero = _per_column(b_zero_point, "b_zero_point", columns, 0, op)
+    b_zero = per_column(b_zero_point, "b_zero_point", columns, 0, op)
     acc = _integer_matmul(q - a_zero, b.astype(np.float64) - b_zero, op)
-    scale = np.float32(a_scale) * _per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
+    scale = np.float32(a_scale) * per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
     y = acc.astype(np.float32) * scale
     if bias is not None:
         y = y + bias
@@ -170,10 +160,10 @@ def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_po
     op = "MatMulIntegerToFloat"
     columns = b.shape[-1]
     a_zero = scalar(a_zero_point, "a_zero_point")
-    b_zero = _per_column(b_zero_point, "b_zero_point", columns, 0, op)
+    b_zero = per_column(b_zero_point, "b_zero_point", columns, 0, op)
     acc = _integer_matmul(a.astype(np.float64) - a_zero, b.astype(np.float64) - b_zero, op)
     out_type = a_scale.dtype
-    scale = np.float32(scalar(a_scale, "a_scale")) * _per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
+    scale = np.float32(scalar(a_scale, "a_scale")) * per_column(b_scale, "b_scale", columns, 1, op).astype(np.float32)
     y = acc.astype(np.float32) * scale
     if bias is not None:
         y = y + bias.astype(np.float32)
