@@ -25,8 +25,10 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._numeric import erf, is_float, widen
 from .kernels.pool import pool_geometry, windows
+from .kernels.rnn import rnn_activations
 
 __all__ = [
+    "rnn_activations",
     "conv_compute_dtype",
     "convolve",
     "erf",

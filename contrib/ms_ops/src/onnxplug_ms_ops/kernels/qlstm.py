@@ -15,49 +15,18 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_terminate
+from onnxplug_cpu.numerics import rnn_activations
 
 from ._registry import kernel
 from .quantized import quantize_dynamic_uint8
 
 
-def _sigmoid(x):
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
-
-
-# name -> (function(x, alpha, beta), default alpha, default beta); None: the parameter is unused.
-_ACTIVATIONS = {
-    "sigmoid": (lambda x, a, b: _sigmoid(x), None, None),
-    "tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "relu": (lambda x, a, b: np.maximum(x, 0), None, None),
-    "affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
-    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
-    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),
-    "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
-    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 0.2, 0.5),
-    "elu": (lambda x, a, b: np.where(x >= 0, x, a * (np.exp(np.minimum(x, 0)) - 1)), 1.0, None),
-    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), None, None),
-    "softplus": (lambda x, a, b: np.logaddexp(0, x), None, None),
-}
-
-
 def _activations(names, alphas, betas, directions, op):
-    names = list(names) if names else ["Sigmoid", "Tanh", "Tanh"] * directions
-    if len(names) != 3 * directions:
-        raise InvalidArgument(f"{op}: activations must name 3 functions per direction, got {names}")
-    alphas, betas = list(alphas or ()), list(betas or ())
-    funcs = []
-    for name in names:
-        entry = _ACTIVATIONS.get(name.lower())
-        if entry is None:
-            raise InvalidArgument(f"{op}: unknown activation {name!r}")
-        fn, alpha, beta = entry
-        if alpha is not None and alphas:
-            alpha = alphas.pop(0)
-        if beta is not None and betas:
-            beta = betas.pop(0)
-        funcs.append(lambda x, fn=fn, a=alpha, b=beta: fn(x, a, b))
-    return [funcs[3 * d : 3 * d + 3] for d in range(directions)]
+    """LSTM's three activations per direction, parsed as the CPU provider's LSTM parses them; a
+    list of another length is refused (onnxruntime's DynamicQuantizeLSTM does not repeat it)."""
+    if names and len(names) != 3 * directions:
+        raise InvalidArgument(f"{op}: activations must name 3 functions per direction, got {list(names)}")
+    return rnn_activations(names, alphas, betas, 3, directions, ("Sigmoid", "Tanh", "Tanh"), op)
 
 
 def _weight_params(scale, zero, directions, columns, name, op):

@@ -38,7 +38,7 @@ _ACTIVATIONS = {
 }
 
 
-def _activations(names, alphas, betas, per_direction, directions, defaults, op):
+def rnn_activations(names, alphas, betas, per_direction, directions, defaults, op):
     """One list of ``per_direction`` callables per direction.  ``activation_alpha``/``beta``
     are consumed in order by the activations that take them (as onnxruntime does)."""
     names = list(names) if names else list(defaults) * directions
@@ -156,7 +156,7 @@ def rnn(
     **legacy,
 ):
     data = _Inputs("RNN", X, W, R, B, sequence_lens, [initial_h], 1, hidden_size, direction, legacy.get("layout", 0))
-    funcs = _activations(activations, activation_alpha, activation_beta, 1, data.directions, ("Tanh",), "RNN")
+    funcs = rnn_activations(activations, activation_alpha, activation_beta, 1, data.directions, ("Tanh",), "RNN")
     clipped = _clipper(clip)
     ys, finals = [], [[]]
     for d in range(data.directions):
@@ -191,7 +191,9 @@ def gru(
     **legacy,
 ):
     data = _Inputs("GRU", X, W, R, B, sequence_lens, [initial_h], 3, hidden_size, direction, legacy.get("layout", 0))
-    funcs = _activations(activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU")
+    funcs = rnn_activations(
+        activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU"
+    )
     linear_before_reset = legacy.get("linear_before_reset", 0)
     clipped = _clipper(clip)
     size = data.hidden
@@ -244,7 +246,7 @@ def lstm(
     data = _Inputs(
         "LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size, direction, legacy.get("layout", 0)
     )
-    funcs = _activations(
+    funcs = rnn_activations(
         activations, activation_alpha, activation_beta, 3, data.directions, ("Sigmoid", "Tanh", "Tanh"), "LSTM"
     )
     clipped = _clipper(clip)
