@@ -88,8 +88,7 @@ def _source_if_no_op(node: ir.Node) -> ir.Value | None:
 def remove_no_ops(model: ir.Model) -> dict[str, int]:
     """Remove no-op nodes everywhere (subgraphs included); returns the count per op type."""
     removed: dict[str, int] = {}
-    graphs = [model.graph, *model.graph.subgraphs()]
-    for graph in graphs:
+    for graph in [model.graph, *model.graph.subgraphs()]:
         for node in list(graph):
             if node.graph is None:  # already removed with a pair
                 continue

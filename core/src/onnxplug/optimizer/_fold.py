@@ -38,14 +38,7 @@ FOLD_LIMIT_BYTES = 64 << 20
 
 def _graphs(graph: ir.Graph) -> list[ir.Graph]:
     """``graph`` and every subgraph below it, outermost first."""
-    found = [graph]
-    for node in graph.all_nodes():
-        for attr in node.attributes.values():
-            if attr.type is ir.AttributeType.GRAPH:
-                found.append(attr.value)
-            elif attr.type is ir.AttributeType.GRAPHS:
-                found.extend(attr.value)
-    return found
+    return [graph, *graph.subgraphs()]
 
 
 def _constant_array(value: ir.Value | None, fed: set[int]) -> np.ndarray | None:
