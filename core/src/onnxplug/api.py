@@ -67,6 +67,7 @@ __all__ = [
     "Partition",
     "CompiledPartition",
     "DataTransfer",
+    "ProviderContext",
     "ProviderFactory",
     "Provider",
     "KernelProvider",
@@ -161,27 +162,98 @@ class CompiledPartition:
         return self.fn(*values)
 
 
-class DataTransfer:
-    """Copies between host memory (numpy) and a provider's device memory.
+@dataclasses.dataclass(frozen=True)
+class ProviderContext:
+    """What a provider learns about the session it is created for.
 
-    Host providers have none (:meth:`Provider.transfer` returns ``None``).  A transfer that sets
-    ``accepts_dlpack`` takes values from another device directly through
-    :meth:`from_dlpack` (the DLPack protocol, ``__dlpack__``), so a value moving between two
-    devices skips the hop through host memory.
+    The core passes it as ``create(device, options, context=...)`` to factories whose
+    ``create`` accepts a ``context`` keyword (older factories are called without it).
+
+    :ivar intra_op_num_threads: the session's ``intra_op_num_threads`` (0: the provider decides).
+    :ivar inter_op_num_threads: the session's ``inter_op_num_threads``.
+    :ivar optimization_level: the session's graph optimization level name (``"disable"``,
+        ``"basic"``, ``"extended"``, ``"all"``).
+    :ivar enable_profiling: whether the session profiles.
+    :ivar config: the session's config entries (``add_session_config_entry``).
+    :ivar cache: the core's compile cache (:class:`onnxplug.CompileCache`) that compiling providers
+        store their compiled artefacts in, instead of globals of their own; ``None`` when the
+        caller turned caching off.
+
+    .. versionadded:: 0.2
+    """
+
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    optimization_level: str = "all"
+    enable_profiling: bool = False
+    config: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    cache: Any = None
+
+
+class DataTransfer:
+    """A device's memory: copies between host memory (numpy) and device arrays, allocation,
+    and the views OrtValue and IOBinding hand to users (pointer, DLPack).
+
+    Host providers have none (:meth:`Provider.transfer` returns ``None``).  One object per
+    device; the factory hands it out through :meth:`ProviderFactory.memory` (so
+    ``OrtValue.ortvalue_from_numpy(x, "cuda", 0)`` works without a session) and the provider
+    through :meth:`Provider.transfer`.
+
+    A device value is whatever array type the provider computes with (a CuPy array, say); the
+    core never looks inside one, it only asks this object about it.  A transfer that sets
+    ``accepts_dlpack`` takes values from another device directly through :meth:`from_dlpack`
+    (the DLPack protocol, ``__dlpack__``), so a value moving between two devices skips the hop
+    through host memory.
+
+    .. versionchanged:: 0.2
+       ``device_name``, ``empty``, ``owns``, ``shape_and_type``, ``data_ptr``, ``to_dlpack`` and
+       ``synchronize`` (the accelerator contract, API 1.1).
     """
 
     #: Whether :meth:`from_dlpack` can import another provider's values.
     accepts_dlpack: bool = False
+    #: onnxruntime's name for this memory (``"cuda"``, ``"dml"``...; ``"virtual"`` for the
+    #: simulated device): what ``OrtValue.device_name()`` reports and what
+    #: ``ortvalue_from_numpy(x, device_name, device_id)`` and ``bind_output(name, device_name)``
+    #: look up.
+    device_name: str = ""
 
     def to_device(self, value: Any) -> Any:
+        """A device copy of a host (numpy) array."""
         raise NotImplementedError
 
     def to_host(self, value: Any) -> Any:
+        """A host (numpy) copy of a device value."""
         raise NotImplementedError
 
     def from_dlpack(self, value: Any) -> Any:
         """A device value made from another device's value that implements ``__dlpack__``."""
         raise NotImplementedError
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """An uninitialised device array (``dtype`` is a numpy dtype)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot allocate")
+
+    def owns(self, value: Any) -> bool:
+        """Whether ``value`` is an array in this memory (so the core must not copy it here)."""
+        return False
+
+    def shape_and_type(self, value: Any) -> tuple[tuple[int, ...], Any]:
+        """The shape and numpy dtype of a device value, read without a copy."""
+        import numpy as np
+
+        return tuple(int(d) for d in value.shape), np.dtype(value.dtype)
+
+    def data_ptr(self, value: Any) -> int:
+        """The device address of a value's first element (``OrtValue.data_ptr()``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose device addresses")
+
+    def to_dlpack(self, value: Any) -> Any:
+        """An object implementing ``__dlpack__``/``__dlpack_device__`` that shares ``value``'s memory."""
+        raise NotImplementedError(f"{type(self).__name__} does not export DLPack")
+
+    def synchronize(self) -> None:
+        """Wait until work queued on this memory (copies, kernels on its streams) has finished."""
 
 
 class KernelLookup:
@@ -242,6 +314,15 @@ class ProviderFactory:
         """A provider on ``device`` with string options (validate them: see ``check_options``)."""
         raise NotImplementedError
 
+    def memory(self, device: Device) -> DataTransfer | None:
+        """The memory of one of this factory's devices, usable without a session (``None``: host
+        memory).  ``OrtValue.ortvalue_from_numpy(x, "cuda", 0)`` asks the factory whose memory's
+        ``device_name`` is ``"cuda"`` for device id 0.
+
+        .. versionadded:: 0.2
+        """
+        return None
+
     def check_options(self, options: Mapping[str, str]) -> None:
         """Raise :class:`~onnxplug.InvalidArgument` naming unknown option keys."""
         unknown = sorted(set(options) - set(self.option_names))
@@ -290,6 +371,16 @@ class Provider:
     def transfer(self) -> DataTransfer | None:
         """Copies between host and this provider's memory; ``None`` for host memory."""
         return None
+
+    def synchronize(self) -> None:
+        """Wait for work this provider queued asynchronously (its streams).
+
+        The core calls it where another provider, or the caller, is about to read this
+        provider's outputs: at partition borders and at the end of ``run``.  Host providers
+        compute synchronously and keep the default (nothing to wait for).
+
+        .. versionadded:: 0.2
+        """
 
     def close(self) -> None:
         """Release device resources.  Called when the session is closed or collected."""
