@@ -134,7 +134,8 @@ def get_all_providers() -> list[str]:
 
 def get_device() -> str:
     """``"CPU"``, or ``"GPU"`` when an installed provider found a GPU."""
-    kinds = {d.kind for f in default_environment().available_factories() for d in f.devices()}
+    environment = default_environment()
+    kinds = {d.kind for f in environment.available_factories() for d in environment.devices(f)}
     return "GPU" if "gpu" in kinds else "CPU"
 
 

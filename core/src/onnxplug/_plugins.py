@@ -115,6 +115,8 @@ class Environment:
         self._settings = (blocked, selected)
         self._extended: dict[tuple, Environment] = {}
         self._rule_sets: dict[str, tuple[RuleSet, ...]] = {}
+        # id(factory) -> (factory, devices, unavailable reason); see devices().
+        self._devices: dict[int, tuple[ProviderFactory, list[Any], str]] = {}
         for entry_point in self._entry_points:
             self._load_entry_point(entry_point, blocked, selected)
 
@@ -320,13 +322,34 @@ class Environment:
         owner = self._factory_owner.get(factory.name)
         return None if owner is None else self._records.get(owner)
 
+    def devices(self, factory: ProviderFactory) -> list[Any]:
+        """A factory's devices, asked once per Environment and remembered (with the reason when
+        there are none): detection can be slow (a vendor library imported, a driver queried),
+        and the answer does not change while the process runs.  Never raises.
+
+        .. versionadded:: 0.2
+        """
+        key = id(factory)
+        with self._lock:
+            found = self._devices.get(key)
+            if found is None or found[0] is not factory:
+                devices = _safe_devices(factory)
+                found = (factory, devices, "" if devices else _safe_reason(factory))
+                self._devices[key] = found
+        return list(found[1])
+
+    def unavailable_reason(self, factory: ProviderFactory) -> str:
+        """Why :meth:`devices` is empty for ``factory`` (``""`` when it has devices)."""
+        self.devices(factory)
+        return self._devices[id(factory)][2]
+
     def available_factories(self, policy: str = "default") -> list[ProviderFactory]:
         """Factories that report at least one device, in the order the
         ``onnxplug_select_providers`` hook gives (by default: priority, CPU last).
 
         :raises PluginError: a policy returned a factory that is not among the candidates.
         """
-        available = [f for f in self.factories() if _safe_devices(f)]
+        available = [f for f in self.factories() if self.devices(f)]
         chosen = self._pm.hook.onnxplug_select_providers(candidates=available, policy=policy)
         if chosen is None:  # only when the default policy was unregistered
             return available
@@ -398,13 +421,13 @@ class Environment:
         for record in self.plugins:
             providers = []
             for factory in record.factories:
-                devices = _safe_devices(factory)
+                devices = self.devices(factory)
                 providers.append(
                     {
                         "name": factory.name,
                         "ort_name": factory.ort_name,
                         "devices": [str(d) for d in devices],
-                        "reason": "" if devices else _safe_reason(factory),
+                        "reason": self.unavailable_reason(factory),
                     }
                 )
             rows.append(

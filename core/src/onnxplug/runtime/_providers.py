@@ -86,13 +86,16 @@ def select_factories(
         requests = [(name, {}) for name in named]
     chosen: list[tuple[ProviderFactory, dict[str, str]]] = []
     seen: set[str] = set()
-    available = [f.ort_name for f in environment.available_factories()]
+
+    def available() -> list[str]:  # only for messages: asking every factory can be slow
+        return [f.ort_name for f in environment.available_factories()]
+
     for name, options in requests:
         factory = environment.factory(name)
         if factory is None:
             message = (
                 f"Specified provider '{name}' is not in available provider names. "
-                f"Available providers: '{', '.join(available)}'"
+                f"Available providers: '{', '.join(available())}'"
             )
             if not fallback:
                 raise InvalidArgument(f"Unknown Provider Type: {name}. {message}")
@@ -101,10 +104,10 @@ def select_factories(
         if factory.ort_name in seen:
             warnings.warn(f"Duplicate provider '{name}' encountered, ignoring.", UserWarning, stacklevel=4)
             continue
-        if factory.ort_name not in available:
+        if not environment.devices(factory):
             message = (
                 f"Specified provider '{name}' is not in available provider names. "
-                f"Available providers: '{', '.join(available)}' ({factory.unavailable_reason()})"
+                f"Available providers: '{', '.join(available())}' ({environment.unavailable_reason(factory)})"
             )
             if not fallback:
                 raise InvalidArgument(message)
@@ -118,11 +121,11 @@ def select_factories(
     return chosen
 
 
-def create_providers(chosen: list[tuple[ProviderFactory, dict[str, str]]]) -> list[Provider]:
+def create_providers(environment: Environment, chosen: list[tuple[ProviderFactory, dict[str, str]]]) -> list[Provider]:
     """Instantiate each factory on its first device."""
     providers = []
     for factory, options in chosen:
-        devices = factory.devices()
+        devices = environment.devices(factory)
         provider = factory.create(devices[0], options)
         provider.options = dict(options)
         providers.append(provider)

@@ -140,7 +140,7 @@ class InferenceSession:
         self._outputs = output_args(proto.graph, inferred)
         self._meta = ModelMetadata.from_proto(proto)
         chosen = select_factories(self._environment, requests, fallback=self._fallback)
-        providers = create_providers(chosen)
+        providers = create_providers(self._environment, chosen)
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             start = time.perf_counter()
