@@ -7,6 +7,7 @@ Everything a feed is checked against (dtype, rank, fixed dims) is computed once 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -84,6 +85,13 @@ class InputSpec:
     rank: int | None
     dims: tuple[int | None, ...]  # None for free dims
     optional: bool  # may be omitted (optional type or overridable initializer)
+
+    @functools.cached_property
+    def fixed_shape(self) -> tuple[int, ...] | None:
+        """The one shape a feed may have when every dim is fixed (the check's fast path)."""
+        if self.rank is None or any(d is None for d in self.dims):
+            return None
+        return tuple(self.dims)
 
     def node_arg(self, shape: list) -> NodeArg:
         return NodeArg(self.name, self.type_string, shape)
@@ -250,9 +258,11 @@ def check_feeds(specs: Sequence[InputSpec], feeds: Any) -> dict[str, Any]:
                 checked[name] = None
                 continue
             raise InvalidArgument(f"input '{name}' is None; expected {spec.type_string}")
-        value = _as_array(spec, value)
+        if type(value) is not np.ndarray or spec.kind != "tensor" or value.dtype.kind in "USO":
+            value = _as_array(spec, value)
         if spec.kind == "tensor":
-            _check_tensor(spec, value)
+            if value.dtype != spec.dtype or value.shape != spec.fixed_shape:
+                _check_tensor(spec, value)
             if value.flags.writeable:
                 value = value.view()
                 value.flags.writeable = False  # kernels may not write into the caller's array

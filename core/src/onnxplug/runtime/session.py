@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from ..graph import load_model
 from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
+from ._blas_threads import BlasThreads
 from ._evaluate import KernelEvaluator
 from ._executors import ParallelExecutor
 from ._global_threads import apply_global_threads
@@ -44,21 +44,9 @@ from .report import PartitionReport, build_report
 __all__ = ["InferenceSession"]
 
 
-def _thread_controller(threads: int) -> Any:
-    """A threadpoolctl controller limiting BLAS threads during ``run``, or ``None`` for the
-    default.  threadpoolctl is optional: without it the option is reported and ignored."""
-    if threads <= 0:
-        return None
-    try:
-        import threadpoolctl
-    except ImportError:
-        warnings.warn(
-            "intra_op_num_threads is ignored: install threadpoolctl to limit numpy's BLAS threads",
-            UserWarning,
-            stacklevel=4,
-        )
-        return None
-    return threadpoolctl.ThreadpoolController()
+def _thread_controller(threads: int) -> BlasThreads | None:
+    """What holds BLAS threads at ``intra_op_num_threads`` during ``run`` (``None``: 0, the default)."""
+    return BlasThreads(threads) if threads > 0 else None
 
 
 #: onnxruntime's severities (0 verbose ... 4 fatal) as logging levels.
@@ -319,8 +307,11 @@ class InferenceSession:
             if self._threads is None:
                 results = self._execute(plan, inputs, profiler)
             else:
-                with self._threads.limit(limits=self._sess_options.intra_op_num_threads, user_api="blas"):
+                saved = self._threads.enter()
+                try:
                     results = self._execute(plan, inputs, profiler)
+                finally:
+                    self._threads.leave(saved)
         finally:
             leave_run(token)
         if profiler is not None:
@@ -328,9 +319,13 @@ class InferenceSession:
         return fresh_outputs([results[i] for i in indices])
 
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
-        if self._parallel is not None:
-            return self._parallel.execute(inputs, profiler)
-        return plan.execute(inputs, profiler=profiler)
+        # NaN, infinities and integer wrap-around are ONNX results, never warnings: one errstate
+        # per run instead of one per kernel call (entering one costs more than a small Add).
+        # The parallel executor's tasks run in copies of this context, so they inherit it.
+        with np.errstate(all="ignore"):
+            if self._parallel is not None:
+                return self._parallel.execute(inputs, profiler)
+            return plan.execute(inputs, profiler=profiler)
 
     # -- profiling -------------------------------------------------------------------------
 

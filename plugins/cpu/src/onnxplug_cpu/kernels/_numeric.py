@@ -41,17 +41,18 @@ def widen(x: np.ndarray) -> np.ndarray:
 
 def as_dtype(value, dtype: np.dtype) -> np.ndarray:
     """``value`` as an ndarray of ``dtype`` (ufuncs on 0-d arrays return numpy scalars)."""
+    if type(value) is np.ndarray and value.dtype == dtype:  # the common case, without two calls
+        return value
     return np.asarray(value).astype(dtype, copy=False)
 
 
 def float_unary(fn):
     """Decorate ``fn(x, **attrs)`` so that narrow floats are computed in float32 and the result
-    comes back in the input's dtype, as an ndarray, with floating-point warnings silenced
-    (NaN and infinities are legitimate ONNX results)."""
+    comes back in the input's dtype, as an ndarray.  NaN and infinities are legitimate ONNX
+    results: sessions run kernels under ``np.errstate(all="ignore")``, once per run."""
 
     def wrapper(x, *args, **attrs):
-        with np.errstate(all="ignore"):
-            return as_dtype(fn(widen(x), *args, **attrs), x.dtype)
+        return as_dtype(fn(widen(x), *args, **attrs), x.dtype)
 
     wrapper.__qualname__ = wrapper.__name__ = getattr(fn, "__name__", "float_unary")
     return wrapper

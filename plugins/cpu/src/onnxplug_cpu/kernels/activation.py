@@ -34,9 +34,14 @@ kernel("Relu", since=(1,))(_legacy(relu, "relu_legacy"))
 
 
 def _sigmoid(x):
-    # exp of a non-positive number never overflows; pick the form per sign.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    # 1 / (1 + exp(-x)) in place, in two passes.  Below about -88 (float32; -709 float64) exp
+    # overflows to inf and the result is 0 where the true value is subnormal, as onnxruntime's.
+    e = np.negative(x)
+    if e.dtype.kind != "f":  # integer-typed calls (SwiGLU's alpha * gate is float already)
+        e = e.astype(np.float64)
+    np.exp(e, out=e)
+    e += 1
+    return np.reciprocal(e, out=e)
 
 
 sigmoid = float_unary(_sigmoid)
@@ -80,9 +85,8 @@ def _in_own_dtype(fn):
     rounded from float32 internally, so the narrow result is still within an ulp or two.
     """
 
-    def wrapper(x, **attrs):
-        with np.errstate(all="ignore"):
-            return as_dtype(fn(x, **attrs), x.dtype)
+    def wrapper(x, **attrs):  # overflow to inf is a result (sessions run under np.errstate)
+        return as_dtype(fn(x, **attrs), x.dtype)
 
     wrapper.__qualname__ = wrapper.__name__ = fn.__name__
     return wrapper

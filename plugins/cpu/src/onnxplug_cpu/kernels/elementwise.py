@@ -54,9 +54,12 @@ def _register_binary(op, fn, *, modern, legacy):
 
 def _arith(op, ufunc):
     def compute(a, b):
-        _same_dtype(op, a, b)
-        with np.errstate(all="ignore"):  # integer wrap-around and IEEE specials are results
-            return as_dtype(ufunc(a, b), a.dtype)
+        if a.dtype != b.dtype:
+            _same_dtype(op, a, b)
+        # Integer wrap-around and IEEE specials are results: sessions run kernels under
+        # np.errstate(all="ignore") (one per run; a context per call would cost more than the add).
+        result = ufunc(a, b)
+        return result if type(result) is np.ndarray else as_dtype(result, a.dtype)
 
     compute.__qualname__ = compute.__name__ = op.lower()
     return compute
@@ -65,8 +68,7 @@ def _arith(op, ufunc):
 def div(a, b):
     _same_dtype("Div", a, b)
     if a.dtype.kind not in "iu":
-        with np.errstate(all="ignore"):
-            return as_dtype(np.divide(a, b), a.dtype)
+        return as_dtype(np.divide(a, b), a.dtype)  # x/0 is inf or NaN (errstate: see _arith)
     if np.any(b == 0):
         raise InvalidArgument("Div: integer division by zero")
     with np.errstate(all="ignore"):  # INT_MIN / -1 wraps to INT_MIN instead of trapping
@@ -140,7 +142,9 @@ def _variadic(op, inputs, combine, *, mean=False):
         raise Fail(f"{op}: needs at least one input")
     _same_dtype(op, *inputs)
     dtype = inputs[0].dtype
-    with np.errstate(all="ignore"):
+    if len(inputs) == 2 and not mean and dtype.kind in "fiub" and dtype.itemsize >= 4:
+        result = combine(inputs[0], inputs[1])  # numpy computes these dtypes as they are
+    else:
         result = functools.reduce(combine, [widen(x) for x in inputs])
         if mean:
             result = result / result.dtype.type(len(inputs))
