@@ -1,7 +1,9 @@
 """Convolutions and Dropout: Conv, ConvTranspose, DeformConv, Col2Im, Dropout.
 
 Conv is ``onnxplug_cpu.numerics.convolve`` (im2col over a strided ``sliding_window_view``
-followed by one batched matmul for all groups, shared with op libraries such as FusedConv);
+followed by one batched matmul for all groups, with pointwise, depthwise and Winograd fast paths;
+shared with op libraries such as FusedConv), with constant weights prepared once as a
+``PackedConv``;
 ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops over the kernel's
 offsets only.  When the weights are a constant initializer their reshaping is
 done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
@@ -16,7 +18,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
-from ..numerics import conv_compute_dtype, convolve, pack_conv_weights
+from ..numerics import PackedConv, conv_compute_dtype, convolve, pack_conv_weights
 from ._registry import kernel
 from .pool import pool_geometry
 
@@ -24,7 +26,7 @@ from .pool import pool_geometry
 @kernel("Conv", since=(1, 11, 22), factory=True)
 def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     constant_w = ctx.constant(1)
-    packed = None if constant_w is None else pack_conv_weights(constant_w, group)
+    packed = None if constant_w is None else PackedConv(constant_w, group)
     geometry = dict(
         group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
     )
