@@ -110,15 +110,29 @@ def fused_matmul(a, b, *, alpha, transA, transB, transBatchA, transBatchB):
 
 
 def _in_place_activation(name, params):
-    """Relu and Clip written into the convolution's fresh output instead of a new array (the
-    common fusions: a memory-bound pointwise convolution otherwise pays two more passes)."""
+    """Relu, Clip, Sigmoid and Tanh written into the convolution's fresh output instead of new
+    arrays (the common fusions: a memory-bound pointwise convolution otherwise pays more passes
+    than its matmul; the table's Sigmoid goes through a slow ``logaddexp``)."""
     if name == "Relu":
         return lambda y: np.maximum(y, 0, out=y)
     if name == "Clip":
         low = params[0] if len(params) > 0 and params[0] is not None else -np.inf
         high = params[1] if len(params) > 1 and params[1] is not None else np.inf
         return lambda y: np.clip(y, low, high, out=y)
+    if name == "Sigmoid":
+        return _sigmoid_in_place
+    if name == "Tanh":
+        return lambda y: np.tanh(y, out=y)
     return None
+
+
+def _sigmoid_in_place(y):
+    """``1 / (1 + exp(-y))`` in four in-place passes; ``exp`` overflowing to inf gives the exact 0."""
+    np.negative(y, out=y)
+    with np.errstate(over="ignore"):
+        np.exp(y, out=y)
+    y += 1
+    return np.reciprocal(y, out=y)
 
 
 @kernel("FusedConv", since=(1,), factory=True)

@@ -157,8 +157,9 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
     counts = _window_counts(
         x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0)
     )
+    # In the accumulator's type and in place: float64 counts would promote a float32 sum.
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (sums / counts).astype(x.dtype)
+        return np.divide(sums, counts.astype(acc), out=sums).astype(x.dtype, copy=False)
 
 
 @kernel("LpPool", since=(1, 2, 11, 18, 22))
