@@ -65,7 +65,7 @@ def pack_conv_weights(w: np.ndarray, group: int, op: str = "Conv") -> np.ndarray
 
 
 #: Winograd pays once both channel counts reach this (smaller layers are memory-bound anyway).
-WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_CHANNELS = 32
 #: ... and the layer has at least this many output tiles (fewer make the α² matmuls too thin).
 WINOGRAD_MIN_TILES = 36
 #: F(2×2) is used on small maps (too few F(4×4) tiles) only for layers at least this wide.
