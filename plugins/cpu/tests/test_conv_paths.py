@@ -95,6 +95,8 @@ def test_winograd_on_a_resnet_layer_matches_onnxruntime():
         ((1, 7, 9, 9), (3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 1])),
         ((1, 4, 8, 8), (2, 2), dict(auto_pad="VALID")),
         ((1, 4, 8, 8), (1, 1), dict()),
+        ((2, 64, 9, 7), (3, 3), dict(pads=[1, 2, 0, 1], strides=[1, 2])),  # channels-last
+        ((1, 96, 10, 11), (3, 3), dict(auto_pad="SAME_LOWER", dilations=[1, 2])),
     ],
 )
 def test_depthwise_matches_im2col_and_the_reference(shape, kernel, geometry, dtype):
