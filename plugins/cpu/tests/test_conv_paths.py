@@ -64,6 +64,7 @@ def test_no_winograd_outside_its_geometry(strides, dilations, channels):
     x = np.ones((1, channels, 26, 26), dtype=np.float32)
     packed = PackedConv(w, 1)
     expected = 4 if channels >= numerics.WINOGRAD_MIN_CHANNELS and strides == dilations == (1, 1) else 0
+    assert (channels >= numerics.WINOGRAD_MIN_CHANNELS) == bool(packed.winograd)
     assert numerics._winograd_tile(packed, x, strides, dilations, (24, 24)) == expected
     assert numerics._winograd_tile(packed, x.astype(np.float64), None, None, (24, 24)) == 0
 
@@ -127,3 +128,31 @@ def test_channel_multiplier_is_not_depthwise():
     x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
     got = convolve(x, w, group=4, packed=PackedConv(w, 4), pads=[1, 1, 1, 1])
     np.testing.assert_allclose(got, _general(x, w, group=4, pads=[1, 1, 1, 1]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, attrs",
+    [
+        ((1, 6, 5, 4), (2, 2), dict(strides=[2, 2])),
+        ((2, 4, 3, 5), (3, 2), dict(strides=[3, 2], group=2, output_padding=[1, 1])),
+        ((1, 4, 4, 4), (2, 2), dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+        ((1, 3, 4, 5), (2, 2), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+        ((1, 2, 6), (4,), dict(strides=[4], output_padding=[2])),
+    ],
+)
+def test_conv_transpose_without_overlap_matches_onnxruntime(shape, kernel, attrs):
+    """kernel == stride: the products are placed by one transposing copy instead of scatter-adds
+    (onnx's reference evaluator mishandles group here, so onnxruntime is the oracle)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle here")
+    rng = np.random.default_rng(len(shape) + kernel[0])
+    group = attrs.get("group", 1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1], 3) + kernel).astype(np.float32)
+    b = rng.standard_normal(3 * group).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    got = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)

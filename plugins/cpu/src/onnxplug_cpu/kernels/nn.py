@@ -109,14 +109,22 @@ def conv_transpose(
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
         cols = np.matmul(xs, weights)  # (N, g, P, M/g*K)
         k = math.prod(ks)
-        cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
-        cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
         # The scatter buffer covers both the natural extent and the requested window.
         lead = tuple(max(0, -bg) for bg in begin)
         size = tuple(lead[i] + max(natural[i], begin[i] + out[i]) for i in range(nd))
         full = np.zeros((n, m) + size, dtype=ct)
         inner = full[(slice(None), slice(None)) + tuple(slice(lo, None) for lo in lead)]
-        _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
+        if ks == st and all(d == 1 for d in dl):
+            # Windows tile the output without overlap (the 2×2 stride-2 upsampling of UNets and
+            # detection heads): one transposing copy puts every product in place, no adds.
+            blocks = cols.reshape((n, group) + x.shape[2:] + (m // group,) + ks)
+            order = (0, 1, 2 + nd) + tuple(a for i in range(nd) for a in (2 + i, 3 + nd + i))
+            tiled = blocks.transpose(order).reshape((n, m) + tuple(x.shape[2 + i] * ks[i] for i in range(nd)))
+            inner[(slice(None), slice(None)) + tuple(slice(0, d) for d in tiled.shape[2:])] = tiled
+        else:
+            cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
+            cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
+            _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
         y = full[
             (slice(None), slice(None))
             + tuple(slice(lead[i] + begin[i], lead[i] + begin[i] + out[i]) for i in range(nd))
