@@ -156,3 +156,40 @@ def test_conv_transpose_without_overlap_matches_onnxruntime(shape, kernel, attrs
     got = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, maps, kernel, geometry",
+    [
+        ((1, 8, 9, 11), 4, (3, 3), dict(pads=[1, 1, 1, 1])),
+        ((2, 6, 7, 10), 6, (3, 2), dict(pads=[0, 2, 1, 0])),  # asymmetric pads, odd sizes, batch
+        ((1, 5, 12, 9), 3, (3, 3), dict(dilations=[2, 3], pads=[2, 1, 2, 3])),
+        ((2, 4, 8, 8), 2, (5, 5), dict(auto_pad="SAME_LOWER")),
+        ((1, 3, 6, 7), 3, (2, 3), dict(auto_pad="VALID")),
+        ((1, 64, 20, 20), 16, (3, 3), dict(pads=[1, 1, 1, 1])),  # Winograd-eligible, but narrowing
+    ],
+)
+def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry, dtype):
+    rng = np.random.default_rng(maps + shape[2])
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((maps, shape[1]) + kernel).astype(dtype)
+    b = rng.standard_normal(maps).astype(dtype)
+    packed = PackedConv(w, 1)
+    assert packed.stacked is not None
+    got = convolve(x, w, b, packed=packed, **geometry)
+    want = _general(x, w, b, **geometry)
+    assert got.dtype == dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **geometry)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    reference = ReferenceEvaluator(model).run(None, {"x": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_widening_or_grouped_layers_are_not_shifted():
+    assert PackedConv(np.ones((8, 4, 3, 3)), 1).stacked is None
+    assert PackedConv(np.ones((4, 2, 3, 3)), 2).stacked is None
+    assert PackedConv(np.ones((4, 4, 1, 1)), 1).stacked is None

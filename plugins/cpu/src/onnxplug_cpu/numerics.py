@@ -14,8 +14,10 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 * :func:`pack_conv_weights`, :class:`PackedConv`, :func:`convolve`: N-d grouped convolution
   (ONNX ``Conv``).  The general path is im2col over the window view and one batched matmul for all
   groups; pointwise convolutions are one matmul on the input buffer, depthwise ones shifted
-  multiply-adds (``kernels._depthwise``), and large float32 3×3 stride-1 ones Winograd F(4×4)
-  or F(2×2) (``kernels._winograd``) with filters transformed once in :class:`PackedConv`.
+  multiply-adds (``kernels._depthwise``), large float32 3×3 stride-1 ones Winograd F(4×4)
+  or F(2×2) (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one
+  matmul then shifted adds (``kernels._shifted``), with filters prepared once in
+  :class:`PackedConv`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
 from .kernels._numeric import erf, is_float, widen
+from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
@@ -79,6 +82,8 @@ class PackedConv:
 
     :ivar matrix: :func:`pack_conv_weights` of the weights (the im2col and pointwise paths).
     :ivar depthwise: ``(C, *k)`` filters when every group has one input and one output channel.
+    :ivar stacked: ``(k·M, C)`` filters for the shifted path, for ungrouped 2-D weights with
+        ``M <= C`` and a kernel larger than 1×1.
     Winograd filters for 3×3 ungrouped weights: F(4×4) ones are computed here, F(2×2) ones on the
     first call that needs them (few layers do); both are kept in :attr:`winograd`.
     """
@@ -89,6 +94,10 @@ class PackedConv:
         self.depthwise = None
         if w.ndim == 4 and group > 1 and w.shape[0] == group and w.shape[1] == 1:
             self.depthwise = np.ascontiguousarray(self.matrix.reshape((group,) + w.shape[2:]))
+        # Stride-1 layers that do not widen multiply first and shift after (kernels._shifted).
+        self.stacked = None
+        if w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1):
+            self.stacked = stacked_filters(self.matrix.reshape(w.shape))
         self._w = None
         self.winograd: dict[int, np.ndarray] = {}
         if (
@@ -163,7 +172,12 @@ def convolve(
     n, c = x.shape[:2]
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
-    if tile:
+    unit = all(s == 1 for s in strides or (1,))
+    # Narrowing layers are cheapest shifted; Winograd wins over shifting once M nears C.
+    if prepared is not None and prepared.stacked is not None and unit and (not tile or 2 * w.shape[0] <= c):
+        dl = tuple(dilations) if dilations else (1, 1)
+        y = shifted_conv(xc, prepared.stacked, ks, dl, begin, end, out)
+    elif tile:
         y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out)
     elif prepared is not None and prepared.depthwise is not None:
         st = tuple(strides) if strides else (1, 1)
