@@ -11,8 +11,13 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
 * :func:`pool_geometry`, :func:`windows`: output sizes and pads of a sliding window
   (auto_pad, pads, strides, dilations, ceil_mode) and the strided window view of the padded input.
-* :func:`pack_conv_weights`, :func:`convolve`: N-d grouped convolution (ONNX ``Conv``), im2col
-  over the window view and one batched matmul for all groups.
+* :func:`pack_conv_weights`, :class:`PackedConv`, :func:`convolve`: N-d grouped convolution
+  (ONNX ``Conv``).  The general path is im2col over the window view and one batched matmul for all
+  groups; pointwise convolutions are one matmul on the input buffer, depthwise ones shifted
+  multiply-adds (``kernels._depthwise``), large float32 3×3 stride-1 ones Winograd F(4×4)
+  or F(2×2) (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one
+  matmul then shifted adds (``kernels._shifted``), with filters prepared once in
+  :class:`PackedConv`.
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from .kernels._depthwise import depthwise_conv
 from .kernels._numeric import erf, is_float, widen
+from .kernels._shifted import shifted_conv, stacked_filters
+from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
 
 __all__ = [
+    "PackedConv",
     "rnn_activations",
     "conv_compute_dtype",
     "convolve",
@@ -58,6 +67,69 @@ def pack_conv_weights(w: np.ndarray, group: int, op: str = "Conv") -> np.ndarray
     return np.ascontiguousarray(w.reshape(group, m // group, math.prod(w.shape[1:])))
 
 
+#: Winograd pays from this many input channels (im2col copies the input 9×, Winograd 2.25×)
+WINOGRAD_MIN_CHANNELS = 24
+#: ... and this many output channels (measured on the cnn bench family's layers).
+WINOGRAD_MIN_MAPS = 8
+#: ... and the layer has at least this many output tiles (fewer make the α² matmuls too thin).
+WINOGRAD_MIN_TILES = 36
+#: F(2×2) is used on small maps (too few F(4×4) tiles) only for layers at least this wide.
+WINOGRAD_F2_MIN_CHANNELS = 128
+
+
+class PackedConv:
+    """Constant ``(M, C/g, *k)`` Conv weights prepared once per node (at session creation).
+
+    :ivar matrix: :func:`pack_conv_weights` of the weights (the im2col and pointwise paths).
+    :ivar depthwise: ``(C, *k)`` filters when every group has one input and one output channel.
+    :ivar stacked: ``(k·M, C)`` filters for the shifted path, for ungrouped 2-D weights with
+        ``M <= C`` and a kernel larger than 1×1.
+    Winograd filters for 3×3 ungrouped weights: F(4×4) ones are computed here, F(2×2) ones on the
+    first call that needs them (few layers do); both are kept in :attr:`winograd`.
+    """
+
+    def __init__(self, w: np.ndarray, group: int, op: str = "Conv") -> None:
+        self.matrix = pack_conv_weights(w, group, op)
+        self.group = group
+        self.depthwise = None
+        if w.ndim == 4 and group > 1 and w.shape[0] == group and w.shape[1] == 1:
+            self.depthwise = np.ascontiguousarray(self.matrix.reshape((group,) + w.shape[2:]))
+        # Stride-1 layers that do not widen multiply first and shift after (kernels._shifted).
+        self.stacked = None
+        if w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1):
+            self.stacked = stacked_filters(self.matrix.reshape(w.shape))
+        self._w = None
+        self.winograd: dict[int, np.ndarray] = {}
+        if (
+            group == 1
+            and w.shape[2:] == (3, 3)
+            and self.matrix.dtype == np.float32
+            and w.shape[1] >= WINOGRAD_MIN_CHANNELS
+            and w.shape[0] >= WINOGRAD_MIN_MAPS
+        ):
+            self._w = w
+            self.winograd[4] = winograd_weights(w, 4)
+
+    def winograd_filters(self, m: int) -> np.ndarray:
+        if m not in self.winograd:  # idempotent: a concurrent first call computes the same array
+            self.winograd[m] = winograd_weights(self._w, m)
+        return self.winograd[m]
+
+
+def _winograd_tile(packed: PackedConv | None, x, strides, dilations, out) -> int:
+    """The Winograd output tile size for this call, or 0 for im2col."""
+    if packed is None or not packed.winograd or x.ndim != 4 or x.dtype != np.float32:
+        return 0
+    if any(s != 1 for s in strides or (1, 1)) or any(d != 1 for d in dilations or (1, 1)):
+        return 0
+    n = x.shape[0]
+    if n * -(-out[0] // 4) * -(-out[1] // 4) >= WINOGRAD_MIN_TILES:
+        return 4
+    if x.shape[1] >= WINOGRAD_F2_MIN_CHANNELS and n * -(-out[0] // 2) * -(-out[1] // 2) >= 36:
+        return 2
+    return 0
+
+
 def convolve(
     x: np.ndarray,
     w: np.ndarray,
@@ -69,11 +141,13 @@ def convolve(
     dilations=None,
     pads=None,
     auto_pad: str = "NOTSET",
-    packed: np.ndarray | None = None,
+    packed: np.ndarray | PackedConv | None = None,
     op: str = "Conv",
 ) -> np.ndarray:
     """ONNX ``Conv`` of ``x`` ``(N, C, *spatial)`` with ``w`` ``(M, C/group, *k)`` and bias ``b``,
-    in ``x``'s dtype.  ``packed`` is :func:`pack_conv_weights` of ``w`` when the caller has it.
+    in ``x``'s dtype.  ``packed`` is :func:`pack_conv_weights` or :class:`PackedConv` of ``w`` when
+    the caller has it (a :class:`PackedConv` also enables the depthwise and Winograd paths).  The
+    result is always a fresh array the caller may modify in place.
 
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
@@ -88,16 +162,33 @@ def convolve(
         raise Fail(  # onnxruntime's class for a channel mismatch
             f"{op}: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs {w.shape[1] * group}"
         )
-    weights = packed if packed is not None else pack_conv_weights(w, group, op)
+    prepared = packed if isinstance(packed, PackedConv) and packed.group == group else None
+    if prepared is not None:
+        weights = prepared.matrix
+    else:
+        weights = packed if isinstance(packed, np.ndarray) else pack_conv_weights(w, group, op)
     out, begin, end, _ = pool_geometry(x.shape[2:], ks, strides, dilations, pads, auto_pad, 0, op)
     ct = conv_compute_dtype(x.dtype)
     n, c = x.shape[:2]
-    if out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
+    xc = x.astype(ct, copy=False)
+    tile = _winograd_tile(prepared, xc, strides, dilations, out)
+    unit = all(s == 1 for s in strides or (1,))
+    # Narrowing layers are cheapest shifted; Winograd wins over shifting once M nears C.
+    if prepared is not None and prepared.stacked is not None and unit and (not tile or 2 * w.shape[0] <= c):
+        dl = tuple(dilations) if dilations else (1, 1)
+        y = shifted_conv(xc, prepared.stacked, ks, dl, begin, end, out)
+    elif tile:
+        y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out)
+    elif prepared is not None and prepared.depthwise is not None:
+        st = tuple(strides) if strides else (1, 1)
+        dl = tuple(dilations) if dilations else (1, 1)
+        y = depthwise_conv(xc, prepared.depthwise, begin, end, out, st, dl)
+    elif out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
         # A pointwise convolution is a plain matmul over channels: no im2col copy.
-        pixels = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(out))
+        pixels = xc.reshape(n, group, c // group, math.prod(out))
         y = np.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
     else:
-        view = windows(x.astype(ct, copy=False), out, begin, end, ks, strides, dilations, 0)
+        view = windows(xc, out, begin, end, ks, strides, dilations, 0)
         # (N, C, *out, *k) -> (N, g, C/g*K, P): the im2col copy.  Output positions stay the
         # innermost axis, so the copy reads input rows in order and the product lands in
         # (N, M, *out) layout without a transpose.
@@ -106,5 +197,5 @@ def convolve(
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
         y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
     if b is not None:
-        y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
+        y += b.astype(ct, copy=False).reshape((1, -1) + (1,) * nd)
     return y.astype(x.dtype, copy=False)

@@ -21,6 +21,7 @@ from onnxscript.rewriter import pattern
 from onnxplug.optimizer import OpRef, RuleSet
 
 from .rule_values import constant_array, fresh_initializer_name, static_shape, trailing_reduce_axis
+from .rules_conv import conv_rule_sets
 
 __all__ = ["rule_sets"]
 
@@ -191,6 +192,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 produces=[OpRef("", "Conv")],
                 description="BatchNormalization (inference) after Conv folded into the Conv's weights and bias",
             ),
+            *conv_rule_sets(),  # rules_conv: per-channel Mul/Add after Conv or BatchNormalization
             RuleSet(
                 "cpu.matmul_add_gemm",
                 [*FuseMatMulAddToGemm.rule().commute()],

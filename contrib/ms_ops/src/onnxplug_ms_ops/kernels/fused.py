@@ -1,7 +1,8 @@
 """FusedConv, FusedGemm and FusedMatMul: a linear op with what onnxruntime folded into it.
 
 The convolution is the CPU provider's Conv (``onnxplug_cpu.numerics.convolve``: im2col and one
-batched matmul for all groups); the weights are packed once per node when constant.
+batched matmul for all groups, or its pointwise, depthwise and Winograd paths); constant weights
+are prepared once per node (``PackedConv``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import convolve, pack_conv_weights
+from onnxplug_cpu.numerics import PackedConv, convolve
 
 from ._common import widen
 from ._registry import kernel
@@ -108,6 +109,32 @@ def fused_matmul(a, b, *, alpha, transA, transB, transBatchA, transBatchB):
     return y.astype(a.dtype, copy=False)
 
 
+def _in_place_activation(name, params):
+    """Relu, Clip, Sigmoid and Tanh written into the convolution's fresh output instead of new
+    arrays (the common fusions: a memory-bound pointwise convolution otherwise pays more passes
+    than its matmul; the table's Sigmoid goes through a slow ``logaddexp``)."""
+    if name == "Relu":
+        return lambda y: np.maximum(y, 0, out=y)
+    if name == "Clip":
+        low = params[0] if len(params) > 0 and params[0] is not None else -np.inf
+        high = params[1] if len(params) > 1 and params[1] is not None else np.inf
+        return lambda y: np.clip(y, low, high, out=y)
+    if name == "Sigmoid":
+        return _sigmoid_in_place
+    if name == "Tanh":
+        return lambda y: np.tanh(y, out=y)
+    return None
+
+
+def _sigmoid_in_place(y):
+    """``1 / (1 + exp(-y))`` in four in-place passes; ``exp`` overflowing to inf gives the exact 0."""
+    np.negative(y, out=y)
+    with np.errstate(over="ignore"):
+        np.exp(y, out=y)
+    y += 1
+    return np.reciprocal(y, out=y)
+
+
 @kernel("FusedConv", since=(1,), factory=True)
 def fused_conv(
     ctx,
@@ -121,17 +148,22 @@ def fused_conv(
     activation=None,
     activation_params=None,
 ):
-    act = _activation(activation, tuple(activation_params or ()), "FusedConv")
+    params = tuple(activation_params or ())
+    act = _activation(activation, params, "FusedConv")
+    in_place = _in_place_activation(activation, params)
     constant_w = ctx.constant(1)
-    packed = None if constant_w is None else pack_conv_weights(constant_w, group, "FusedConv")
+    packed = None if constant_w is None else PackedConv(constant_w, group, "FusedConv")
     geometry = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
 
     def run(x, w, b=None, z=None):
-        y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)
+        y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)  # a fresh array
         if z is not None:
-            y = y + z
-        return act(y)
+            if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):
+                y += z
+            else:
+                y = y + z
+        return in_place(y) if in_place is not None else act(y)
 
     return run

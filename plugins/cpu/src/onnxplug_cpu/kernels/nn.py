@@ -1,7 +1,9 @@
 """Convolutions and Dropout: Conv, ConvTranspose, DeformConv, Col2Im, Dropout.
 
 Conv is ``onnxplug_cpu.numerics.convolve`` (im2col over a strided ``sliding_window_view``
-followed by one batched matmul for all groups, shared with op libraries such as FusedConv);
+followed by one batched matmul for all groups, with pointwise, depthwise and Winograd fast paths;
+shared with op libraries such as FusedConv), with constant weights prepared once as a
+``PackedConv``;
 ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops over the kernel's
 offsets only.  When the weights are a constant initializer their reshaping is
 done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
@@ -16,7 +18,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
-from ..numerics import conv_compute_dtype, convolve, pack_conv_weights
+from ..numerics import PackedConv, conv_compute_dtype, convolve, pack_conv_weights
 from ._registry import kernel
 from .pool import pool_geometry
 
@@ -24,7 +26,7 @@ from .pool import pool_geometry
 @kernel("Conv", since=(1, 11, 22), factory=True)
 def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     constant_w = ctx.constant(1)
-    packed = None if constant_w is None else pack_conv_weights(constant_w, group)
+    packed = None if constant_w is None else PackedConv(constant_w, group)
     geometry = dict(
         group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
     )
@@ -107,14 +109,22 @@ def conv_transpose(
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
         cols = np.matmul(xs, weights)  # (N, g, P, M/g*K)
         k = math.prod(ks)
-        cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
-        cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
         # The scatter buffer covers both the natural extent and the requested window.
         lead = tuple(max(0, -bg) for bg in begin)
         size = tuple(lead[i] + max(natural[i], begin[i] + out[i]) for i in range(nd))
         full = np.zeros((n, m) + size, dtype=ct)
         inner = full[(slice(None), slice(None)) + tuple(slice(lo, None) for lo in lead)]
-        _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
+        if ks == st and all(d == 1 for d in dl):
+            # Windows tile the output without overlap (the 2×2 stride-2 upsampling of UNets and
+            # detection heads): one transposing copy puts every product in place, no adds.
+            blocks = cols.reshape((n, group) + x.shape[2:] + (m // group,) + ks)
+            order = (0, 1, 2 + nd) + tuple(a for i in range(nd) for a in (2 + i, 3 + nd + i))
+            tiled = blocks.transpose(order).reshape((n, m) + tuple(x.shape[2 + i] * ks[i] for i in range(nd)))
+            inner[(slice(None), slice(None)) + tuple(slice(0, d) for d in tiled.shape[2:])] = tiled
+        else:
+            cols = cols.reshape((n, group) + x.shape[2:] + (m // group, k))
+            cols = np.moveaxis(cols, (2 + nd, 3 + nd), (2, 3)).reshape((n, m, k) + x.shape[2:])
+            _scatter_add(cols, x.shape[2:], ks, st, dl, inner)
         y = full[
             (slice(None), slice(None))
             + tuple(slice(lead[i] + begin[i], lead[i] + begin[i] + out[i]) for i in range(nd))

@@ -1,0 +1,54 @@
+"""Stride-1 2-D convolution as one matmul over the padded input and k×k shifted adds.
+
+Why: im2col copies the input once per kernel offset (k²·C rows per output position) before its
+matmul.  When a layer has no more output channels than input ones (UNet decoders, detection
+necks, DenseNet's 3×3 bottleneck outputs), it is cheaper to multiply first and shift after:
+
+1. the padded input is laid out as ``(C, N·Hp·Wp)`` — every image row by row, with its padding;
+2. one matmul with all offsets' filters stacked, ``(k²·M, C) @ (C, N·Hp·Wp)``, gives each
+   offset's contribution at every padded position;
+3. with stride 1, the output at padded position ``p`` takes offset ``(i, j)``'s contribution at
+   ``p + i·d·Wp + j·d``: k² adds of shifted column ranges.  Positions in the padding columns
+   and rows come out as garbage and are cropped in the final copy.
+
+Every intermediate is contiguous or a plain column slice, so nothing but the padding is copied.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["stacked_filters", "shifted_conv"]
+
+
+def stacked_filters(w: np.ndarray) -> np.ndarray:
+    """``(M, C, kh, kw)`` filters as ``(kh·kw·M, C)``, offset-major."""
+    m, c = w.shape[:2]
+    return np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(-1, c))
+
+
+def shifted_conv(x, stacked, kernel, dilations, begin, end, out):
+    """``x`` ``(N, C, H, W)`` convolved at stride 1 with :func:`stacked_filters` ``stacked``;
+    ``begin``/``end`` pads, ``out`` = ``(OH, OW)``; returns ``(N, M, OH, OW)``."""
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    dh, dw = dilations
+    m = stacked.shape[0] // (kh * kw)
+    hp, wp = h + begin[0] + end[0], w + begin[1] + end[1]
+    length = n * hp * wp
+    # The last image's garbage columns read up to (kw - 1)·dw cells past its padding.
+    flat = np.zeros((c, length + (kw - 1) * dw), dtype=x.dtype)
+    flat[:, :length].reshape(c, n, hp, wp)[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + w] = x.transpose(
+        1, 0, 2, 3
+    )
+    z = np.matmul(stacked, flat)  # (K·M, length + extra)
+    span = length - (kh - 1) * dh * wp  # every output row of every image lies below this
+    full = np.empty((m, length), dtype=x.dtype)  # cells past ``span`` are never output rows
+    acc = full[:, :span]
+    np.copyto(acc, z[:m, :span])
+    for index in range(1, kh * kw):
+        i, j = divmod(index, kw)
+        offset = i * dh * wp + j * dw
+        acc += z[index * m : (index + 1) * m, offset : offset + span]
+    y = full.reshape(m, n, hp, wp)[:, :, : out[0], : out[1]].transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(y)

@@ -1,0 +1,158 @@
+"""The CPU provider's per-channel folds after Conv and BatchNormalization (onnxruntime's
+ConvMulFusion, ConvAddFusion; basic level, standard ops in and out).
+
+- ``FoldMulIntoConv``: ``Mul(Conv(x, W[, B]), s)`` with a constant per-output-channel (or scalar)
+  ``s`` → ``Conv(x, W·s, B·s)``.
+- ``FoldAddIntoConv``: ``Add(Conv(x, W[, B]), t)`` with a constant per-channel ``t`` →
+  ``Conv(x, W, B + t)``.
+- ``FoldMulIntoBatchNorm`` / ``FoldAddIntoBatchNorm``: the same after an inference
+  ``BatchNormalization`` (its scale and bias absorb ``s`` and ``t``).
+
+Caffe2-converted models (the onnx wheel's light densenet121 and inception_v2) write every
+normalization as BatchNormalization followed by such a Mul and Add; folded, each costs nothing
+after a Conv and one pass instead of three after a Concat.  Both operands may come in either order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+
+from onnxplug.optimizer import OpRef, RuleSet
+
+from .rule_values import constant_array, fresh_initializer_name
+
+__all__ = ["conv_rule_sets"]
+
+
+def _per_channel(array: np.ndarray | None, rank: int, channels: int) -> np.ndarray | None:
+    """``array`` as a ``(channels,)`` vector when it broadcasts against ``(N, channels, ...)`` of
+    rank ``rank`` along the channel axis only (a scalar included), else ``None``."""
+    if array is None or array.ndim > rank or array.dtype.kind != "f":
+        return None
+    shape = (1,) * (rank - array.ndim) + array.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(array.reshape(-1), (channels,))
+
+
+class _FoldIntoConv(pattern.RewriteRuleClassBase):
+    """``op(Conv(x, W[, B]), c)`` with a constant per-channel ``c`` folded into W and B."""
+
+    def __init__(self, name: str, *, op_type: str):
+        super().__init__(name)
+        self._op_type = op_type
+
+    def pattern(self, op, x, w, c):
+        conv = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
+        return getattr(op, self._op_type)(conv, c)
+
+    def check(self, context, w, c, conv_out, **_):
+        result = pattern.MatchResult()
+        conv = conv_out.producer()
+        weights = constant_array(w)
+        if weights is None or weights.ndim < 3 or weights.dtype.kind != "f":
+            return result.fail("Conv weights are not a constant float tensor", w)
+        bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
+        bias = None if bias_value is None else constant_array(bias_value)
+        if bias_value is not None and bias is None:
+            return result.fail("the Conv bias is not constant", bias_value)
+        operand = constant_array(c)
+        vector = _per_channel(operand, weights.ndim, weights.shape[0])
+        if vector is None or operand.dtype != weights.dtype:
+            return result.fail("not a constant per-output-channel tensor of the weights' type", c)
+        self._arrays = (weights, vector, bias)
+        graph = context.graph_or_function
+        self._names = (
+            fresh_initializer_name(graph, f"{w.name or 'W'}_{self._op_type.lower()}"),
+            fresh_initializer_name(graph, f"{w.name or 'W'}_{self._op_type.lower()}_bias"),
+        )
+        return result
+
+    def rewrite(self, op, x, w, conv_out, **_):
+        weights, vector, bias = self._arrays
+        dtype = weights.dtype
+        v = vector.astype(np.float64)
+        b = np.zeros(weights.shape[0]) if bias is None else bias.astype(np.float64)
+        if self._op_type == "Mul":
+            w_value = op.initializer(
+                ir.tensor((weights * v.reshape((-1,) + (1,) * (weights.ndim - 1))).astype(dtype), name=self._names[0])
+            )
+            b = b * v
+        else:
+            w_value = w
+            b = b + v
+        b_value = op.initializer(ir.tensor(b.astype(dtype), name=self._names[1]))
+        return op.Conv(x, w_value, b_value, **conv_out.producer().attributes)
+
+
+class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
+    """``op(BatchNormalization(x, scale, bias, mean, var), c)`` (inference) with a constant
+    per-channel ``c``: ``Mul`` scales ``scale`` and ``bias``, ``Add`` shifts ``bias``."""
+
+    def __init__(self, name: str, *, op_type: str):
+        super().__init__(name)
+        self._op_type = op_type
+
+    def pattern(self, op, x, scale, bias, mean, var, c):
+        bn = op.BatchNormalization(x, scale, bias, mean, var, _outputs=["bn_out"])
+        return getattr(op, self._op_type)(bn, c)
+
+    def check(self, context, x, scale, bias, c, bn_out, **_):
+        result = pattern.MatchResult()
+        bn = bn_out.producer()
+        if bn.attributes.get_int("training_mode", 0) != 0 or bn.attributes.get_int("spatial", 1) != 1:
+            return result.fail("BatchNormalization is not spatial inference normalization")
+        if bn.attributes.get_int("is_test", 1) != 1:
+            return result.fail("BatchNormalization is in training mode (is_test=0)")
+        arrays = (constant_array(scale), constant_array(bias))
+        if any(a is None or a.ndim != 1 for a in arrays):
+            return result.fail("BatchNormalization's scale and bias are not constant vectors")
+        rank = len(x.shape) if x.shape is not None else None
+        operand = constant_array(c)
+        vector = None if rank is None else _per_channel(operand, rank, arrays[0].shape[0])
+        if vector is None or operand.dtype != arrays[0].dtype or arrays[1].dtype != arrays[0].dtype:
+            return result.fail("not a constant per-channel tensor of the parameters' type (or unknown rank)", c)
+        self._arrays = (*arrays, vector)
+        graph = context.graph_or_function
+        self._names = (
+            fresh_initializer_name(graph, f"{scale.name or 'scale'}_{self._op_type.lower()}"),
+            fresh_initializer_name(graph, f"{bias.name or 'bias'}_{self._op_type.lower()}"),
+        )
+        return result
+
+    def rewrite(self, op, x, scale, mean, var, bn_out, **_):
+        s, b, v = (a.astype(np.float64) for a in self._arrays)
+        dtype = self._arrays[0].dtype
+        if self._op_type == "Mul":
+            s, b = s * v, b * v
+            scale = op.initializer(ir.tensor(s.astype(dtype), name=self._names[0]))
+        else:
+            b = b + v
+        bias = op.initializer(ir.tensor(b.astype(dtype), name=self._names[1]))
+        return op.BatchNormalization(x, scale, bias, mean, var, **bn_out.producer().attributes)
+
+
+def conv_rule_sets() -> list[RuleSet]:
+    """The per-channel folds, as two basic-level rule sets (into Conv, into BatchNormalization)."""
+    return [
+        RuleSet(
+            "cpu.conv_mul_add",
+            [
+                *_FoldIntoConv.rule("conv_mul", op_type="Mul").commute(),
+                *_FoldIntoConv.rule("conv_add", op_type="Add").commute(),
+            ],
+            produces=[OpRef("", "Conv")],
+            description="Conv followed by a constant per-channel Mul or Add folded into its weights and bias",
+        ),
+        RuleSet(
+            "cpu.bn_mul_add",
+            [
+                *_FoldIntoBatchNorm.rule("bn_mul", op_type="Mul").commute(),
+                *_FoldIntoBatchNorm.rule("bn_add", op_type="Add").commute(),
+            ],
+            produces=[OpRef("", "BatchNormalization")],
+            description="inference BatchNormalization followed by a constant per-channel Mul or Add folded into it",
+        ),
+    ]

@@ -1,0 +1,195 @@
+"""The CPU Conv's fast paths (``onnxplug_cpu.numerics.convolve`` with a ``PackedConv``): Winograd
+F(4×4) and F(2×2) for 3×3 stride-1 layers, depthwise shifted multiply-adds, and FusedConv's
+in-place activations, each against the general im2col path in float64 and against onnx's
+reference evaluator or onnxruntime on whole nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu import numerics
+from onnxplug_cpu.numerics import PackedConv, convolve, pack_conv_weights
+
+
+def _general(x, w, b=None, **geometry):
+    """The im2col path in float64 (a plain packed matrix takes no fast path)."""
+    group = geometry.get("group", 1)
+    w64 = w.astype(np.float64)
+    return convolve(x.astype(np.float64), w64, b, packed=pack_conv_weights(w64, group), **geometry)
+
+
+def _scaled_error(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "shape, maps, geometry, tile",
+    [
+        ((1, 32, 29, 31), 40, dict(pads=[1, 1, 1, 1]), 4),
+        ((2, 32, 19, 13), 32, dict(pads=[0, 2, 1, 0]), 4),  # asymmetric pads, odd sizes
+        ((1, 40, 24, 24), 32, dict(auto_pad="SAME_UPPER"), 4),
+        ((1, 40, 23, 24), 48, dict(auto_pad="SAME_LOWER"), 4),
+        ((1, 32, 30, 26), 32, dict(auto_pad="VALID"), 4),
+        ((1, 128, 12, 11), 128, dict(pads=[1, 1, 1, 1]), 2),  # too few 4×4 tiles: F(2×2)
+    ],
+)
+def test_winograd_matches_the_direct_path(shape, maps, geometry, tile):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((maps, shape[1], 3, 3)).astype(np.float32)
+    b = rng.standard_normal(maps).astype(np.float32)
+    packed = PackedConv(w, 1)
+    out, *_ = numerics.pool_geometry(
+        shape[2:], (3, 3), None, None, geometry.get("pads"), geometry.get("auto_pad", "NOTSET")
+    )
+    assert numerics._winograd_tile(packed, x, None, None, out) == tile
+    got = convolve(x, w, b, packed=packed, **geometry)
+    want = _general(x, w, b, **geometry)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert _scaled_error(got, want) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "strides, dilations, channels",
+    [((2, 2), (1, 1), 32), ((1, 1), (2, 1), 32), ((1, 1), (1, 1), 16), ((1, 1), (1, 1), 32)],
+)
+def test_no_winograd_outside_its_geometry(strides, dilations, channels):
+    """Strided, dilated or narrow layers stay on im2col (narrow weights are not even transformed)."""
+    w = np.ones((channels, channels, 3, 3), dtype=np.float32)
+    x = np.ones((1, channels, 26, 26), dtype=np.float32)
+    packed = PackedConv(w, 1)
+    expected = 4 if channels >= numerics.WINOGRAD_MIN_CHANNELS and strides == dilations == (1, 1) else 0
+    assert (channels >= numerics.WINOGRAD_MIN_CHANNELS) == bool(packed.winograd)
+    assert numerics._winograd_tile(packed, x, strides, dilations, (24, 24)) == expected
+    assert numerics._winograd_tile(packed, x.astype(np.float64), None, None, (24, 24)) == 0
+
+
+def test_winograd_on_a_resnet_layer_matches_onnxruntime():
+    """A 64→64 3×3 layer at 56×56 (ResNet's first stage) against onnxruntime's direct convolution."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle here")
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [1, 64, 56, 56])], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    ).SerializeToString()
+    ours = onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert _scaled_error(ours, theirs) < 1e-5
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.abs(theirs).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, kernel, geometry",
+    [
+        ((1, 8, 11, 9), (3, 3), dict(pads=[1, 1, 1, 1])),
+        ((2, 5, 12, 13), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+        ((1, 6, 15, 10), (5, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1])),
+        ((1, 7, 9, 9), (3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 1])),
+        ((1, 4, 8, 8), (2, 2), dict(auto_pad="VALID")),
+        ((1, 4, 8, 8), (1, 1), dict()),
+        ((2, 64, 9, 7), (3, 3), dict(pads=[1, 2, 0, 1], strides=[1, 2])),  # channels-last
+        ((1, 96, 10, 11), (3, 3), dict(auto_pad="SAME_LOWER", dilations=[1, 2])),
+    ],
+)
+def test_depthwise_matches_im2col_and_the_reference(shape, kernel, geometry, dtype):
+    rng = np.random.default_rng(shape[1])
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((c, 1) + kernel).astype(dtype)
+    b = rng.standard_normal(c).astype(dtype)
+    packed = PackedConv(w, c)
+    assert packed.depthwise is not None
+    got = convolve(x, w, b, group=c, packed=packed, **geometry)
+    want = _general(x, w, b, group=c, **geometry)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, **geometry)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    reference = ReferenceEvaluator(model).run(None, {"x": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_channel_multiplier_is_not_depthwise():
+    """group == C with two filters per channel goes through the grouped matmul instead."""
+    w = np.ones((8, 1, 3, 3), dtype=np.float32)
+    assert PackedConv(w, 4).depthwise is None
+    assert PackedConv(w, 8).depthwise is not None
+    x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    got = convolve(x, w, group=4, packed=PackedConv(w, 4), pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(got, _general(x, w, group=4, pads=[1, 1, 1, 1]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, attrs",
+    [
+        ((1, 6, 5, 4), (2, 2), dict(strides=[2, 2])),
+        ((2, 4, 3, 5), (3, 2), dict(strides=[3, 2], group=2, output_padding=[1, 1])),
+        ((1, 4, 4, 4), (2, 2), dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+        ((1, 3, 4, 5), (2, 2), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+        ((1, 2, 6), (4,), dict(strides=[4], output_padding=[2])),
+    ],
+)
+def test_conv_transpose_without_overlap_matches_onnxruntime(shape, kernel, attrs):
+    """kernel == stride: the products are placed by one transposing copy instead of scatter-adds
+    (onnx's reference evaluator mishandles group here, so onnxruntime is the oracle)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle here")
+    rng = np.random.default_rng(len(shape) + kernel[0])
+    group = attrs.get("group", 1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1], 3) + kernel).astype(np.float32)
+    b = rng.standard_normal(3 * group).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    got = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, maps, kernel, geometry",
+    [
+        ((1, 8, 9, 11), 4, (3, 3), dict(pads=[1, 1, 1, 1])),
+        ((2, 6, 7, 10), 6, (3, 2), dict(pads=[0, 2, 1, 0])),  # asymmetric pads, odd sizes, batch
+        ((1, 5, 12, 9), 3, (3, 3), dict(dilations=[2, 3], pads=[2, 1, 2, 3])),
+        ((2, 4, 8, 8), 2, (5, 5), dict(auto_pad="SAME_LOWER")),
+        ((1, 3, 6, 7), 3, (2, 3), dict(auto_pad="VALID")),
+        ((1, 64, 20, 20), 16, (3, 3), dict(pads=[1, 1, 1, 1])),  # Winograd-eligible, but narrowing
+    ],
+)
+def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry, dtype):
+    rng = np.random.default_rng(maps + shape[2])
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal((maps, shape[1]) + kernel).astype(dtype)
+    b = rng.standard_normal(maps).astype(dtype)
+    packed = PackedConv(w, 1)
+    assert packed.stacked is not None
+    got = convolve(x, w, b, packed=packed, **geometry)
+    want = _general(x, w, b, **geometry)
+    assert got.dtype == dtype and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **geometry)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    reference = ReferenceEvaluator(model).run(None, {"x": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_widening_or_grouped_layers_are_not_shifted():
+    assert PackedConv(np.ones((8, 4, 3, 3)), 1).stacked is None
+    assert PackedConv(np.ones((4, 2, 3, 3)), 2).stacked is None
+    assert PackedConv(np.ones((4, 4, 1, 1)), 1).stacked is None
