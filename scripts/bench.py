@@ -1,146 +1,61 @@
-"""Benchmark: onnxplug with a vendor provider vs the vendor library used directly vs onnxruntime.
+"""Benchmark: onnxplug against onnxruntime's CPU provider (and OpenVINO used directly), in one process.
 
-    python scripts/bench.py --providers openvino                  # what `nox -s bench -- --providers openvino` runs
-    python scripts/bench.py --providers openvino --layers 4 --seq 64 --repeat 50
+    python scripts/bench.py                                    # CPU provider, every family and section
+    python scripts/bench.py --families cnn,transformers        # the geometric-mean set only
+    python scripts/bench.py --models resnet50,bert-base --repeat 20
+    python scripts/bench.py --providers openvino --families cnn  # + an "OpenVINO direct" column
+    python scripts/bench.py --sections creation,memory
 
-Every runtime gets the same model bytes, the same precision (FP32: OpenVINO's
-``INFERENCE_PRECISION_HINT=f32``, which its CPU plugin would otherwise lower to bf16 on AMX CPUs)
-and the same thread count (OpenVINO ``INFERENCE_NUM_THREADS`` / onnxplug's ``num_of_threads`` /
-onnxruntime's ``intra_op_num_threads``).  After warm-up the runtimes are timed in interleaved
-rounds (a block of calls each per round, after a pause and two untimed calls, so that one
-runtime's spinning threads do not slow the next; the order rotates), so that machine noise hits
-them alike, and the table shows median latencies and the ratios measured in
-this one run.  "max rel diff" is the largest difference between the runtimes' first outputs,
-relative to the output's largest magnitude (the light models' weights are all 0.02, so their
-logits tie at about 1e10 and a final Softmax turns 1e-7 differences into different winners:
-squeezenet shows that).
+Models come from ``scripts/bench_families/`` (cnn, transformers, sklearn, micro; see each
+module), built locally and cached under ``~/.cache/onnxplug-bench/``.  Every runtime gets the same
+model bytes, FP32 and the same thread count (``--threads``, default 2: onnxplug's
+``intra_op_num_threads``, onnxruntime's ``intra_op_num_threads`` with one inter-op thread,
+OpenVINO's ``INFERENCE_NUM_THREADS``).  After warm-up the runtimes are timed in interleaved rounds
+(a block of calls each per round, after a pause and two untimed calls, so that one runtime's
+spinning threads do not slow the next; the order rotates), so that machine noise hits them alike;
+tables show medians and the ratios measured in this one run.  "max rel diff" is the largest
+difference between the runtimes' first outputs relative to the output's largest magnitude.
 
-Models: the light model-zoo classics shipped in the onnx wheel (their weights are
-ConstantOfShape of shape initializers; the initializers are taken out of the graph inputs so that
-they are constants, as exporters write weights today, else no runtime could fold them), and a
-BERT-base-sized transformer encoder built here with onnx.helper (``--layers``, ``--seq``; post-LN,
-erf GELU, hidden 768, 12 heads, FFN 3072, random weights).
+Sections:
+
+- ``latency``: per-model table, the geometric mean of onnxplug/onnxruntime over the cnn and
+  transformers families, per-node overhead (``elementwise-1000``) and a small model's run
+  (``six-nodes``) from the micro family, classical ML at batch 1 and 1000 (sklearn family);
+- ``creation``: session creation in this process (median of 5, after one untimed) and the first
+  session of a fresh process (``python -c`` importing the runtime and creating it; bytecode
+  caching on, as users run), for ``six-nodes`` and ``resnet50``;
+- ``memory``: peak resident memory of a fresh process that creates a session and runs it three
+  times, per runtime, for ``resnet50`` and ``bert-base``; "run" is the growth of the peak during
+  the runs (above what creating the session reached).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import pathlib
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
-LIGHT_MODELS = ("resnet50", "densenet121", "inception_v2", "squeezenet", "vgg19")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_families import BenchModel, family_names, load_family
 
 #: onnxplug provider short name → onnxruntime name.
 PROVIDERS = {
     "openvino": "OpenVINOExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
-
-
-# -- models --------------------------------------------------------------------------------------
-
-
-def light_model(name: str) -> onnx.ModelProto:
-    from onnx.backend.test import loader
-
-    path = os.path.join(loader.DATA_DIR, "light", f"light_{name}.onnx")
-    model = onnx.load(path)
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in initializers]
-    del model.graph.input[:]
-    model.graph.input.extend(inputs)
-    model.ir_version = max(model.ir_version, 4)
-    return model
-
-
-def encoder_model(layers: int, seq: int, hidden: int = 768, heads: int = 12, ffn: int = 3072) -> onnx.ModelProto:
-    """A BERT-base-like encoder stack over ``[1, seq, hidden]`` hidden states (opset 17)."""
-    rng = np.random.default_rng(0)
-    head = hidden // heads
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-
-    def weight(name: str, shape: tuple[int, ...], scale: float = 0.02) -> str:
-        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def const(name: str, values, dtype=np.int64) -> str:
-        inits.append(numpy_helper.from_array(np.array(values, dtype=dtype), name))
-        return name
-
-    def node(op: str, inputs: list[str], output: str, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
-        return output
-
-    split_shape = const("split_shape", [1, seq, heads, head])
-    merge_shape = const("merge_shape", [1, seq, hidden])
-    scale = const("scale", np.float32(1.0 / np.sqrt(head)), np.float32)
-    sqrt2 = const("sqrt2", np.float32(np.sqrt(2.0)), np.float32)
-    one = const("one", np.float32(1.0), np.float32)
-    half = const("half", np.float32(0.5), np.float32)
-
-    def proj(p: str, inp: str, name: str, n_in: int, n_out: int) -> str:
-        mm = node("MatMul", [inp, weight(p + name + "_w", (n_in, n_out))], p + name + "_mm")
-        return node("Add", [mm, weight(p + name + "_b", (n_out,))], p + name)
-
-    def split(p: str, t: str, name: str, perm: list[int]) -> str:
-        r = node("Reshape", [t, split_shape], p + name + "_r")
-        return node("Transpose", [r], p + name + "_t", perm=perm)
-
-    def layer_norm(p: str, a: str, b: str, name: str) -> str:
-        total = node("Add", [a, b], p + name + "_res")
-        gamma, beta = weight(p + name + "_g", (hidden,), 1.0), weight(p + name + "_b", (hidden,))
-        return node("LayerNormalization", [total, gamma, beta], p + name, axis=-1, epsilon=1e-12)
-
-    x = "hidden_states"
-    for i in range(layers):
-        p = f"l{i}_"
-        q = split(p, proj(p, x, "q", hidden, hidden), "q", [0, 2, 1, 3])
-        k = split(p, proj(p, x, "k", hidden, hidden), "k", [0, 2, 3, 1])
-        v = split(p, proj(p, x, "v", hidden, hidden), "v", [0, 2, 1, 3])
-        scores = node("Mul", [node("MatMul", [q, k], p + "qk"), scale], p + "scores")
-        probs = node("Softmax", [scores], p + "probs", axis=-1)
-        ctx = node("Transpose", [node("MatMul", [probs, v], p + "ctx")], p + "ctx_t", perm=[0, 2, 1, 3])
-        ctx = node("Reshape", [ctx, merge_shape], p + "ctx_r")
-        x = layer_norm(p, x, proj(p, ctx, "o", hidden, hidden), "ln1")
-        h = proj(p, x, "ff1", hidden, ffn)
-        erf = node("Erf", [node("Div", [h, sqrt2], p + "gelu_div")], p + "gelu_erf")
-        gelu_mul = node("Mul", [h, node("Add", [erf, one], p + "gelu_add")], p + "gelu_mul")
-        gelu = node("Mul", [gelu_mul, half], p + "gelu")
-        x = layer_norm(p, x, proj(p, gelu, "ff2", ffn, hidden), "ln2")
-    nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
-    graph = helper.make_graph(
-        nodes,
-        "encoder",
-        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, [1, seq, hidden])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, seq, hidden])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
-def dummy_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """onnx's light-model inputs: float32 ``arange(n) / n``; unknown dims as 1."""
-    initializers = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for info in model.graph.input:
-        if info.name in initializers:
-            continue
-        dims = info.type.tensor_type.shape.dim
-        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in dims)
-        size = int(np.prod(shape))
-        feeds[info.name] = (np.arange(size).reshape(shape) / size).astype(np.float32)
-    return feeds
+#: The families the geometric mean is taken over (the issue's CNN + transformer set).
+GEOMEAN_FAMILIES = ("cnn", "transformers")
 
 
 # -- runtimes ------------------------------------------------------------------------------------
@@ -159,9 +74,6 @@ def onnxplug_runner(data: bytes, provider: str, threads: int) -> tuple[Callable[
         session = onnxplug.InferenceSession(data, so, providers=[(name, options)])
     counts = session.partition_counts()
     note = ", ".join(f"{k.replace('ExecutionProvider', '')}={v}" for k, v in counts.items())
-    partitions = len(session._plan.partition.fused)
-    if partitions:
-        note += f" in {partitions} partition{'s' if partitions != 1 else ''}"
     if any("fall back" in str(w.message) for w in caught):
         note += " (a partition fell back to CPU)"
     return (lambda feeds: session.run(None, feeds)), note
@@ -234,74 +146,240 @@ def check_agreement(runners: dict[str, Callable[[dict], list]], feeds: dict) -> 
     return max(float(np.abs(v - reference).max()) / scale for v in values[1:]) if len(values) > 1 else 0.0
 
 
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"]
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _selected(args) -> list[tuple[str, BenchModel]]:
+    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else family_names()
+    unknown = sorted(set(families) - set(family_names()))
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; known: {', '.join(family_names())}")
+    wanted = {m.strip() for m in args.models.split(",") if m.strip()} if args.models else None
+    chosen = [(family, model) for family in families for model in load_family(family)]
+    if wanted is not None:
+        chosen = [(f, m) for f, m in chosen if m.name in wanted]
+        missing = wanted - {m.name for _, m in chosen}
+        if missing:
+            raise SystemExit(f"unknown models {sorted(missing)}")
+    return chosen
+
+
+def latency(args, providers: list[str]) -> None:
+    with_ov = "openvino" in providers
+    header = ["family", "model"] + [f"onnxplug+{p} ms" for p in providers]
+    header += (["OV direct ms"] if with_ov else []) + ["ORT ms"]
+    header += [f"{p}/ORT" for p in providers] + (["openvino/OV"] if with_ov else [])
+    header += ["max rel diff", "onnxplug nodes"]
+    rows, ratios = [], {p: {} for p in providers}
+    for family, model in _selected(args):
+        data, feeds = model.build()
+        runners: dict[str, Callable[[dict], list]] = {}
+        notes = []
+        for p in providers:
+            runner, note = onnxplug_runner(data, p, args.threads)
+            runners[p] = runner
+            notes.append(note)
+        if with_ov:
+            runners["ov"] = openvino_runner(data, args.threads)
+        runners["ort"] = ort_runner(data, args.threads)
+        diff = check_agreement(runners, feeds)
+        repeat = args.repeat if family != "micro" else max(args.repeat, 200)
+        medians = time_interleaved(runners, feeds, args.warmup, repeat, args.block, args.settle_ms / 1e3)
+        row = [family, model.name] + [f"{medians[p] * 1e3:.3f}" for p in providers]
+        row += ([f"{medians['ov'] * 1e3:.3f}"] if with_ov else []) + [f"{medians['ort'] * 1e3:.3f}"]
+        for p in providers:
+            ratios[p][(family, model.name)] = medians[p] / medians["ort"]
+            row.append(f"{medians[p] / medians['ort']:.2f}")
+        if with_ov:
+            row.append(f"{medians['openvino'] / medians['ov']:.2f}")
+        row += [f"{diff:.1e}", "; ".join(notes)]
+        if family == "micro" and model.name == "elementwise-1000":
+            mine, theirs = medians[providers[0]] / 1000 * 1e6, medians["ort"] / 1000 * 1e6
+            row[-1] += f" | per node: onnxplug {mine:.2f} us, ORT {theirs:.2f} us"
+        rows.append(row)
+        print(" | ".join(row), flush=True)
+    print()
+    print(_table(header, rows))
+    for p in providers:
+        chosen = [r for (family, _), r in ratios[p].items() if family in GEOMEAN_FAMILIES]
+        if chosen:
+            geomean = math.exp(sum(math.log(r) for r in chosen) / len(chosen))
+            worst = max(ratios[p].items(), key=lambda item: item[1] if item[0][0] in GEOMEAN_FAMILIES else 0)
+            print(
+                f"\n{p}/ORT geometric mean over {len(chosen)} {'+'.join(GEOMEAN_FAMILIES)} models: {geomean:.2f} "
+                f"(worst: {worst[0][1]} {worst[1]:.2f})"
+            )
+
+
+_FRESH = {
+    "onnxplug": (
+        "import time; t = time.perf_counter(); import onnxplug as rt; "
+        "s = rt.InferenceSession({path!r}, providers=['CPUExecutionProvider']); print(time.perf_counter() - t)"
+    ),
+    "onnxruntime": (
+        "import time; t = time.perf_counter(); import onnxruntime as rt; "
+        "s = rt.InferenceSession({path!r}, providers=['CPUExecutionProvider']); print(time.perf_counter() - t)"
+    ),
+}
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' imports read cached bytecode
+    return env
+
+
+def creation(args) -> None:
+    import onnxruntime
+
+    import onnxplug
+
+    models = {m.name: m for fam in ("micro", "cnn") for m in load_family(fam)}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("six-nodes", "resnet50"):
+            data, _ = models[name].build()
+            path = os.path.join(tmp, f"{name}.onnx")
+            pathlib.Path(path).write_bytes(data)
+            makers = {
+                "onnxplug": lambda data=data: onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]),
+                "onnxruntime": lambda data=data: onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]),
+            }
+            times = {}
+            for runtime, make in makers.items():
+                make()
+                samples = []
+                for _ in range(5):
+                    start = time.perf_counter()
+                    make()
+                    samples.append(time.perf_counter() - start)
+                times[runtime] = statistics.median(samples)
+            fresh = {}
+            for runtime, code in _FRESH.items():
+                samples = []
+                for _ in range(3):
+                    out = subprocess.run(
+                        [sys.executable, "-c", code.format(path=path)], capture_output=True, text=True, env=_child_env()
+                    )
+                    if out.returncode:
+                        raise SystemExit(f"{runtime} fresh-process creation failed: {out.stderr[-2000:]}")
+                    samples.append(float(out.stdout.strip().splitlines()[-1]))
+                fresh[runtime] = statistics.median(samples)
+            rows.append(
+                [
+                    name,
+                    f"{times['onnxplug'] * 1e3:.1f}",
+                    f"{times['onnxruntime'] * 1e3:.1f}",
+                    f"{times['onnxplug'] / times['onnxruntime']:.2f}",
+                    f"{fresh['onnxplug'] * 1e3:.0f}",
+                    f"{fresh['onnxruntime'] * 1e3:.0f}",
+                    f"{fresh['onnxplug'] / fresh['onnxruntime']:.2f}",
+                ]
+            )
+            print(" | ".join(rows[-1]), flush=True)
+    header = ["model", "onnxplug ms", "ORT ms", "ratio", "fresh onnxplug ms", "fresh ORT ms", "fresh ratio"]
+    print("\nsession creation (in process: median of 5; fresh process: import + create, median of 3)")
+    print(_table(header, rows))
+
+
+_MEMORY = """
+import resource, sys, numpy as np
+runtime, path, feeds_path = sys.argv[1:4]
+if runtime == "onnxplug":
+    import onnxplug as rt
+    so = rt.SessionOptions(); so.intra_op_num_threads = {threads}
+else:
+    import onnxruntime as rt
+    so = rt.SessionOptions(); so.intra_op_num_threads = {threads}; so.inter_op_num_threads = 1
+feeds = dict(np.load(feeds_path))
+session = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(3):
+    session.run(None, feeds)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before, after)
+"""
+
+
+def memory(args) -> None:
+    models = {m.name: m for fam in ("cnn", "transformers") for m in load_family(fam)}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("resnet50", "bert-base"):
+            data, feeds = models[name].build()
+            path, feeds_path = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.npz")
+            pathlib.Path(path).write_bytes(data)
+            np.savez(feeds_path, **feeds)
+            peaks = {}
+            for runtime in ("onnxplug", "onnxruntime"):
+                out = subprocess.run(
+                    [sys.executable, "-c", _MEMORY.format(threads=args.threads), runtime, path, feeds_path],
+                    capture_output=True,
+                    text=True,
+                    env=_child_env(),
+                )
+                if out.returncode:
+                    raise SystemExit(f"{runtime} memory run failed: {out.stderr[-2000:]}")
+                before, after = (int(v) / 1024 for v in out.stdout.split()[-2:])  # KiB -> MiB
+                peaks[runtime] = (after, after - before)
+            rows.append(
+                [
+                    name,
+                    f"{peaks['onnxplug'][0]:.0f}",
+                    f"{peaks['onnxruntime'][0]:.0f}",
+                    f"{peaks['onnxplug'][0] / peaks['onnxruntime'][0]:.2f}",
+                    f"{peaks['onnxplug'][1]:.0f}",
+                    f"{peaks['onnxruntime'][1]:.0f}",
+                ]
+            )
+            print(" | ".join(rows[-1]), flush=True)
+    header = ["model", "onnxplug peak MiB", "ORT peak MiB", "ratio", "onnxplug run MiB", "ORT run MiB"]
+    print("\npeak resident memory of a process creating a session and running it 3 times")
+    print(_table(header, rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--providers", default="openvino", help="onnxplug providers to bench (openvino, cpu)")
-    parser.add_argument("--models", default=",".join((*LIGHT_MODELS, "encoder")), help="comma-separated")
-    parser.add_argument("--layers", type=int, default=12, help="encoder layers (BERT-base: 12)")
-    parser.add_argument("--seq", type=int, default=128, help="encoder sequence length")
+    parser.add_argument("--providers", default="cpu", help="onnxplug providers to bench (cpu, openvino)")
+    parser.add_argument("--families", default="", help=f"comma-separated (default: all of {', '.join(family_names())})")
+    parser.add_argument("--models", default="", help="comma-separated model names (default: every model)")
+    parser.add_argument("--sections", default="latency,creation,memory", help="latency, creation, memory")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=30, help="timed calls per runtime")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20, help="timed calls per runtime (micro models: 200 or more)")
     parser.add_argument("--block", type=int, default=5, help="consecutive timed calls per runtime and round")
-    parser.add_argument("--settle-ms", type=float, default=50.0, help="sleep before each block (spinning threads)")
+    parser.add_argument("--settle-ms", type=float, default=30.0, help="sleep before each block (spinning threads)")
     args = parser.parse_args(argv)
 
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     unknown = [p for p in providers if p not in PROVIDERS]
     if unknown:
         parser.error(f"unknown provider(s) {unknown}; known: {', '.join(PROVIDERS)}")
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     print(
-        f"# bench: threads={args.threads} precision=FP32 warmup={args.warmup} repeat={args.repeat} "
-        f"block={args.block} settle={args.settle_ms:g}ms (interleaved rounds, medians); "
-        f"encoder layers={args.layers} seq={args.seq}"
+        f"# bench: threads={args.threads} FP32 warmup={args.warmup} repeat={args.repeat} block={args.block} "
+        f"settle={args.settle_ms:g}ms (interleaved rounds, medians); {os.cpu_count()} CPUs"
     )
-    versions = [f"python {sys.version.split()[0]}", f"onnx {onnx.__version__}"]
+    versions = [f"python {sys.version.split()[0]}", f"numpy {np.__version__}", f"onnx {onnx.__version__}"]
     for module in ("openvino", "onnxruntime"):
         try:
             versions.append(f"{module} {__import__(module).__version__.split('-')[0]}")
         except ImportError:
             versions.append(f"{module} missing")
     print("# " + ", ".join(versions))
-
-    header = ["model"]
-    for p in providers:
-        header.append(f"onnxplug+{p} ms")
-    header += ["OV direct ms", "ORT ms"]
-    for p in providers:
-        header += [f"onnxplug+{p}/OV", f"onnxplug+{p}/ORT"]
-    header += ["max rel diff", "onnxplug partitioning"]
-    rows = []
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        model = encoder_model(args.layers, args.seq) if name == "encoder" else light_model(name)
-        label = f"encoder-{args.layers}L-seq{args.seq}" if name == "encoder" else name
-        data = model.SerializeToString()
-        feeds = dummy_inputs(model)
-        runners: dict[str, Callable[[dict], list]] = {}
-        notes = []
-        for p in providers:
-            runner, note = onnxplug_runner(data, p, args.threads)
-            runners[f"onnxplug+{p}"] = runner
-            notes.append(note)
-        runners["ov"] = openvino_runner(data, args.threads)
-        runners["ort"] = ort_runner(data, args.threads)
-        diff = check_agreement(runners, feeds)
-        medians = time_interleaved(runners, feeds, args.warmup, args.repeat, args.block, args.settle_ms / 1e3)
-        row = [label]
-        row += [f"{medians[f'onnxplug+{p}'] * 1e3:.2f}" for p in providers]
-        row += [f"{medians['ov'] * 1e3:.2f}", f"{medians['ort'] * 1e3:.2f}"]
-        for p in providers:
-            mine = medians[f"onnxplug+{p}"]
-            row += [f"{mine / medians['ov']:.3f}", f"{mine / medians['ort']:.3f}"]
-        row += [f"{diff:.1e}", "; ".join(notes)]
-        rows.append(row)
-        print(" | ".join(row), flush=True)
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    print()
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if "latency" in sections:
+            latency(args, providers)
+        if "creation" in sections:
+            creation(args)
+        if "memory" in sections:
+            memory(args)
     return 0
 
 
