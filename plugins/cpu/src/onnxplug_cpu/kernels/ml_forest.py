@@ -28,6 +28,8 @@ TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
 _COMPARISONS = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
+#: Up to this many (sample, tree) pairs, leaves are found by fixed-depth walks (see Forest._walk).
+_WALK_LIMIT = 1 << 16
 
 
 class Forest:
@@ -81,6 +83,54 @@ class Forest:
         self.any_missing_true = bool(self.missing_true.any())
         if 6 in self.modes_used and member_sets is None:
             raise Fail("BRANCH_MEMBER nodes need membership_values")
+        self.depth = self._depth()
+        self._walk_tables()
+
+    def _depth(self) -> int:
+        """The longest root-to-leaf path (interior nodes on it); a cycle is refused."""
+        frontier = self.roots[self.roots >= 0]
+        depth = 0
+        while frontier.size:
+            depth += 1
+            if depth > len(self.feature):
+                raise Fail("tree ensemble has a cycle")
+            frontier = np.unique(np.concatenate([self.true_next[frontier], self.false_next[frontier]]))
+            frontier = frontier[frontier >= 0]
+        return depth
+
+    def _walk_tables(self) -> None:
+        """Tables for :meth:`_walk`: leaves become nodes ``interior + leaf`` that lead to
+        themselves, so every (sample, tree) pair can take ``depth`` steps with no bookkeeping of
+        which pairs are done; ``children[2 * node + went_false]`` is the next node."""
+        interior, leaves = len(self.feature), len(self.leaf_values)
+
+        def resolve(ref):
+            return np.where(ref >= 0, ref, interior - ref - 1)
+
+        own = np.arange(interior, interior + leaves)
+        true_next = np.concatenate([resolve(self.true_next), own])
+        false_next = np.concatenate([resolve(self.false_next), own])
+        self._children = np.stack([true_next, false_next], axis=1).reshape(-1)
+        self._feature_all = np.concatenate([self.feature, np.zeros(leaves, np.int64)])
+        # A leaf compares against NaN: either branch is itself, so the answer does not matter.
+        self._threshold_all = np.concatenate([self.threshold, np.full(leaves, np.nan)])
+        self._missing_all = np.concatenate([self.missing_true, np.zeros(leaves, bool)])
+        self._root_nodes = resolve(self.roots)
+        self._interior = interior
+
+    def _walk(self, values, samples, width):
+        """:meth:`leaves` for single-comparison forests: ``depth`` steps of a few whole-array
+        operations, the fastest form when the per-call overhead of numpy dominates (small batches)."""
+        compare = _COMPARISONS[self.single_mode]
+        offsets = np.repeat(np.arange(samples) * width, self.roots.size)
+        current = np.tile(self._root_nodes, samples)
+        for _ in range(self.depth):
+            v = values[offsets + self._feature_all[current]]
+            went_false = ~compare(v, self._threshold_all[current])
+            if self.any_missing_true:
+                went_false &= ~(self._missing_all[current] & np.isnan(v))
+            current = self._children[2 * current + went_false]
+        return (current - self._interior).reshape(samples, self.roots.size)
 
     def _compare(self, node, v):
         """Whether each (node, value) pair takes the true branch."""
@@ -108,6 +158,8 @@ class Forest:
         if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
             x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
         values = x.astype(np.float64).reshape(-1)
+        if self.single_mode is not None and self.single_mode < 6 and x.shape[0] * self.roots.size <= _WALK_LIMIT:
+            return self._walk(values, x.shape[0], width)
         current = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
         flat = current.reshape(-1)
         row_of = np.repeat(np.arange(x.shape[0]) * width, self.roots.size)
@@ -130,30 +182,30 @@ class Forest:
         in the leaf weights' precision; with ``with_presence`` also whether any reached leaf
         has a weight for the target (onnxruntime's ``has_score``).
 
-        Samples go through in blocks so that the ``[block, trees]`` leaf table stays small, and
-        trees are accumulated one at a time (in order, like onnxruntime) so that no
-        ``[N, trees, targets]`` array is ever built.
+        Samples go through in blocks so that the ``[block, trees, targets]`` weight table stays
+        small; sums accumulate tree by tree in order (``cumsum`` is sequential), in the leaf
+        weights' precision, as onnxruntime adds them.
         """
         if how not in (0, 1, 2, 3):
             raise Fail(f"unknown aggregate_function {how}")
         n, targets = x.shape[0], self.leaf_values.shape[1]
         result = np.zeros((n, targets), self.leaf_values.dtype)
         present = np.zeros((n, targets), bool)
-        block = max(1, (1 << 22) // max(self.roots.size, 1))
+        block = max(1, (1 << 21) // max(self.roots.size * targets, 1))
         for start in range(0, n, block):
             leaves = self.leaves(x[start : start + block])
-            out = result[start : start + block]
-            seen = present[start : start + block]
-            for tree in range(leaves.shape[1]):
-                weights = self.leaf_values[leaves[:, tree]]
-                has = self.leaf_has[leaves[:, tree]]
-                if how in (0, 1):
-                    out += weights
-                elif how == 2:
-                    out[...] = np.where(has & (~seen | (weights < out)), weights, out)
-                else:
-                    out[...] = np.where(has & (~seen | (weights > out)), weights, out)
-                seen |= has
+            weights = self.leaf_values[leaves]  # [block, trees, targets]
+            has = self.leaf_has[leaves]
+            if how in (0, 1):
+                if weights.shape[1]:
+                    result[start : start + block] = np.cumsum(weights, axis=1, dtype=weights.dtype)[:, -1]
+            else:
+                fill = np.inf if how == 2 else -np.inf
+                masked = np.where(has, weights, weights.dtype.type(fill))
+                extreme = masked.min(axis=1) if how == 2 else masked.max(axis=1)
+                any_has = has.any(axis=1)
+                result[start : start + block] = np.where(any_has, extreme, 0)
+            present[start : start + block] = has.any(axis=1)
         if how == 0:
             result /= result.dtype.type(max(self.roots.size, 1))
         return (result, present) if with_presence else result
