@@ -1,5 +1,5 @@
-"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``plugins``, ``partition`` and
-``optimize``."""
+"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``bench``, ``plugins``, ``partition``
+and ``optimize``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import OnnxplugError
-from . import _optimize, _partition, _plugins_cmd, _run
+from . import _bench, _optimize, _partition, _plugins_cmd, _run
 
 __all__ = ["main"]
 
@@ -18,6 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnxplug", description="ONNX inference with provider plugins.")
     commands = parser.add_subparsers(dest="command", required=True)
     _run.add_parser(commands)
+    _bench.add_parser(commands)
     _plugins_cmd.add_parser(commands)
     _partition.add_parser(commands)
     _optimize.add_parser(commands)

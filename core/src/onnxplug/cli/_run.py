@@ -24,23 +24,9 @@ DEMO_SAMPLES = "digits_samples.npz"
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("run", help="run a model (without MODEL: the embedded digits demo)")
     parser.add_argument("model", nargs="?", help="path of an .onnx file (default: the embedded demo)")
-    parser.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="feed an input from a .npy file (repeatable); others get random values",
-    )
     parser.add_argument("--providers", default="", help="comma-separated provider names, highest priority first")
     parser.add_argument("--repeat", type=int, default=1, help="run this many times and report latency")
-    parser.add_argument(
-        "--dim",
-        action="append",
-        default=[],
-        metavar="NAME=V|INPUT:INDEX=V",
-        help="value of a symbolic dimension in random inputs, by name or by input and position (repeatable)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    add_feed_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -79,19 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         return run_demo(args)
     session = _session(args.model, args.providers)
-    given = _pairs(args.input, "--input")
-    inputs = session.get_inputs()
-    named, positional = parse_dims(args.dim, [arg.name for arg in inputs])
-    shapes, defaulted = resolve_shapes(inputs, named, positional, infer_dims(args.model, inputs))
-    rng = np.random.default_rng(args.seed)
-    feeds = {arg.name: random_array(arg.type, shapes[arg.name], rng) for arg in inputs if arg.name not in given}
-    declared = {arg.name: arg.type for arg in inputs} | {i.name: i.type for i in session.get_overridable_initializers()}
-    for name, path in given.items():
-        if name not in declared:
-            raise ValueError(f"--input {name}: the model has no input named {name!r} (inputs: {sorted(declared)})")
-        feeds[name], note = cast_given(name, np.load(path, allow_pickle=False), declared[name], _declared_dtype)
-        if note:
-            print(note, file=sys.stderr)
+    feeds, defaulted = build_feeds(args, session)
     try:
         outputs, latencies = _timed_runs(session, feeds, args.repeat)
     except OnnxplugError:
@@ -107,6 +81,43 @@ def run(args: argparse.Namespace) -> int:
     print(f"median latency: {statistics.median(latencies) * 1e3:.3f} ms over {len(latencies)} run(s)")
     _print_providers(session)
     return 0
+
+
+def add_feed_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--input``, ``--dim`` and ``--seed``: how ``run`` and ``bench`` make a model's feeds."""
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="feed an input from a .npy file (repeatable); others get random values",
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=V|INPUT:INDEX=V",
+        help="value of a symbolic dimension in random inputs, by name or by input and position (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+
+
+def build_feeds(args: argparse.Namespace, session: InferenceSession) -> tuple[dict[str, Any], list[str]]:
+    """The feeds ``--input``/``--dim``/``--seed`` describe, and the symbolic dims that defaulted to 1."""
+    given = _pairs(args.input, "--input")
+    inputs = session.get_inputs()
+    named, positional = parse_dims(args.dim, [arg.name for arg in inputs])
+    shapes, defaulted = resolve_shapes(inputs, named, positional, infer_dims(args.model, inputs))
+    rng = np.random.default_rng(args.seed)
+    feeds = {arg.name: random_array(arg.type, shapes[arg.name], rng) for arg in inputs if arg.name not in given}
+    declared = {arg.name: arg.type for arg in inputs} | {i.name: i.type for i in session.get_overridable_initializers()}
+    for name, path in given.items():
+        if name not in declared:
+            raise ValueError(f"--input {name}: the model has no input named {name!r} (inputs: {sorted(declared)})")
+        feeds[name], note = cast_given(name, np.load(path, allow_pickle=False), declared[name], _declared_dtype)
+        if note:
+            print(note, file=sys.stderr)
+    return feeds, defaulted
 
 
 def run_demo(args: argparse.Namespace) -> int:

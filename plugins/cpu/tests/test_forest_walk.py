@@ -1,0 +1,100 @@
+"""The tree-ensemble engine's leaf search against a plain per-sample traversal.
+
+``Forest.leaves`` takes one of two routes (fixed-depth walks for small batches, the shrinking
+active set for large ones); both must reach the same leaves for every comparison mode, with NaN
+inputs and missing-value tracks, on unbalanced trees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxplug_cpu.kernels import ml_forest
+from onnxplug_cpu.kernels.ml_forest import Forest
+
+_OPS = (
+    lambda v, t: v <= t,
+    lambda v, t: v < t,
+    lambda v, t: v >= t,
+    lambda v, t: v > t,
+    lambda v, t: v == t,
+    lambda v, t: v != t,
+)
+
+
+def _random_forest(rng, trees, mode, features):
+    """Random unbalanced trees: each interior node's children are new interior nodes or leaves."""
+    feature, threshold, true_next, false_next, missing, roots = [], [], [], [], [], []
+    leaves = 0
+
+    def grow(depth):
+        nonlocal leaves
+        if depth > 0 and (depth >= 7 or rng.random() < 0.3):
+            leaves += 1
+            return -leaves  # leaf index leaves - 1, as -(leaf + 1)
+        index = len(feature)
+        feature.append(int(rng.integers(features)))
+        threshold.append(float(rng.integers(-2, 3)) if mode in (4, 5) else float(rng.normal()))
+        missing.append(bool(rng.random() < 0.5))
+        true_next.append(0)
+        false_next.append(0)
+        true_next[index] = grow(depth + 1)
+        false_next[index] = grow(depth + 1)
+        return index
+
+    for _ in range(trees):
+        roots.append(grow(0))
+    values = rng.normal(size=(leaves, 2)).astype(np.float32)
+    return Forest(
+        feature=feature,
+        threshold=threshold,
+        mode=[mode] * len(feature),
+        missing_true=missing,
+        true_next=true_next,
+        false_next=false_next,
+        roots=roots,
+        leaf_values=values,
+        leaf_has=np.ones_like(values, bool),
+    )
+
+
+def _reference(forest, x):
+    out = np.zeros((x.shape[0], forest.roots.size), np.int64)
+    for row in range(x.shape[0]):
+        for tree, node in enumerate(forest.roots):
+            while node >= 0:
+                v = float(x[row, forest.feature[node]])
+                taken = _OPS[forest.mode[node]](v, forest.threshold[node])
+                if np.isnan(v) and forest.missing_true[node]:
+                    taken = True
+                node = forest.true_next[node] if taken else forest.false_next[node]
+            out[row, tree] = -node - 1
+    return out
+
+
+@pytest.mark.parametrize("mode", range(6))
+@pytest.mark.parametrize("walk_limit", [1 << 16, 0], ids=["walk", "active-set"])
+def test_leaves_match_a_plain_traversal(mode, walk_limit, monkeypatch):
+    monkeypatch.setattr(ml_forest, "_WALK_LIMIT", walk_limit)
+    rng = np.random.default_rng(mode)
+    forest = _random_forest(rng, trees=9, mode=mode, features=4)
+    x = rng.normal(size=(13, 4)) if mode < 4 else rng.integers(-2, 3, size=(13, 4)).astype(np.float64)
+    x[rng.random(x.shape) < 0.15] = np.nan
+    np.testing.assert_array_equal(forest.leaves(x), _reference(forest, x))
+
+
+@pytest.mark.parametrize("how", [0, 1, 2, 3])
+def test_aggregates_follow_the_reached_leaves(how):
+    rng = np.random.default_rng(7)
+    forest = _random_forest(rng, trees=5, mode=0, features=3)
+    forest.leaf_has[rng.random(forest.leaf_has.shape) < 0.3] = False
+    x = rng.normal(size=(6, 3))
+    leaves = _reference(forest, x)
+    weights, has = forest.leaf_values[leaves], forest.leaf_has[leaves]
+    if how in (0, 1):
+        expected = weights.sum(axis=1) / (forest.roots.size if how == 0 else 1)
+    else:
+        masked = np.where(has, weights, np.inf if how == 2 else -np.inf)
+        expected = np.where(has.any(axis=1), masked.min(axis=1) if how == 2 else masked.max(axis=1), 0)
+    np.testing.assert_allclose(forest.aggregate(x, how), expected, rtol=1e-6)
