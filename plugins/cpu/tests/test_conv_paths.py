@@ -163,10 +163,11 @@ def test_conv_transpose_without_overlap_matches_onnxruntime(shape, kernel, attrs
     "shape, maps, kernel, geometry",
     [
         ((1, 8, 9, 11), 4, (3, 3), dict(pads=[1, 1, 1, 1])),
-        ((2, 6, 7, 10), 6, (3, 2), dict(pads=[0, 2, 1, 0])),  # asymmetric pads, odd sizes, batch
-        ((1, 5, 12, 9), 3, (3, 3), dict(dilations=[2, 3], pads=[2, 1, 2, 3])),
+        ((2, 6, 7, 10), 3, (3, 2), dict(pads=[0, 2, 1, 0])),  # asymmetric pads, odd sizes, batch
+        ((1, 5, 12, 9), 2, (3, 3), dict(dilations=[2, 3], pads=[2, 1, 2, 3])),
         ((2, 4, 8, 8), 2, (5, 5), dict(auto_pad="SAME_LOWER")),
-        ((1, 3, 6, 7), 3, (2, 3), dict(auto_pad="VALID")),
+        ((1, 3, 6, 7), 1, (2, 3), dict(auto_pad="VALID")),
+        ((1, 4, 16, 15), 4, (3, 3), dict(pads=[1, 1, 1, 1])),
         ((1, 64, 20, 20), 16, (3, 3), dict(pads=[1, 1, 1, 1])),  # Winograd-eligible, but narrowing
     ],
 )
@@ -176,7 +177,12 @@ def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry,
     w = rng.standard_normal((maps, shape[1]) + kernel).astype(dtype)
     b = rng.standard_normal(maps).astype(dtype)
     packed = PackedConv(w, 1)
-    assert packed.stacked is not None
+    assert packed.shiftable
+    out, *_ = numerics.pool_geometry(
+        shape[2:], kernel, None, geometry.get("dilations"), geometry.get("pads"), geometry.get("auto_pad", "NOTSET")
+    )
+    tile = numerics._winograd_tile(packed, x, None, geometry.get("dilations"), out)
+    assert numerics._shifts(tile, None, maps, shape[1], out)
     got = convolve(x, w, b, packed=packed, **geometry)
     want = _general(x, w, b, **geometry)
     assert got.dtype == dtype and got.flags.c_contiguous
@@ -190,6 +196,10 @@ def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry,
 
 
 def test_widening_or_grouped_layers_are_not_shifted():
-    assert PackedConv(np.ones((8, 4, 3, 3)), 1).stacked is None
-    assert PackedConv(np.ones((4, 2, 3, 3)), 2).stacked is None
-    assert PackedConv(np.ones((4, 4, 1, 1)), 1).stacked is None
+    assert not PackedConv(np.ones((8, 4, 3, 3)), 1).shiftable
+    assert not PackedConv(np.ones((4, 2, 3, 3)), 2).shiftable
+    assert not PackedConv(np.ones((4, 4, 1, 1)), 1).shiftable
+    assert not numerics._shifts(0, (2, 2), 4, 8, (20, 20))  # strided
+    assert not numerics._shifts(0, None, 512, 512, (7, 7))  # small map, M = C: im2col
+    assert not numerics._shifts(4, None, 64, 64, (56, 56))  # M = C with a Winograd tile
+    assert numerics._shifts(4, None, 16, 64, (56, 56))

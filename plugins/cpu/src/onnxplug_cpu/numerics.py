@@ -73,6 +73,8 @@ WINOGRAD_MIN_CHANNELS = 24
 WINOGRAD_MIN_MAPS = 8
 #: ... and the layer has at least this many output tiles (fewer make the α² matmuls too thin).
 WINOGRAD_MIN_TILES = 36
+#: Layers with as many outputs as inputs are shifted only on maps of at least this many cells.
+SHIFTED_MIN_CELLS = 196
 #: F(2×2) is used on small maps (too few F(4×4) tiles) only for layers at least this wide.
 WINOGRAD_F2_MIN_CHANNELS = 128
 
@@ -82,8 +84,8 @@ class PackedConv:
 
     :ivar matrix: :func:`pack_conv_weights` of the weights (the im2col and pointwise paths).
     :ivar depthwise: ``(C, *k)`` filters when every group has one input and one output channel.
-    :ivar stacked: ``(k·M, C)`` filters for the shifted path, for ungrouped 2-D weights with
-        ``M <= C`` and a kernel larger than 1×1.
+    :ivar shiftable: ungrouped 2-D weights with ``M <= C`` and a kernel larger than 1×1, which
+        may take the shifted path with ``(k·M, C)`` :meth:`stacked_filters`.
     Winograd filters for 3×3 ungrouped weights: F(4×4) ones are computed here, F(2×2) ones on the
     first call that needs them (few layers do); both are kept in :attr:`winograd`.
     """
@@ -94,10 +96,14 @@ class PackedConv:
         self.depthwise = None
         if w.ndim == 4 and group > 1 and w.shape[0] == group and w.shape[1] == 1:
             self.depthwise = np.ascontiguousarray(self.matrix.reshape((group,) + w.shape[2:]))
-        # Stride-1 layers that do not widen multiply first and shift after (kernels._shifted).
-        self.stacked = None
-        if w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1):
-            self.stacked = stacked_filters(self.matrix.reshape(w.shape))
+        # Stride-1 layers that do not widen multiply first and shift after (kernels._shifted);
+        # the stacked filters are made here when the layer narrows (always shifted), else on
+        # the first call that shifts (most such layers take Winograd).
+        self.shiftable = w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1)
+        self._shape = w.shape
+        self._stacked = None
+        if self.shiftable and 2 * w.shape[0] <= w.shape[1]:
+            self.stacked_filters()
         self._w = None
         self.winograd: dict[int, np.ndarray] = {}
         if (
@@ -109,6 +115,11 @@ class PackedConv:
         ):
             self._w = w
             self.winograd[4] = winograd_weights(w, 4)
+
+    def stacked_filters(self) -> np.ndarray:
+        if self._stacked is None:  # idempotent, as winograd_filters
+            self._stacked = stacked_filters(self.matrix.reshape(self._shape))
+        return self._stacked
 
     def winograd_filters(self, m: int) -> np.ndarray:
         if m not in self.winograd:  # idempotent: a concurrent first call computes the same array
@@ -128,6 +139,15 @@ def _winograd_tile(packed: PackedConv | None, x, strides, dilations, out) -> int
     if x.shape[1] >= WINOGRAD_F2_MIN_CHANNELS and n * -(-out[0] // 2) * -(-out[1] // 2) >= 36:
         return 2
     return 0
+
+
+def _shifts(tile: int, strides, maps: int, channels: int, out) -> bool:
+    """Whether a shiftable layer takes the shifted path: stride 1 and narrowing (half the
+    channels or fewer: always cheaper), or not widening, without a Winograd tile and on a map of
+    at least 14×14 (smaller maps' padding columns make the stacked product mostly waste)."""
+    if any(s != 1 for s in strides or (1,)):
+        return False
+    return 2 * maps <= channels or (not tile and math.prod(out) >= SHIFTED_MIN_CELLS)
 
 
 def convolve(
@@ -172,11 +192,9 @@ def convolve(
     n, c = x.shape[:2]
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
-    unit = all(s == 1 for s in strides or (1,))
-    # Narrowing layers are cheapest shifted; Winograd wins over shifting once M nears C.
-    if prepared is not None and prepared.stacked is not None and unit and (not tile or 2 * w.shape[0] <= c):
+    if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
-        y = shifted_conv(xc, prepared.stacked, ks, dl, begin, end, out)
+        y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out)
     elif tile:
         y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out)
     elif prepared is not None and prepared.depthwise is not None:
