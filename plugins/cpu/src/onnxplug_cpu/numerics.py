@@ -8,6 +8,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 
 * :func:`erf`: the error function (numpy has none): double precision for float64 inputs, a
   faster single-precision path otherwise.
+* :func:`gelu_single`: exact Gelu in float32, accurate in the negative tail (the fast path of
+  ``Gelu`` and com.microsoft's Gelu family).
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
 * :func:`pool_geometry`, :func:`windows`: output sizes and pads of a sliding window
   (auto_pad, pads, strides, dilations, ceil_mode) and the strided window view of the padded input.
@@ -29,7 +31,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
-from .kernels._numeric import erf, is_float, widen
+from .kernels._numeric import erf, gelu_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
@@ -37,6 +39,7 @@ from .kernels.rnn import rnn_activations
 
 __all__ = [
     "PackedConv",
+    "gelu_single",
     "rnn_activations",
     "conv_compute_dtype",
     "convolve",

@@ -9,6 +9,7 @@ are, never widened in the result.
 from __future__ import annotations
 
 import functools
+import math
 
 import ml_dtypes
 import numpy as np
@@ -107,12 +108,9 @@ _ERFC_FIT = (
 )
 
 
-def _erf_single(x: np.ndarray) -> np.ndarray:
-    """erf to single precision, computed in float32 with in-place passes (the fast path for
-    float32 and narrower types): the erfc fit from 0.5 up, and the Taylor series below, where
-    ``1 - erfc`` would lose the relative accuracy of small values."""
-    x = np.asarray(x, dtype=np.float32)
-    a = np.abs(x)
+def _erfc_single(a: np.ndarray, sq: np.ndarray | None = None) -> np.ndarray:
+    """erfc(a) for float32 ``a >= 0`` (a new array), to a relative error under 1.2e-7 everywhere
+    (the fit above); ``sq`` is ``a * a`` when the caller has it."""
     t = np.multiply(a, np.float32(0.5))
     t += np.float32(1)
     np.reciprocal(t, out=t)
@@ -120,11 +118,36 @@ def _erf_single(x: np.ndarray) -> np.ndarray:
     for coefficient in _ERFC_FIT[1:]:
         poly *= t
         poly += np.float32(coefficient)
-    sq = np.square(a)
-    poly -= sq
-    with np.errstate(under="ignore"):
-        np.exp(poly, out=poly)
+    poly -= np.square(a) if sq is None else sq
+    np.exp(poly, out=poly)  # underflow to 0 is the answer far out (sessions run under errstate)
     poly *= t
+    return poly
+
+
+def gelu_single(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) Gelu ``x/2 (1 + erf(x/sqrt 2))`` computed in float32, as ``x/2 erfc(-x/sqrt 2)``
+    below zero and ``x/2 (2 - erfc(x/sqrt 2))`` above, so the negative tail keeps its relative
+    accuracy (``1 + erf`` would cancel there).  Relative error under 2e-6 for |x| < 4, growing
+    with x^2 beyond (2e-5 where the result leaves float32's range).  About fifteen in-place
+    passes: the fast path of the Gelu kernels, run on every FFN activation of a transformer."""
+    x = np.asarray(x, dtype=np.float32)
+    a = np.abs(x)
+    a *= np.float32(1 / math.sqrt(2.0))
+    e = _erfc_single(a)
+    np.subtract(np.float32(2), e, out=e, where=x >= 0)
+    e *= x
+    e *= np.float32(0.5)
+    return e
+
+
+def _erf_single(x: np.ndarray) -> np.ndarray:
+    """erf to single precision, computed in float32 with in-place passes (the fast path for
+    float32 and narrower types): the erfc fit from 0.5 up, and the Taylor series below, where
+    ``1 - erfc`` would lose the relative accuracy of small values."""
+    x = np.asarray(x, dtype=np.float32)
+    a = np.abs(x)
+    sq = np.square(a)
+    poly = _erfc_single(a, sq)
     large = np.subtract(np.float32(1), poly, out=poly)
     # Taylor to a^13 below 0.5 (the next term is under 5e-10 there), over the whole array: a
     # few more passes cost less than gathering the small values out and back.

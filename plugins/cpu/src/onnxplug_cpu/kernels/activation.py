@@ -11,7 +11,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._numeric import as_dtype, erf, float_unary, widen
+from ._numeric import as_dtype, erf, float_unary, gelu_single, widen
 from ._registry import kernel
 
 
@@ -228,6 +228,8 @@ def softsign(x):
 @float_unary
 def gelu(x, *, approximate):
     if approximate == "none":
+        if x.dtype == np.float32:
+            return gelu_single(x)
         return 0.5 * x * (1 + erf(x / np.sqrt(2)).astype(x.dtype))
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
