@@ -33,7 +33,7 @@ import pluggy
 
 from . import _default_policy, hookspecs
 from ._default_policy import CPU_NAME
-from .api import API_VERSION, ProviderFactory
+from .api import ProviderFactory, api_version_problem
 from .errors import Fail, PluginError
 from .optimizer.rules import RuleSet
 
@@ -283,11 +283,9 @@ class Environment:
         for factory in self._call_plugin(record, "onnxplug_provider_factories"):
             if not isinstance(factory, ProviderFactory):
                 raise PluginError(f"onnxplug_provider_factories returned {factory!r}, not a ProviderFactory")
-            if factory.api_version != API_VERSION:
-                raise PluginError(
-                    f"provider '{factory.name}' implements provider API {factory.api_version}; "
-                    f"this onnxplug speaks {API_VERSION}"
-                )
+            problem = api_version_problem(factory.api_version)
+            if problem is not None:
+                raise PluginError(f"provider '{factory.name}' {problem}")
             for key in {factory.name, factory.ort_name}:
                 if key in self._factories:
                     raise PluginError(f"provider name '{key}' is already taken by plugin '{self._factory_owner[key]}'")

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "API_VERSION",
+    "api_version_problem",
     "Device",
     "KernelClaim",
     "FuseClaim",
@@ -74,8 +75,34 @@ __all__ = [
     "KernelLookup",
 ]
 
-#: The version of this contract.  A factory whose ``api_version`` differs is not used.
-API_VERSION = 1
+#: The version of this contract, ``(major, minor)``.  A minor version only adds (methods with
+#: defaults, optional arguments), so a factory built for ``(1, 0)`` (or the plain ``1`` of
+#: onnxplug 0.1) keeps working with a ``(1, 1)`` core; a factory declaring a newer minor, or
+#: another major, is refused with the reason in ``onnxplug plugins``.  1.1 added device memory
+#: (DataTransfer's memory methods, ProviderFactory.memory, Provider.synchronize) and ProviderContext.
+API_VERSION = (1, 1)
+
+
+def api_version_problem(declared: Any) -> str | None:
+    """Why a factory declaring contract version ``declared`` cannot be used, or ``None``.
+
+    ``declared`` is ``(major, minor)``, or an int meaning ``(major, 0)``.
+    """
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        declared = (declared, 0)
+    if not (
+        isinstance(declared, tuple) and len(declared) == 2 and all(isinstance(v, int) for v in declared)
+    ):
+        return f"api_version must be (major, minor) or an int, got {declared!r}"
+    major, minor = declared
+    if major != API_VERSION[0]:
+        return f"implements provider API {major}.{minor}; this onnxplug speaks {API_VERSION[0]}.x"
+    if minor > API_VERSION[1]:
+        return (
+            f"implements provider API {major}.{minor}, newer than this onnxplug's "
+            f"{API_VERSION[0]}.{API_VERSION[1]} (upgrade onnxplug-core)"
+        )
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,7 +325,8 @@ class ProviderFactory:
 
     name: str = ""
     ort_name: str = ""
-    api_version: int = API_VERSION
+    #: The contract version the factory was written for (see :data:`API_VERSION`).
+    api_version: tuple[int, int] | int = API_VERSION
     priority: int = 0
     option_names: frozenset[str] = frozenset()
 

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,11 @@ __all__ = ["InferenceSession"]
 def _thread_controller(threads: int) -> BlasThreads | None:
     """What holds BLAS threads at ``intra_op_num_threads`` during ``run`` (``None``: 0, the default)."""
     return BlasThreads(threads) if threads > 0 else None
+
+
+def _close_all(providers: list[Provider]) -> None:
+    for provider in providers:
+        provider.close()
 
 
 #: onnxruntime's severities (0 verbose ... 4 fatal) as logging levels.
@@ -152,6 +158,9 @@ class InferenceSession:
                 provider.close()
             raise
         self._providers = providers
+        # Providers hold device memory, compiled engines, vendor handles: release them when the
+        # session is collected without close() (the finalizer holds the providers, not the session).
+        self._finalizer = weakref.finalize(self, _close_all, list(providers))
         # the first position of each name (a graph may list one value as two outputs)
         self._output_index: dict[str, int] = {}
         for index, name in enumerate(self._plan.output_names):
@@ -427,8 +436,9 @@ class InferenceSession:
         if self._parallel is not None:
             self._parallel.close()
             self._parallel = None
-        for provider in self._providers:
-            provider.close()
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()  # closes each provider once; later calls (and collection) do nothing
         self._providers = []
         self._plan = None
         self._partitioned = None

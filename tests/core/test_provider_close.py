@@ -1,0 +1,71 @@
+"""``Provider.close()`` runs once per provider: at ``session.close()``, or when the session is
+collected without it."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.api import Device, KernelProvider, ProviderFactory
+
+CLOSED: list[str] = []
+
+
+class ClosingProvider(KernelProvider):
+    def close(self) -> None:
+        CLOSED.append(self.name)
+
+
+class ClosingFactory(ProviderFactory):
+    name = "closing"
+    ort_name = "ClosingExecutionProvider"
+
+    def devices(self):
+        return [Device("cpu")]
+
+    def create(self, device, options):
+        return ClosingProvider(self, device)
+
+
+class Plugin:
+    @onnxplug.hookimpl
+    def onnxplug_provider_factories(self):
+        return [ClosingFactory()]
+
+
+def _model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _session():
+    environment = onnxplug.Environment(only=["cpu"])
+    environment.register(Plugin(), name="closing")
+    return onnxplug.InferenceSession(_model(), providers=["ClosingExecutionProvider"], environment=environment)
+
+
+def test_a_collected_session_closes_its_providers():
+    CLOSED.clear()
+    session = _session()
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([-1, 2], np.float32)})[0], [0, 2])
+    del session
+    gc.collect()
+    assert CLOSED == ["closing"]
+
+
+def test_close_then_collection_closes_once():
+    CLOSED.clear()
+    session = _session()
+    session.close()
+    session.close()
+    del session
+    gc.collect()
+    assert CLOSED.count("closing") == 1
