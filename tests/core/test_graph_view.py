@@ -53,3 +53,47 @@ def test_view_is_closed_after_the_call():
     view.end_query()
     with pytest.raises(RuntimeError, match="valid only during"):
         _ = view.nodes
+
+
+def test_node_views_carry_static_symbolic_and_unknown_dims():
+    from onnx import TensorProto, helper
+
+    import onnxplug
+    from onnxplug.api import KernelProvider
+
+    seen = {}
+
+    class Recording(KernelProvider):
+        def capability(self, graph, kernels):
+            for node in graph.nodes:
+                seen[node.name] = (node.input_shapes, node.output_shapes)
+            return super().capability(graph, kernels)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Reshape", ["r", "s"], ["y"], name="reshape"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, None]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    environment = onnxplug.Environment(only=["cpu"])
+    factory = environment.factory("cpu")
+    original = factory.create
+    factory.create = lambda device, options: Recording(factory, device)
+    try:
+        onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"], environment=environment)
+    finally:
+        factory.create = original
+    relu_in, relu_out = seen["relu"]
+    assert relu_in == (("batch", 3, None),)
+    # shape inference may name the unknown dim it passes on (onnx writes unk__N)
+    assert relu_out[0][:2] == ("batch", 3) and (relu_out[0][2] is None or isinstance(relu_out[0][2], str))
+    inputs, outputs = seen["reshape"]
+    assert inputs == (("batch", 3, None), (2,))
+    assert outputs[0] is None or len(outputs[0]) == 2

@@ -33,6 +33,19 @@ class _Lease:
             raise RuntimeError("a GraphView is valid only during the capability() call that received it")
 
 
+def _shape_of(value: ir.Value) -> tuple[int | str | None, ...] | None:
+    shape = value.shape
+    if shape is None:
+        return None
+    dims: list[int | str | None] = []
+    for dim in shape:
+        if isinstance(dim, int):
+            dims.append(dim)
+        else:
+            dims.append(dim.value if isinstance(dim.value, str) and dim.value else None)
+    return tuple(dims)
+
+
 class NodeView:
     """One node as a provider sees it."""
 
@@ -47,6 +60,8 @@ class NodeView:
         "_attributes",
         "_input_types",
         "_output_types",
+        "_input_shapes",
+        "_output_shapes",
         "_schema",
         "subgraphs",
     )
@@ -66,6 +81,8 @@ class NodeView:
         self._attributes = dict(node.attributes)
         self._input_types = tuple(None if v is None else ir_type_string(v.type) for v in node.inputs)
         self._output_types = tuple(ir_type_string(v.type) for v in node.outputs)
+        self._input_shapes = tuple(None if v is None else _shape_of(v) for v in node.inputs)
+        self._output_shapes = tuple(_shape_of(v) for v in node.outputs)
         #: Names of the node's graph attributes (If branches, Loop/Scan bodies).
         self.subgraphs: tuple[str, ...] = tuple(
             name
@@ -90,6 +107,22 @@ class NodeView:
     @property
     def output_types(self) -> tuple[str | None, ...]:
         return self._output_types
+
+    @property
+    def input_shapes(self) -> tuple[tuple[int | str | None, ...] | None, ...]:
+        """The inputs' shapes after shape inference: a static dim as an int, a symbolic one as its
+        name, an unknown one as ``None``; ``None`` for an input of unknown rank (or missing).
+        Providers decline by shape with these (a GPU kernel limited to rank 4, a compiler that
+        needs static shapes).
+
+        .. versionadded:: 0.2
+        """
+        return self._input_shapes
+
+    @property
+    def output_shapes(self) -> tuple[tuple[int | str | None, ...] | None, ...]:
+        """The outputs' shapes, as :attr:`input_shapes` describes them."""
+        return self._output_shapes
 
     def type_bindings(self) -> dict[str, str]:
         """Which type each of the schema's type parameters is bound to, from known input types."""
