@@ -69,3 +69,37 @@ def test_close_then_collection_closes_once():
     del session
     gc.collect()
     assert CLOSED.count("closing") == 1
+
+
+def test_factories_taking_a_context_get_the_session_options():
+    from onnxplug.api import ProviderContext
+
+    received: list[ProviderContext] = []
+
+    class ContextFactory(ClosingFactory):
+        name = "contextual"
+        ort_name = "ContextualExecutionProvider"
+
+        def create(self, device, options, context=None):
+            received.append(context)
+            return KernelProvider(self, device)
+
+    class ContextPlugin:
+        @onnxplug.hookimpl
+        def onnxplug_provider_factories(self):
+            return [ContextFactory()]
+
+    environment = onnxplug.Environment(only=["cpu"])
+    environment.register(ContextPlugin(), name="contextual")
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = 3
+    options.enable_profiling = False
+    options.graph_optimization_level = onnxplug.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("session.custom", "yes")
+    onnxplug.InferenceSession(_model(), options, providers=["ContextualExecutionProvider"], environment=environment)
+    (context,) = received
+    assert context.intra_op_num_threads == 3
+    assert context.optimization_level == "basic"
+    assert context.config["session.custom"] == "yes"
+    # the two-argument factories of contract 1.0 are still called without it
+    _session().close()

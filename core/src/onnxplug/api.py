@@ -199,7 +199,7 @@ class ProviderContext:
     :ivar intra_op_num_threads: the session's ``intra_op_num_threads`` (0: the provider decides).
     :ivar inter_op_num_threads: the session's ``inter_op_num_threads``.
     :ivar optimization_level: the session's graph optimization level name (``"disable"``,
-        ``"basic"``, ``"extended"``, ``"all"``).
+        ``"basic"``, ``"extended"``, ``"layout"``, ``"all"``).
     :ivar enable_profiling: whether the session profiles.
     :ivar config: the session's config entries (``add_session_config_entry``).
     :ivar cache: the core's compile cache (:class:`onnxplug.CompileCache`) that compiling providers

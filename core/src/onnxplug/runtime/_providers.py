@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -21,7 +23,7 @@ from typing import Any
 
 from .._default_policy import CPU_NAME
 from .._plugins import Environment, normalize_options
-from ..api import Provider, ProviderFactory
+from ..api import Provider, ProviderContext, ProviderFactory
 from ..errors import InvalidArgument
 
 __all__ = ["ProviderRequest", "parse_providers", "create_providers", "CPU_NAME", "PROVIDERS_ENV"]
@@ -121,12 +123,29 @@ def select_factories(
     return chosen
 
 
-def create_providers(environment: Environment, chosen: list[tuple[ProviderFactory, dict[str, str]]]) -> list[Provider]:
-    """Instantiate each factory on its first device."""
+def create_providers(
+    environment: Environment,
+    chosen: list[tuple[ProviderFactory, dict[str, str]]],
+    context: ProviderContext | None = None,
+) -> list[Provider]:
+    """Instantiate each factory on its first device, passing ``context`` to factories whose
+    ``create`` takes a ``context`` keyword (contract 1.1; older factories get two arguments)."""
     providers = []
     for factory, options in chosen:
         devices = environment.devices(factory)
-        provider = factory.create(devices[0], options)
+        if context is not None and _takes_context(type(factory).create):
+            provider = factory.create(devices[0], options, context=context)
+        else:
+            provider = factory.create(devices[0], options)
         provider.options = dict(options)
         providers.append(provider)
     return providers
+
+
+@functools.cache
+def _takes_context(create: Any) -> bool:
+    try:
+        parameters = inspect.signature(create).parameters
+    except (TypeError, ValueError):
+        return False
+    return "context" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())

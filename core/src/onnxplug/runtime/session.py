@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from .._plugins import Environment, default_environment
-from ..api import KernelLookup, Provider
+from ..api import KernelLookup, Provider, ProviderContext
 from ..errors import InvalidArgument, NoModel
 from ..graph import load_model
 from ..kernels import RunState, enter_run, leave_run
@@ -38,7 +38,7 @@ from ._save import write_optimized_model
 from ._session_info import assignment_info, in_memory_data, memory_infos
 from .iobinding import IOBinding
 from .lora import with_adapters
-from .options import ExecutionMode, RunOptions, SessionOptions
+from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .report import PartitionReport, build_report
 
@@ -48,6 +48,16 @@ __all__ = ["InferenceSession"]
 def _thread_controller(threads: int) -> BlasThreads | None:
     """What holds BLAS threads at ``intra_op_num_threads`` during ``run`` (``None``: 0, the default)."""
     return BlasThreads(threads) if threads > 0 else None
+
+
+#: ProviderContext.optimization_level by session level.
+_LEVEL_NAMES = {
+    GraphOptimizationLevel.ORT_DISABLE_ALL: "disable",
+    GraphOptimizationLevel.ORT_ENABLE_BASIC: "basic",
+    GraphOptimizationLevel.ORT_ENABLE_EXTENDED: "extended",
+    GraphOptimizationLevel.ORT_ENABLE_LAYOUT: "layout",
+    GraphOptimizationLevel.ORT_ENABLE_ALL: "all",
+}
 
 
 def _close_all(providers: list[Provider]) -> None:
@@ -134,7 +144,7 @@ class InferenceSession:
         self._outputs = output_args(proto.graph, inferred)
         self._meta = ModelMetadata.from_proto(proto)
         chosen = select_factories(self._environment, requests, fallback=self._fallback)
-        providers = create_providers(self._environment, chosen)
+        providers = create_providers(self._environment, chosen, self._provider_context())
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             start = time.perf_counter()
@@ -176,6 +186,17 @@ class InferenceSession:
                 options.optimized_model_filepath,
                 options._entries(),
             )
+
+    def _provider_context(self) -> ProviderContext:
+        options = self._sess_options
+        level = GraphOptimizationLevel(int(options.graph_optimization_level))
+        return ProviderContext(
+            intra_op_num_threads=int(options.intra_op_num_threads),
+            inter_op_num_threads=int(options.inter_op_num_threads),
+            optimization_level=_LEVEL_NAMES[level],
+            enable_profiling=bool(options.enable_profiling),
+            config=dict(options._entries()),
+        )
 
     def _optimize(self, slots: list[ProviderSlot]) -> OptimizedModel:
         """The optimizer stage for these providers, reusing an earlier result when the same rule
