@@ -96,10 +96,12 @@ def test_factories_taking_a_context_get_the_session_options():
     options.enable_profiling = False
     options.graph_optimization_level = onnxplug.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.add_session_config_entry("session.custom", "yes")
+    options.add_session_config_entry("session.compile_cache_dir", "/tmp/onnxplug-test-cache")
     onnxplug.InferenceSession(_model(), options, providers=["ContextualExecutionProvider"], environment=environment)
     (context,) = received
     assert context.intra_op_num_threads == 3
     assert context.optimization_level == "basic"
     assert context.config["session.custom"] == "yes"
+    assert context.cache is onnxplug.default_compile_cache("/tmp/onnxplug-test-cache")
     # the two-argument factories of contract 1.0 are still called without it
     _session().close()

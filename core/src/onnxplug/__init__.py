@@ -9,6 +9,7 @@ import logging
 
 from ._plugins import Environment, PluginRecord, default_environment
 from ._version import __version__
+from .compile_cache import CompileCache, default_compile_cache
 from .errors import (
     DeviceReset,
     EngineError,
@@ -61,6 +62,8 @@ from .runtime._global_threads import set_global_thread_pool_sizes
 from .runtime.session import _SEVERITY_LEVELS
 
 __all__ = [
+    "CompileCache",
+    "default_compile_cache",
     "AdapterFormat",
     "DeviceReset",
     "EPFail",

@@ -290,16 +290,20 @@ def test_cache_dir_writes_compiled_blobs(tmp_path):
 # -- the plugin's own helpers ----------------------------------------------------------------
 
 
-def test_capability_and_compiled_models_are_cached_by_content():
-    from onnxplug_openvino import _compile, _support
+def test_capability_and_compiled_models_are_cached_by_content_in_the_core_cache():
+    import onnxplug_openvino
 
-    _support.clear_cache()
-    _compile.clear_cache()
+    cache = onnxplug.default_compile_cache()
+    onnxplug_openvino.clear_caches()
     model = _mlp().SerializeToString()
     onnxplug.InferenceSession(model, providers=[OV])
+    misses = cache.misses
+    assert len(cache) == 2  # the support analysis and the compiled model
     onnxplug.InferenceSession(model, providers=[OV])
-    assert len(_support._cache) == 1
-    assert len(_compile._compiled) == 1
+    assert cache.misses == misses and len(cache) == 2
+    other = onnxplug.InferenceSession(model, providers=[(OV, {"num_of_threads": "1"})])
+    assert len(cache) == 3  # other settings compile anew; the analysis is shared
+    assert other.run(None, {"x": _x()})[0].shape
 
 
 def test_missing_openvino_means_no_device_and_an_install_hint(monkeypatch):

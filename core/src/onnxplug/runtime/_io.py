@@ -258,7 +258,8 @@ def check_feeds(specs: Sequence[InputSpec], feeds: Any) -> dict[str, Any]:
                 checked[name] = None
                 continue
             raise InvalidArgument(f"input '{name}' is None; expected {spec.type_string}")
-        if type(value) is not np.ndarray or spec.kind != "tensor" or value.dtype.kind in "USO":
+        # An array already of the declared (non-string) dtype needs no conversion: the fast path.
+        if type(value) is not np.ndarray or spec.kind != "tensor" or value.dtype != spec.dtype or value.dtype == object:
             value = _as_array(spec, value)
         if spec.kind == "tensor":
             if value.dtype != spec.dtype or value.shape != spec.fixed_shape:

@@ -20,6 +20,8 @@ import onnx
 
 from .._plugins import Environment, default_environment
 from ..api import KernelLookup, Provider, ProviderContext
+from ..compile_cache import CONFIG_KEY as COMPILE_CACHE_KEY
+from ..compile_cache import default_compile_cache
 from ..errors import InvalidArgument, NoModel
 from ..graph import load_model
 from ..kernels import RunState, enter_run, leave_run
@@ -196,6 +198,7 @@ class InferenceSession:
             optimization_level=_LEVEL_NAMES[level],
             enable_profiling=bool(options.enable_profiling),
             config=dict(options._entries()),
+            cache=default_compile_cache(options._entries().get(COMPILE_CACHE_KEY) or None),
         )
 
     def _optimize(self, slots: list[ProviderSlot]) -> OptimizedModel:

@@ -10,8 +10,8 @@ __all__ = ["clear_caches"]
 
 
 def clear_caches() -> None:
-    """Forget the cached capability answers and compiled models (benchmarks of creation time, tests)."""
-    from . import _compile, _support
+    """Forget the cached capability answers and compiled models (benchmarks of creation time,
+    tests): they live in the core's process-wide compile cache, which this clears."""
+    from onnxplug import default_compile_cache
 
-    _support.clear_cache()
-    _compile.clear_cache()
+    default_compile_cache().clear()

@@ -1,8 +1,9 @@
 """Compiling a partition with OpenVINO and running it.
 
 ``core.read_model(bytes)`` → ``core.compile_model(model, device, config)``.  Compiled models are
-kept in memory by content (model bytes, device, properties), so sessions over the same model
-share them; with ``cache_dir`` OpenVINO also caches compiled blobs on disk (``CACHE_DIR``).
+kept in the core's compile cache (``onnxplug.CompileCache``) by content (model bytes, device,
+properties), so sessions over the same model share them; with ``cache_dir`` OpenVINO also caches
+compiled blobs on disk (``CACHE_DIR``, the vendor's own format and invalidation).
 
 Running uses one infer request per thread and partition, created on first use, so one session
 can run from many threads.  Inputs are copied into the request's tensors and outputs copied out
@@ -11,8 +12,6 @@ of OpenVINO's buffers: the caller owns every array it gets.
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -20,48 +19,29 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxplug import CompileCache
 from onnxplug.api import CompiledPartition
 from onnxplug.errors import EPFail
 
 from ._options import Settings
 
-__all__ = ["compile_partition", "clear_cache"]
-
-#: The in-memory cache keeps at most this many compiled models, and only while the ONNX models
-#: they came from total at most ``_CACHE_BYTES`` (a bigger model is shared only by live sessions,
-#: which hold their compiled model themselves).
-_CACHE_SIZE = 32
-_CACHE_BYTES = 256 << 20
-_compiled: collections.OrderedDict[tuple, tuple[Any, int]] = collections.OrderedDict()
-_lock = threading.Lock()
-
-
-def clear_cache() -> None:
-    with _lock:
-        _compiled.clear()
-
+__all__ = ["compile_partition"]
 
 def _describe(partition: Any) -> str:
     nodes = ", ".join(partition.nodes[:8]) + (" ..." if len(partition.nodes) > 8 else "")
     return f"partition {partition.name} ({nodes})"
 
 
-def _compile_cached(data: bytes, settings: Settings, core: Any) -> Any:
-    key = (hashlib.sha256(data).hexdigest(), settings.device, settings.config)
-    with _lock:
-        found = _compiled.get(key)
-        if found is not None:
-            _compiled.move_to_end(key)
-            return found[0]
-    model = core.read_model(data)
-    compiled = core.compile_model(model, settings.device, settings.config_dict())
-    with _lock:
-        _compiled[key] = (compiled, len(data))
-        total = sum(size for _, size in _compiled.values())
-        while _compiled and (len(_compiled) > _CACHE_SIZE or total > _CACHE_BYTES):
-            _, (_, size) = _compiled.popitem(last=False)
-            total -= size
-    return compiled
+def _compile_cached(data: bytes, settings: Settings, core: Any, cache: CompileCache) -> Any:
+    """The compiled model for ``data``, from the session's compile cache (the core's: bounded,
+    shared by sessions over the same model and settings); OpenVINO's own ``CACHE_DIR`` blobs, when
+    configured, make a miss cheap too."""
+    key = CompileCache.key(
+        provider="openvino", content=data, device=settings.device, options=dict(settings.config), extra="compiled"
+    )
+    return cache.get_or_create(
+        key, lambda: core.compile_model(core.read_model(data), settings.device, settings.config_dict()), len(data)
+    )
 
 
 def _port_index(ports: Sequence[Any], name: str) -> int | None:
@@ -119,14 +99,14 @@ def _shape_text(tensor_type: onnx.TypeProto.Tensor) -> str:
     return "[" + ",".join(dims) + "]"
 
 
-def compile_partition(partition: Any, settings: Settings, core: Any) -> CompiledPartition:
+def compile_partition(partition: Any, settings: Settings, core: Any, cache: CompileCache) -> CompiledPartition:
     """A CompiledPartition running ``partition`` on ``settings.device``.
 
     :raises EPFail: OpenVINO failed to read or compile the partition's model (naming its nodes).
     """
     data = partition.model_bytes()
     try:
-        compiled = _compile_cached(data, settings, core)
+        compiled = _compile_cached(data, settings, core, cache)
     except Exception as error:
         raise EPFail(
             f"OpenVINO failed to compile {_describe(partition)} for {settings.device}: {type(error).__name__}: {error}"

@@ -1,23 +1,22 @@
 """Which ONNX nodes OpenVINO takes: its ONNX frontend's ``convert_partially`` plus the limits of
 the CPU plugin that conversion does not report (element types, dynamic rank).
 
-The answer for one model is computed once (cached by the model's content): ``analyze`` returns
+The answer for one model is computed once (kept in the compile cache by content): ``analyze`` returns
 the supported node names and a reason for each declined one.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import hashlib
 import io
-import threading
 from collections.abc import Iterable
 
 import onnx
 from onnx import TensorProto, helper
 
-__all__ = ["Support", "analyze", "clear_cache"]
+from onnxplug import CompileCache
+
+__all__ = ["Support", "analyze"]
 
 #: Element types OpenVINO's ONNX frontend and CPU plugin both handle.  Not float64 (the CPU plugin
 #: computes it in float32) nor bfloat16 (wrong results in the ONNX conformance cases).
@@ -145,9 +144,6 @@ def _mismatch(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants:
     return None
 
 
-_CACHE_SIZE = 64
-
-
 @dataclasses.dataclass(frozen=True)
 class Support:
     """The answer for one model.
@@ -160,29 +156,10 @@ class Support:
     declined: dict[str, str]
 
 
-_cache: collections.OrderedDict[str, Support] = collections.OrderedDict()
-_lock = threading.Lock()
-
-
-def clear_cache() -> None:
-    with _lock:
-        _cache.clear()
-
-
-def analyze(model_bytes: bytes) -> Support:
-    """Per-node support for a serialized ONNX model (cached by content)."""
-    key = hashlib.sha256(model_bytes).hexdigest()
-    with _lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-            return found
-    support = _analyze(onnx.ModelProto.FromString(model_bytes))
-    with _lock:
-        _cache[key] = support
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return support
+def analyze(model_bytes: bytes, cache: CompileCache) -> Support:
+    """Per-node support for a serialized ONNX model (kept in the session's compile cache by content)."""
+    key = CompileCache.key(provider="openvino", content=model_bytes, extra="support")
+    return cache.get_or_create(key, lambda: _analyze(onnx.ModelProto.FromString(model_bytes)))
 
 
 # -- the analysis ------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderFactory
+from onnxplug import CompileCache, default_compile_cache
+from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderContext, ProviderFactory
 from onnxplug.errors import InvalidArgument
 
 from ._options import OPTION_NAMES, Settings, parse_options
@@ -46,15 +47,16 @@ def _device_kind(name: str) -> tuple[str, int]:
 class OpenVINOProvider(Provider):
     """Claims connected convex runs of the nodes OpenVINO converts, and compiles each one."""
 
-    def __init__(self, factory: ProviderFactory, device: Device, settings: Settings):
+    def __init__(self, factory: ProviderFactory, device: Device, settings: Settings, cache: CompileCache):
         super().__init__(factory, device)
         self.settings = settings
+        self.cache = cache
 
     def capability(self, graph, kernels):
         from ._support import analyze
 
         start = time.perf_counter()
-        support = analyze(graph.model_bytes())
+        support = analyze(graph.model_bytes(), self.cache)
         elapsed = time.perf_counter() - start
         logger.log(
             logging.INFO if elapsed >= SLOW_S else logging.DEBUG,
@@ -76,7 +78,7 @@ class OpenVINOProvider(Provider):
         if count >= LARGE_PARTITION:
             logger.info("compiling %s (%d nodes) for %s", partition.name, count, self.settings.device)
         start = time.perf_counter()
-        compiled = compile_partition(partition, self.settings, shared_core())
+        compiled = compile_partition(partition, self.settings, shared_core(), self.cache)
         elapsed = time.perf_counter() - start
         logger.log(
             logging.INFO if elapsed >= SLOW_S else logging.DEBUG,
@@ -138,7 +140,9 @@ class OpenVINOProviderFactory(ProviderFactory):
             self.devices()
         return self._reason or "no device found"
 
-    def create(self, device: Device, options: Mapping[str, str]) -> OpenVINOProvider:
+    def create(
+        self, device: Device, options: Mapping[str, str], context: ProviderContext | None = None
+    ) -> OpenVINOProvider:
         self.check_options(options)
         available = self._available()
         if not available:
@@ -147,5 +151,8 @@ class OpenVINOProviderFactory(ProviderFactory):
             (n for n in available if _device_kind(n) == (device.kind, device.id)),
             available[0],
         )
+        if context is not None and context.intra_op_num_threads > 0 and "num_of_threads" not in options:
+            options = {**options, "num_of_threads": str(context.intra_op_num_threads)}  # the session's threads
         settings = parse_options(options, default, available, self.ort_name)
-        return OpenVINOProvider(self, device, settings)
+        cache = context.cache if context is not None and context.cache is not None else default_compile_cache()
+        return OpenVINOProvider(self, device, settings, cache)
