@@ -32,7 +32,17 @@ class KernelEvaluator:
         if node.graph is None:
             return None
         view = GraphView(node.graph, opsets, [node]).node(node.name)
-        found = next(((slot, k) for slot in self._slots if (k := slot.kernels.resolve(view)) is not None), None)
+        bindings = view.type_bindings()
+        # The first host kernel that accepts the node's types, as capability would choose it
+        # (a provider whose kernels take only floats must not fold an integer Div).
+        found = next(
+            (
+                (slot, k)
+                for slot in self._slots
+                if (k := slot.kernels.resolve(view)) is not None and k.supports_types(bindings)
+            ),
+            None,
+        )
         if found is None:
             return None
         slot, kernel = found
