@@ -4,14 +4,16 @@
 
 1. ONNX's node cases that have an op the CUDA kernels claim, run with CUDAExecutionProvider first
    (CuPy arrays) and the CPU provider behind it: pass / fail counts and the nodes the GPU ran.
-2. Latency of a few light models (onnx wheel: resnet50, squeezenet) with the CUDA provider, against the CPU provider and, when importable,
-   onnxruntime-gpu's CUDAExecutionProvider, medians of 20 runs after 5 warm-ups.
+2. Latency of a few light models (onnx wheel: resnet50, squeezenet) with the CUDA provider,
+   against the CPU provider and, when importable, onnxruntime-gpu's CUDAExecutionProvider
+   (medians of 20 runs after 5 warm-ups).
 
 It needs CuPy and a GPU; without them it says why and exits 2.  Not run in CI (no GPU there).
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -40,9 +42,9 @@ def _median_ms(run, feeds, warmup=5, repeat=20) -> float:
 
 def node_cases() -> None:
     import _harness
-    from onnxplug_cuda.kernels import registry
 
     import onnxplug
+    from onnxplug_cuda.kernels import registry
 
     ops = {kernel.key.op_type for kernel in registry}
     expectations = _harness.load_expectations(str(_harness.XFAIL_FILE))
@@ -54,9 +56,9 @@ def node_cases() -> None:
             continue
         if case.model is None or not {n.op_type for n in case.model.graph.node} & ops:
             continue
-        sessions = []
+        sessions: list = []
 
-        def factory(source, providers=None, enable_fallback=1):
+        def factory(source, providers=None, enable_fallback=1, sessions=sessions):
             session = onnxplug.InferenceSession(source, providers=[CUDA, "CPUExecutionProvider"])
             sessions.append(session)
             return session
@@ -88,7 +90,8 @@ def models() -> None:
         data, feeds = build()
         cuda = onnxplug.InferenceSession(data, providers=[CUDA, "CPUExecutionProvider"])
         cpu = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
-        row = [name, _median_ms(lambda f: cuda.run(None, f), feeds), _median_ms(lambda f: cpu.run(None, f), feeds)]
+        row = [name, _median_ms(functools.partial(cuda.run, None), feeds)]
+        row.append(_median_ms(functools.partial(cpu.run, None), feeds))
         got, want = cuda.run(None, feeds)[0], cpu.run(None, feeds)[0]
         scale = float(np.abs(want).max()) or 1.0
         row.append(float(np.abs(got - want).max()) / scale)
@@ -97,13 +100,13 @@ def models() -> None:
 
             if CUDA in onnxruntime.get_available_providers():
                 ort = onnxruntime.InferenceSession(data, providers=[CUDA])
-                row.append(_median_ms(lambda f: ort.run(None, f), feeds))
+                row.append(_median_ms(functools.partial(ort.run, None), feeds))
         except ImportError:
             pass
         rows.append(row)
     for row in rows:
         extra = f", onnxruntime-gpu {row[4]:.2f} ms" if len(row) > 4 else ""
-        print(f"{row[0]}: onnxplug CUDA {row[1]:.2f} ms, onnxplug CPU {row[2]:.2f} ms{extra}, max rel diff {row[3]:.1e}")
+        print(f"{row[0]}: onnxplug CUDA {row[1]:.2f} ms, CPU {row[2]:.2f} ms{extra}, max rel diff {row[3]:.1e}")
 
 
 def main() -> int:
