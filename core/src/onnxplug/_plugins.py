@@ -341,6 +341,28 @@ class Environment:
         self.devices(factory)
         return self._devices[id(factory)][2]
 
+    def memories(self) -> list[Any]:
+        """The device memories the factories offer, as ``DeviceMemory`` records (``transfer``,
+        ``device_id``, ``factory_name``); each factory's ``memory()`` is asked once.
+
+        .. versionadded:: 0.2
+        """
+        from .runtime._memories import environment_memories
+
+        return environment_memories(self)
+
+    def find_memory(self, device_name: str, device_id: int = 0) -> Any:
+        """The :class:`~onnxplug.api.DataTransfer` of the device memory named ``device_name``
+        (``"cuda"``, ``"virtual"``) on device ``device_id``.
+
+        :raises InvalidArgument: no installed factory offers it (the message lists those that do).
+
+        .. versionadded:: 0.2
+        """
+        from .runtime._memories import find_memory
+
+        return find_memory(self, device_name, device_id)
+
     def available_factories(self, policy: str = "default") -> list[ProviderFactory]:
         """Factories that report at least one device, in the order the
         ``onnxplug_select_providers`` hook gives (by default: priority, CPU last).

@@ -234,7 +234,8 @@ class DataTransfer:
 
     .. versionchanged:: 0.2
        ``device_name``, ``empty``, ``owns``, ``shape_and_type``, ``data_ptr``, ``to_dlpack`` and
-       ``synchronize`` (the accelerator contract, API 1.1).
+       ``synchronize`` (the accelerator contract, API 1.1); ``from_pointer`` and ``copy_into``
+       (optional: raw-pointer binding and preallocated outputs).
     """
 
     #: Whether :meth:`from_dlpack` can import another provider's values.
@@ -278,6 +279,22 @@ class DataTransfer:
     def to_dlpack(self, value: Any) -> Any:
         """An object implementing ``__dlpack__``/``__dlpack_device__`` that shares ``value``'s memory."""
         raise NotImplementedError(f"{type(self).__name__} does not export DLPack")
+
+    def from_pointer(self, pointer: int, shape: Sequence[int], dtype: Any) -> Any:
+        """A device value viewing memory at a raw device address, without a copy
+        (``IOBinding.bind_input(name, "cuda", 0, dtype, shape, ptr)``; the caller keeps it alive).
+
+        .. versionadded:: 0.2
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot wrap raw device pointers")
+
+    def copy_into(self, target: Any, value: Any) -> None:
+        """Copy device value ``value`` into the preallocated device array ``target`` (same size and
+        dtype): how outputs bound with ``bind_ortvalue_output`` are filled in place.
+
+        .. versionadded:: 0.2
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot copy into preallocated device arrays")
 
     def synchronize(self) -> None:
         """Wait until work queued on this memory (copies, kernels on its streams) has finished."""

@@ -10,7 +10,11 @@ import numpy as np
 import onnxplug
 from onnxplug.api import CompiledPartition, Device, FuseClaim, KernelClaim, Provider, ProviderFactory
 
-from .memory import DeviceArray, VirtualTransfer, device_data
+from .memory import DeviceArray, VirtualTransfer, copies, device_data
+
+# One memory per device, shared by the factory's memory() and every provider on that device, so a
+# value made before a session (OrtValue.ortvalue_from_numpy(x, "virtual", 0)) is owned by it.
+MEMORY = VirtualTransfer()
 
 DEFAULT_OPS = "Relu,Add,Mul,Sigmoid"
 FLOAT_TYPES = frozenset({"tensor(float)", "tensor(double)", "tensor(float16)"})
@@ -27,7 +31,7 @@ class VirtualDeviceProvider(Provider):
         super().__init__(factory, device)
         self.kernel_ops = ops
         self.fuse_ops = fuse
-        self._transfer = VirtualTransfer()
+        self._transfer = MEMORY
         self._compiled: list[Any] = []
 
     def capability(self, graph, kernels):
@@ -66,6 +70,10 @@ class VirtualDeviceProvider(Provider):
     def transfer(self) -> VirtualTransfer:
         return self._transfer
 
+    def synchronize(self) -> None:
+        # Kernels here finish before returning; counted so tests see where the core waits.
+        copies.synchronized += 1
+
     def close(self) -> None:
         for session in self._compiled:
             session.close()
@@ -80,6 +88,9 @@ class VirtualDeviceFactory(ProviderFactory):
 
     def devices(self) -> list[Device]:
         return [Device("virtual", 0, vendor="onnxplug", name="virtual device (CPU-simulated)")]
+
+    def memory(self, device: Device) -> VirtualTransfer:
+        return MEMORY
 
     def create(self, device: Device, options: Mapping[str, str]) -> VirtualDeviceProvider:
         self.check_options(options)

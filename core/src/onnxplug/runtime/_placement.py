@@ -29,11 +29,20 @@ def _label(device: Provider | None) -> str:
     return "host" if device is None else device.ort_name
 
 
-def _copy_call(transfer_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _copy_call(transfer_fn: Callable[[Any], Any], skip: Callable[[Any], bool] | None = None) -> Callable[[Any], Any]:
+    """A copy step's callable; ``skip(value)`` says the value is already where it is going (a
+    graph input fed in device memory, say), so it passes through without a copy."""
+
     def copy(value: Any) -> Any:
-        return None if value is None else transfer_fn(value)
+        if value is None or (skip is not None and skip(value)):
+            return value
+        return transfer_fn(value)
 
     return copy
+
+
+def _on_host(memory: Any) -> Callable[[Any], bool]:
+    return lambda value: not memory.owns(value)
 
 
 def place(
@@ -42,8 +51,11 @@ def place(
     template: list[Any],
     constants: dict[int, Any],
     slot_names: dict[int, str],
-) -> tuple[list[Step], tuple[int, ...], list[Copy]]:
-    """Insert copies into ``steps``; return the new steps, output slots and the copies made.
+) -> tuple[list[Step], tuple[int, ...], list[Copy], tuple[tuple[int, Provider | None], ...], int]:
+    """Insert copies into ``steps``; return the new steps, output slots, the copies made, and
+    where each graph output is before its final copy home (``(slot, provider or None)``), which
+    is what a caller keeping outputs on their device reads, and how many steps at the end are
+    those final copies.
 
     :param template: the plan's initial slot values (constants copied to a device are added).
     :param constants: slot → host value, for slots holding constants.
@@ -78,7 +90,7 @@ def place(
             moved = new_slot(name)
             before.append(
                 Step(
-                    _copy_call(target.transfer().from_dlpack),
+                    _copy_call(target.transfer().from_dlpack, target.transfer().owns),
                     (slot,),
                     (moved,),
                     True,
@@ -94,7 +106,7 @@ def place(
                 current = new_slot(name)
                 before.append(
                     Step(
-                        _copy_call(source.transfer().to_host),
+                        _copy_call(source.transfer().to_host, _on_host(source.transfer())),
                         (slot,),
                         (current,),
                         True,
@@ -109,7 +121,7 @@ def place(
                 moved = new_slot(name)
                 before.append(
                     Step(
-                        _copy_call(target.transfer().to_device),
+                        _copy_call(target.transfer().to_device, target.transfer().owns),
                         (current,),
                         (moved,),
                         True,
@@ -137,7 +149,8 @@ def place(
         placed.append(step)
         for slot in step.outputs:
             home[slot] = step.device
+    sources = tuple((slot, home.get(slot)) for slot in output_slots)
     tail: list[Step] = []
     outputs = tuple(move(slot, None, tail) for slot in output_slots)
     placed.extend(tail)
-    return placed, outputs, copies
+    return placed, outputs, copies, sources, len(tail)

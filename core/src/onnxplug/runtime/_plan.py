@@ -50,12 +50,33 @@ class GraphPlan:
     partition: PartitionResult
     order: list[tuple[ir.Node, str, str | None]]
     copies: list[Copy] = dataclasses.field(default_factory=list)
+    #: Per graph output, the slot and provider it is computed in, before its copy home.
+    output_sources: tuple[tuple[int, Any], ...] = ()
+    #: How many steps at the end copy graph outputs home.
+    tail: int = 0
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = (), profiler: Any = None) -> list[Any]:
         """Run the plan.  ``inputs`` align with ``input_slots``, ``outer`` with ``outer_slots``."""
         values = load_values(self.template, self.input_slots, inputs, self.outer_slots, outer)
         run_sequential(self.steps, values, profiler)
         return [values[slot] for slot in self.output_slots]
+
+    def execute_on_devices(self, inputs: Sequence[Any], keep: Sequence[bool]) -> list[tuple[Any, Any]]:
+        """Run the plan, leaving the outputs flagged in ``keep`` in the memory they were computed
+        in; returns ``(value, memory or None)`` per output.  The final copies home still run
+        for the others (each output's copy step reads only its own value)."""
+        values = load_values(self.template, self.input_slots, inputs)
+        homeward = {slot for (slot, device), kept in zip(self.output_sources, keep) if kept and device is not None}
+        body = self.steps[: len(self.steps) - self.tail]
+        steps = body + [s for s in self.steps[len(body) :] if s.inputs[0] not in homeward]
+        run_sequential(steps, values)
+        results = []
+        for (source, device), slot, kept in zip(self.output_sources, self.output_slots, keep):
+            if kept and device is not None:
+                results.append((values[source], device.transfer()))
+            else:
+                results.append((values[slot], None))
+        return results
 
 
 class SubgraphRunner:
@@ -158,8 +179,10 @@ def build_plan(
                 order.append((node, provider.ort_name, None))
 
     output_slots = tuple(table.slot(v) for v in graph.outputs)
-    steps, output_slots, copies = place(steps, output_slots, table.template, table.constant_slots, table.names)
-    _schedule_frees(steps, {NONE_SLOT, DROP_SLOT, *outer_slots, *output_slots})
+    steps, output_slots, copies, sources, tail = place(
+        steps, output_slots, table.template, table.constant_slots, table.names
+    )
+    _schedule_frees(steps, {NONE_SLOT, DROP_SLOT, *outer_slots, *output_slots, *(slot for slot, _ in sources)})
     return GraphPlan(
         graph=graph,
         input_names=tuple(v.name for v in graph.inputs),
@@ -172,6 +195,8 @@ def build_plan(
         partition=partition,
         order=order,
         copies=copies,
+        output_sources=sources,
+        tail=tail,
     )
 
 
