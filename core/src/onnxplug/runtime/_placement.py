@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..api import Provider
 from ._steps import DROP_SLOT, NONE_SLOT, Step
 from .report import ReportCopy
@@ -42,7 +44,9 @@ def _copy_call(transfer_fn: Callable[[Any], Any], skip: Callable[[Any], bool] | 
 
 
 def _on_host(memory: Any) -> Callable[[Any], bool]:
-    return lambda value: not memory.owns(value)
+    """Whether a value headed home is already a host array (a graph input fed from the host and
+    read through a device step); transfers that do not implement ``owns`` still copy the rest."""
+    return lambda value: isinstance(value, np.ndarray) and not memory.owns(value)
 
 
 def place(
