@@ -288,7 +288,13 @@ def creation(args) -> None:
 
 
 _MEMORY = """
-import resource, sys, numpy as np
+import sys, numpy as np
+
+def peak_mib():  # VmHWM: this process's own high-water mark (ru_maxrss can carry the forking parent's)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
 runtime, path, feeds_path = sys.argv[1:4]
 if runtime == "onnxplug":
     import onnxplug as rt
@@ -298,10 +304,10 @@ else:
     so = rt.SessionOptions(); so.intra_op_num_threads = {threads}; so.inter_op_num_threads = 1
 feeds = dict(np.load(feeds_path))
 session = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_mib()
 for _ in range(3):
     session.run(None, feeds)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak_mib()
 print(before, after)
 """
 
@@ -325,7 +331,7 @@ def memory(args) -> None:
                 )
                 if out.returncode:
                     raise SystemExit(f"{runtime} memory run failed: {out.stderr[-2000:]}")
-                before, after = (int(v) / 1024 for v in out.stdout.split()[-2:])  # KiB -> MiB
+                before, after = (float(v) for v in out.stdout.split()[-2:])
                 peaks[runtime] = (after, after - before)
             rows.append(
                 [
