@@ -3,17 +3,19 @@
 Every case that passes on the CPU provider alone and has at least one op the CUDA kernels claim
 must still pass with the CUDA provider running what it claims; at the end the run prints how
 many nodes the CUDA kernels ran.  Case loading and comparison are the conformance suite's
-(``tests/conformance/_harness.py``).
+(``onnxplug.testing.conformance``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
+from pathlib import Path
 
 import pytest
 
 import onnxplug
+from onnxplug.testing import conformance
 from onnxplug_cuda.kernels import registry
 from onnxplug_cuda.testing import BACKENDS, environment_for
 
@@ -21,21 +23,14 @@ CUDA = "CUDAExecutionProvider"
 OPS = {kernel.key.op_type for kernel in registry}
 
 
-def _harness():
-    try:
-        import _harness  # on pytest's pythonpath (pyproject.toml)
-    except ImportError:
-        return None
-    return _harness
+#: The CPU provider's expected failures, where this repository's checkout is.
+XFAIL_FILE = Path(__file__).resolve().parents[2] / "cpu" / "tests" / "xfail.toml"
 
 
 def _cases() -> list:
-    harness = _harness()
-    if harness is None:
-        return []
-    expectations = harness.load_expectations(str(harness.XFAIL_FILE))
+    expectations = conformance.load_expectations(str(XFAIL_FILE)) if XFAIL_FILE.exists() else {}
     params = []
-    for case in harness.load_cases(("node",)):
+    for case in conformance.load_cases(("node",)):
         expectation = expectations.get((case.suite, case.name))
         if expectation is not None and expectation.reason is not None:
             continue
@@ -67,7 +62,6 @@ def tally(request):
 @pytest.mark.conformance
 @pytest.mark.parametrize("case, expectation, backend", _cases())
 def test_node_case_with_cuda_kernels_first(case, expectation, backend, tally):
-    harness = _harness()
     environment = _ENVIRONMENTS.setdefault(backend, environment_for(backend))
     sessions = []
 
@@ -78,7 +72,7 @@ def test_node_case_with_cuda_kernels_first(case, expectation, backend, tally):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        harness.run_case(case, expectation, session_factory=factory)
+        conformance.run_case(case, expectation, session_factory=factory)
     tally["cases"] += 1
     for session in sessions:
         nodes = session.get_partition_report().nodes
