@@ -7,17 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxplug.testing.conformance import *  # noqa: F403 - the harness, re-exported
-from onnxplug.testing.conformance import (  # noqa: F401 - names the suites use
-    Case,
-    Expectation,
-    compare,
-    coverage,
-    load_cases,
-    load_expectations,
-    registered_keys,
-    run_case,
-    schema_keys,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 #: The CPU provider's expected failures (``scripts/gen_xfail.py`` writes it).

@@ -36,12 +36,17 @@ def _session(middle: str = "Add"):
     return onnxplug.InferenceSession(_model(middle), providers=[(VD, {"ops": "Relu,Add,Mul"})])
 
 
+def _bound(session):
+    """A binding with ``x`` in virtual-device memory and ``y`` left there."""
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("x", onnxplug.OrtValue.ortvalue_from_numpy(_x(), "virtual", 0))
+    binding.bind_output("y", "virtual")
+    return binding
+
+
 def test_device_inputs_and_outputs_make_no_host_copy():
     session = _session()
-    x = onnxplug.OrtValue.ortvalue_from_numpy(_x(), "virtual", 0)
-    binding = session.io_binding()
-    binding.bind_ortvalue_input("x", x)
-    binding.bind_output("y", "virtual")
+    binding = _bound(session)
     copies.reset()
     session.run_with_iobinding(binding)
     assert copies.host_copies == 0
@@ -53,10 +58,7 @@ def test_device_inputs_and_outputs_make_no_host_copy():
 
 def test_a_host_kernel_between_device_nodes_costs_exactly_two_copies():
     session = _session("Floor")  # Floor is not among the device's ops: the CPU runs it
-    x = onnxplug.OrtValue.ortvalue_from_numpy(_x(), "virtual", 0)
-    binding = session.io_binding()
-    binding.bind_ortvalue_input("x", x)
-    binding.bind_output("y", "virtual")
+    binding = _bound(session)
     copies.reset()
     session.run_with_iobinding(binding)
     assert (copies.to_host, copies.to_device) == (1, 1)

@@ -117,6 +117,7 @@ class Environment:
         self._rule_sets: dict[str, tuple[RuleSet, ...]] = {}
         # id(factory) -> (factory, devices, unavailable reason); see devices().
         self._devices: dict[int, tuple[ProviderFactory, list[Any], str]] = {}
+        self._memories: list[Any] | None = None  # see memories()
         for entry_point in self._entry_points:
             self._load_entry_point(entry_point, blocked, selected)
 
@@ -280,6 +281,7 @@ class Environment:
                     onnx.defs.register_schema(schema)
 
     def _collect_factories(self, record: PluginRecord) -> None:
+        self._memories = None  # a new plugin may offer memories
         for factory in self._call_plugin(record, "onnxplug_provider_factories"):
             if not isinstance(factory, ProviderFactory):
                 raise PluginError(f"onnxplug_provider_factories returned {factory!r}, not a ProviderFactory")
@@ -347,9 +349,12 @@ class Environment:
 
         .. versionadded:: 0.2
         """
-        from .runtime._memories import environment_memories
+        with self._lock:
+            if self._memories is None:
+                from .runtime._memories import environment_memories
 
-        return environment_memories(self)
+                self._memories = environment_memories(self)
+            return list(self._memories)
 
     def find_memory(self, device_name: str, device_id: int = 0) -> Any:
         """The :class:`~onnxplug.api.DataTransfer` of the device memory named ``device_name``

@@ -272,21 +272,27 @@ def check_feeds(specs: Sequence[InputSpec], feeds: Any) -> dict[str, Any]:
 
 
 def _check_tensor(spec: InputSpec, value: np.ndarray) -> None:
-    if spec.dtype is not None and value.dtype != spec.dtype:
-        actual = element_name(_elem_of(value.dtype))
+    check_tensor_type(spec, tuple(value.shape), value.dtype)
+
+
+def check_tensor_type(spec: InputSpec, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Raise onnxruntime's errors for a tensor feed of ``dtype`` and ``shape`` that ``spec``
+    does not accept (a device feed is described by its memory, not read)."""
+    if spec.dtype is not None and dtype != spec.dtype:
+        actual = element_name(_elem_of(dtype))
         raise InvalidArgument(
             f"Unexpected input data type for input '{spec.name}'. Actual: (tensor({actual})) , "
             f"expected: ({spec.type_string})"
         )
     if spec.rank is None:
         return
-    if value.ndim != spec.rank:
+    if len(shape) != spec.rank:
         raise InvalidArgument(
-            f"Invalid rank for input: {spec.name} Got: {value.ndim} Expected: {spec.rank} "
+            f"Invalid rank for input: {spec.name} Got: {len(shape)} Expected: {spec.rank} "
             f"Please fix either the inputs/outputs or the model."
         )
     bad = [
-        (i, got, want) for i, (got, want) in enumerate(zip(value.shape, spec.dims)) if want is not None and got != want
+        (i, got, want) for i, (got, want) in enumerate(zip(shape, spec.dims)) if want is not None and got != want
     ]
     if bad:
         detail = " ".join(f"index: {i} Got: {got} Expected: {want}" for i, got, want in bad)

@@ -48,10 +48,7 @@ def run_step(step: Step, values: list[Any]) -> tuple[list[Any], Any]:
         if step.single:
             values[step.outputs[0]] = result
         else:
-            if len(result) < len(step.outputs):
-                raise Fail(f"the kernel returned {len(result)} outputs, the node has {len(step.outputs)}")
-            for slot, value in zip(step.outputs, result):
-                values[slot] = value
+            _store_outputs(step, result, values)
     except Exception as error:
         raise attribute_error(error, step) from error
     return args, result
@@ -97,14 +94,19 @@ def _run_fast(steps: Sequence[Step], values: list[Any], options: Any) -> None:
             if step.single:
                 values[step.outputs[0]] = result
             else:
-                if len(result) < len(step.outputs):
-                    raise Fail(f"the kernel returned {len(result)} outputs, the node has {len(step.outputs)}")
-                for slot, value in zip(step.outputs, result):
-                    values[slot] = value
+                _store_outputs(step, result, values)
         except Exception as error:
             raise attribute_error(error, step) from error
         for slot in step.free:
             values[slot] = None
+
+
+def _store_outputs(step: Step, result: Sequence[Any], values: list[Any]) -> None:
+    """Store a multi-output step's results (both loops keep the single-output store inline)."""
+    if len(result) < len(step.outputs):
+        raise Fail(f"the kernel returned {len(result)} outputs, the node has {len(step.outputs)}")
+    for slot, value in zip(step.outputs, result):
+        values[slot] = value
 
 
 def attribute_error(error: Exception, step: Step) -> Exception:

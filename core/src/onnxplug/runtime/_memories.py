@@ -39,10 +39,8 @@ class DeviceMemory:
 
 
 def environment_memories(environment: Environment) -> list[DeviceMemory]:
-    """Every device memory the environment's factories offer (computed once, then kept)."""
-    cached = environment.__dict__.get("_onnxplug_memories")
-    if cached is not None:
-        return cached
+    """Every device memory the environment's factories offer (``Environment.memories`` keeps
+    the answer)."""
     found: list[DeviceMemory] = []
     for factory in environment.factories():
         for device in environment.devices(factory):
@@ -52,7 +50,6 @@ def environment_memories(environment: Environment) -> list[DeviceMemory]:
                 transfer = None
             if transfer is not None and transfer.device_name:
                 found.append(DeviceMemory(transfer, int(device.id), factory.ort_name or factory.name))
-    environment.__dict__["_onnxplug_memories"] = found
     return found
 
 
@@ -64,7 +61,7 @@ def find_memory(environment: Environment, device_name: str, device_id: int = 0) 
         installed memory's (onnxruntime raises a plain ``Exception("Unsupported device type")``).
     """
     name = str(device_name).lower()
-    memories = environment_memories(environment)
+    memories = environment.memories()
     for memory in memories:
         if memory.transfer.device_name.lower() == name and memory.device_id == int(device_id):
             return memory.transfer

@@ -54,12 +54,24 @@ class GraphPlan:
     output_sources: tuple[tuple[int, Any], ...] = ()
     #: How many steps at the end copy graph outputs home.
     tail: int = 0
+    _input_readers: dict[str, tuple[tuple[str, str], ...]] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = (), profiler: Any = None) -> list[Any]:
         """Run the plan.  ``inputs`` align with ``input_slots``, ``outer`` with ``outer_slots``."""
         values = load_values(self.template, self.input_slots, inputs, self.outer_slots, outer)
         run_sequential(self.steps, values, profiler)
         return [values[slot] for slot in self.output_slots]
+
+    def input_readers(self, name: str) -> tuple[tuple[str, str], ...]:
+        """``(op type, provider)`` of every step reading graph input ``name`` (computed once)."""
+        if self._input_readers is None:
+            self._input_readers = {
+                input_name: tuple((s.op_type, s.provider) for s in self.steps if slot in s.inputs)
+                for input_name, slot in zip(self.input_names, self.input_slots)
+            }
+        return self._input_readers[name]
 
     def execute_on_devices(self, inputs: Sequence[Any], keep: Sequence[bool]) -> list[tuple[Any, Any]]:
         """Run the plan, leaving the outputs flagged in ``keep`` in the memory they were computed

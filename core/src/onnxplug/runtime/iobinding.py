@@ -23,9 +23,27 @@ if TYPE_CHECKING:
 __all__ = ["IOBinding", "SessionIOBinding"]
 
 
+def _dtype_of(element_type: Any) -> np.dtype:
+    """A numpy dtype from a TensorProto code or anything numpy reads as a dtype."""
+    return np_dtype(element_type) if isinstance(element_type, int) else np.dtype(element_type)
+
+
+def _at_pointer(memory: Any, buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> Any:
+    """The value at a raw address: a host array view, or the device memory's wrapper of it."""
+    if memory is None:
+        return _array_at(buffer_ptr, element_type, shape)
+    return OrtValue(memory.from_pointer(int(buffer_ptr), tuple(shape), _dtype_of(element_type)), memory)
+
+
+def _mismatch(name: str, want: Any, got: Any) -> RuntimeError:
+    return RuntimeError(
+        f"Error in execution: the OrtValue bound for output '{name}' holds {want} but the run computed {got}"
+    )
+
+
 def _array_at(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
     """A numpy view of host memory at a raw address (the caller keeps the memory alive)."""
-    dtype = np_dtype(element_type) if isinstance(element_type, int) else np.dtype(element_type)
+    dtype = _dtype_of(element_type)
     count = math.prod(shape)
     buffer = (ctypes.c_byte * (count * dtype.itemsize)).from_address(int(buffer_ptr))
     return np.frombuffer(buffer, dtype=dtype, count=count).reshape(tuple(shape))
@@ -67,11 +85,7 @@ class IOBinding:
         device's, wrapped without a copy by that device's memory (``DataTransfer.from_pointer``)."""
         self._check_input(name)
         memory = device_memory(device_type, device_id, self._session._environment)
-        if memory is None:
-            self._inputs[name] = _array_at(buffer_ptr, element_type, shape)
-            return
-        dtype = np_dtype(element_type) if isinstance(element_type, int) else np.dtype(element_type)
-        self._inputs[name] = OrtValue(memory.from_pointer(int(buffer_ptr), tuple(shape), dtype), memory)
+        self._inputs[name] = _at_pointer(memory, buffer_ptr, element_type, shape)
 
     def bind_ortvalue_input(self, name: str, value: OrtValue) -> None:
         """Bind a value; a device OrtValue stays in its memory (no copy when its readers are there)."""
@@ -91,21 +105,13 @@ class IOBinding:
         ``device_type`` ``"cuda"``, ``"virtual"``...) or to host memory at ``buffer_ptr``."""
         self._check_output(name)
         memory = device_memory(device_type, device_id, self._session._environment)
-        if memory is not None:
-            if buffer_ptr is not None:
-                if element_type is None or shape is None:
-                    raise RuntimeError(f"bind_output '{name}': a buffer_ptr needs element_type and shape")
-                dtype = np_dtype(element_type) if isinstance(element_type, int) else np.dtype(element_type)
-                self._outputs[name] = OrtValue(memory.from_pointer(int(buffer_ptr), tuple(shape), dtype), memory)
-            else:
-                self._outputs[name] = memory
+        if buffer_ptr is None:
+            self._outputs[name] = memory  # None: host memory, allocated per run
             return
-        if buffer_ptr is not None:
-            if element_type is None or shape is None:
-                raise RuntimeError(f"bind_output '{name}': a buffer_ptr needs element_type and shape")
-            self._outputs[name] = OrtValue(_array_at(buffer_ptr, element_type, shape))
-        else:
-            self._outputs[name] = None
+        if element_type is None or shape is None:
+            raise RuntimeError(f"bind_output '{name}': a buffer_ptr needs element_type and shape")
+        value = _at_pointer(memory, buffer_ptr, element_type, shape)
+        self._outputs[name] = value if isinstance(value, OrtValue) else OrtValue(value)
 
     def bind_ortvalue_output(self, name: str, value: OrtValue) -> None:
         """Bind an output to a pre-allocated value; the result is written into it."""
@@ -146,39 +152,30 @@ class IOBinding:
             values = self._session._run_on_devices(names, dict(self._inputs), keep, run_options)
         except Exception as error:
             raise RuntimeError(f"Error in execution: {error}") from error
-        results = []
-        for name, (value, memory) in zip(names, values):
-            bound = self._outputs[name]
-            if not isinstance(bound, OrtValue):
-                # per-run allocation: on the host, or in the memory the output was computed in
-                results.append(OrtValue(value, memory) if memory is not None else OrtValue(value))
-                continue
-            bound_memory = bound._onnxplug_memory()
-            if bound_memory is not None:
-                if memory is not bound_memory:
-                    value = bound_memory.to_device(np.asarray(value if memory is None else memory.to_host(value)))
-                got_shape, got_dtype = bound_memory.shape_and_type(value)
-                want_shape, want_dtype = bound_memory.shape_and_type(bound._onnxplug_value())
-                if got_shape != want_shape or got_dtype != want_dtype:
-                    raise RuntimeError(
-                        f"Error in execution: the OrtValue bound for output '{name}' holds "
-                        f"{want_dtype}{list(want_shape)} but the run computed {got_dtype}{list(got_shape)}"
-                    )
-                bound_memory.copy_into(bound._onnxplug_value(), value)
-                results.append(bound)
-                continue
-            if memory is not None:
-                value = memory.to_host(value)
-            target = bound._onnxplug_value()
-            if not isinstance(value, np.ndarray) or value.shape != target.shape or value.dtype != target.dtype:
-                got = f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', []))}"
-                raise RuntimeError(
-                    f"Error in execution: the OrtValue bound for output '{name}' holds "
-                    f"{target.dtype}{list(target.shape)} but the run computed {got}"
-                )
-            np.copyto(target, value)
-            results.append(bound)
-        self._results = results
+        self._results = [self._fill(name, value, memory) for name, (value, memory) in zip(names, values)]
+
+    def _fill(self, name: str, value: Any, memory: Any) -> OrtValue:
+        """The OrtValue for one output: a new one (host, or the memory it was computed in), or the
+        bound one filled in place."""
+        bound = self._outputs[name]
+        if not isinstance(bound, OrtValue):
+            return OrtValue(value, memory) if memory is not None else OrtValue(value)
+        target, target_memory = bound._onnxplug_value(), bound._onnxplug_memory()
+        if target_memory is not None:
+            if memory is not target_memory:
+                value = target_memory.to_device(np.asarray(value if memory is None else memory.to_host(value)))
+            got, want = target_memory.shape_and_type(value), target_memory.shape_and_type(target)
+            if got != want:
+                raise _mismatch(name, f"{want[1]}{list(want[0])}", f"{got[1]}{list(got[0])}")
+            target_memory.copy_into(target, value)
+            return bound
+        if memory is not None:
+            value = memory.to_host(value)
+        if not isinstance(value, np.ndarray) or value.shape != target.shape or value.dtype != target.dtype:
+            got = f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', []))}"
+            raise _mismatch(name, f"{target.dtype}{list(target.shape)}", got)
+        np.copyto(target, value)
+        return bound
 
     def get_outputs_as_ortvaluevector(self) -> OrtValueVector:
         """The outputs of the last run as an :class:`OrtValueVector`."""

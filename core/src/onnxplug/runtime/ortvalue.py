@@ -23,19 +23,6 @@ from .sparse import SparseTensor
 __all__ = ["OrtValue", "OrtDevice", "OrtValueVector"]
 
 
-def _check_device(device_type: str) -> None:
-    """Accept host memory only (kept for callers that cannot take device values)."""
-    name = str(device_type).lower()
-    if name == "cpu":
-        return
-    if name in OrtDevice._TYPES:
-        raise RuntimeError(
-            f"Can't allocate memory on the device '{device_type}': no installed provider owns such a device "
-            "through OrtValue (values live in host memory)"
-        )
-    raise Exception(f"Unsupported device type: {device_type}")
-
-
 def device_memory(device_type: str, device_id: int = 0, environment: Any = None) -> Any:
     """The DataTransfer of device ``device_type``/``device_id`` (``None`` for ``"cpu"``).
 

@@ -28,6 +28,7 @@ from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
 from ._blas_threads import BlasThreads
+from ._device_run import run_on_devices
 from ._evaluate import KernelEvaluator
 from ._executors import ParallelExecutor
 from ._global_threads import apply_global_threads
@@ -354,73 +355,9 @@ class InferenceSession:
     def _run_on_devices(
         self, output_names: Sequence[str], feeds: dict[str, Any], keep: Sequence[bool], run_options: RunOptions | None
     ) -> list[tuple[Any, Any]]:
-        """Run with feeds that may be device OrtValues, leaving outputs flagged in ``keep`` in
-        the memory they were computed in (IOBinding's path); returns ``(value, memory or None)``.
-
-        A device feed reaches the providers of its own memory without a copy (the plan's copy
-        steps pass values their target already owns); it is copied home once when a host kernel
-        reads it too, or when its memory is not the one its readers use.
-        """
-        plan = self._require_plan()
-        indices = self._output_indices(output_names)
-        host_feeds: dict[str, Any] = {}
-        device_feeds: dict[str, tuple[Any, Any]] = {}
-        for name, value in feeds.items():
-            memory = value._onnxplug_memory() if isinstance(value, OrtValue) else None
-            if memory is None:
-                host_feeds[name] = value
-            else:
-                device_feeds[name] = (value._onnxplug_value(), memory)
-        specs = {spec.name: spec for spec in self._input_specs}
-        for name, (value, memory) in list(device_feeds.items()):
-            spec = specs.get(name)
-            if spec is None:
-                raise InvalidArgument(f"Invalid input name: {name} (the model's inputs are {list(specs)})")
-            shape, dtype = memory.shape_and_type(value)
-            if spec.dtype is not None and dtype != spec.dtype:
-                raise InvalidArgument(
-                    f"Unexpected input data type for input '{name}'. Actual: {dtype} (in {memory.device_name} "
-                    f"memory), expected: ({spec.type_string})"
-                )
-            if spec.rank is not None and (
-                len(shape) != spec.rank or any(w is not None and g != w for g, w in zip(shape, spec.dims))
-            ):
-                raise InvalidArgument(f"Got invalid dimensions for input: {name}: {list(shape)}, expected {spec.dims}")
-            if not self._device_readers_only(plan, name, memory):
-                memory.synchronize()
-                host_feeds[name] = memory.to_host(value)
-                del device_feeds[name]
-        checked = check_feeds([spec for spec in self._input_specs if spec.name not in device_feeds], host_feeds)
-        inputs = []
-        for name, slot in zip(plan.input_names, plan.input_slots):
-            if name in device_feeds:
-                inputs.append(device_feeds[name][0])
-            else:
-                inputs.append(checked.get(name, plan.template[slot]))
-        wanted = [False] * len(plan.output_names)
-        for index, kept in zip(indices, keep):
-            wanted[index] = wanted[index] or kept
-        token = enter_run(RunState(run_options))
-        try:
-            with np.errstate(all="ignore"):
-                results = plan.execute_on_devices(inputs, wanted)
-        finally:
-            leave_run(token)
-        for provider in self._providers:
-            provider.synchronize()  # the end of the run: every provider's queued work is done
-        host = fresh_outputs([value for value, memory in results if memory is None])
-        fresh = iter(host)
-        merged = [(value, memory) if memory is not None else (next(fresh), None) for value, memory in results]
-        return [merged[i] for i in indices]
-
-    def _device_readers_only(self, plan: GraphPlan, name: str, memory: Any) -> bool:
-        """Whether every step reading graph input ``name`` copies it into ``memory``."""
-        slot = plan.input_slots[plan.input_names.index(name)]
-        readers = [step for step in plan.steps if slot in step.inputs]
-        owners = {p.ort_name for p in self._providers if p.transfer() is memory}
-        return bool(readers) and all(
-            step.op_type in ("MemcpyFromHost", "MemcpyDLPack") and step.provider in owners for step in readers
-        )
+        """IOBinding's run: device feeds in, outputs flagged in ``keep`` left on their device
+        (see :func:`._device_run.run_on_devices`)."""
+        return run_on_devices(self, self._require_plan(), output_names, feeds, keep, run_options)
 
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
         # NaN, infinities and integer wrap-around are ONNX results, never warnings: one errstate
