@@ -30,7 +30,7 @@ def _scaled_error(got, want):
 @pytest.mark.parametrize(
     "shape, maps, geometry, tile",
     [
-        ((1, 32, 29, 31), 40, dict(pads=[1, 1, 1, 1]), 4),
+        ((1, 32, 29, 31), 64, dict(pads=[1, 1, 1, 1]), 4),
         ((2, 32, 19, 13), 32, dict(pads=[0, 2, 1, 0]), 4),  # asymmetric pads, odd sizes
         ((1, 40, 24, 24), 32, dict(auto_pad="SAME_UPPER"), 4),
         ((1, 40, 23, 24), 48, dict(auto_pad="SAME_LOWER"), 4),
@@ -193,6 +193,11 @@ def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry,
     )
     reference = ReferenceEvaluator(model).run(None, {"x": x.astype(np.float32)})[0]
     np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_no_winograd_for_layers_that_widen_more_than_twice():
+    assert PackedConv(np.ones((64, 32, 3, 3), dtype=np.float32), 1).winograd
+    assert not PackedConv(np.ones((65, 32, 3, 3), dtype=np.float32), 1).winograd
 
 
 def test_widening_or_grouped_layers_are_not_shifted():

@@ -72,8 +72,11 @@ def pack_conv_weights(w: np.ndarray, group: int, op: str = "Conv") -> np.ndarray
 
 #: Winograd pays from this many input channels (im2col copies the input 9×, Winograd 2.25×)
 WINOGRAD_MIN_CHANNELS = 24
-#: ... and this many output channels (measured on the cnn bench family's layers).
+#: ... and this many output channels (measured on the cnn bench family's layers) ...
 WINOGRAD_MIN_MAPS = 8
+#: ... and at most this many times as many outputs as inputs (SqueezeNet's 4× expand layers
+#: measured slower: the output transform over M channels outweighs the saving on a thin input).
+WINOGRAD_MAX_WIDENING = 2
 #: ... and the layer has at least this many output tiles (fewer make the α² matmuls too thin).
 WINOGRAD_MIN_TILES = 36
 #: Layers with as many outputs as inputs are shifted only on maps of at least this many cells.
@@ -114,7 +117,7 @@ class PackedConv:
             and w.shape[2:] == (3, 3)
             and self.matrix.dtype == np.float32
             and w.shape[1] >= WINOGRAD_MIN_CHANNELS
-            and w.shape[0] >= WINOGRAD_MIN_MAPS
+            and WINOGRAD_MIN_MAPS <= w.shape[0] <= WINOGRAD_MAX_WIDENING * w.shape[1]
         ):
             self._w = w
             self.winograd[4] = winograd_weights(w, 4)
