@@ -96,3 +96,62 @@ def test_ortvalues_on_the_device_and_their_errors():
     binding.bind_output("y", "virtual")
     with pytest.raises(RuntimeError, match="invalid dimensions"):
         session.run_with_iobinding(binding)
+
+
+
+def _loop_session(body_op: str = "Add"):
+    """``h = Relu(x)`` on the device, then a 3-trip Loop whose body combines the carried value
+    with the outer ``h`` by ``body_op`` (Add runs on the device, Max on the CPU)."""
+    body = helper.make_graph(
+        [
+            helper.make_node(body_op, ["acc_in", "h"], ["acc_out"], name="body_op"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 3]),
+        ],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["h"], name="relu"),
+            helper.make_node("Loop", ["trips", "", "x"], ["y"], name="loop", body=body),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("trips", TensorProto.INT64, [], [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnxplug.InferenceSession(model.SerializeToString(), providers=[VD, "CPUExecutionProvider"])
+
+
+def test_an_outer_scope_value_stays_on_the_device_across_loop_iterations():
+    session = _loop_session("Add")
+    copies.reset()
+    (y,) = session.run(None, {"x": _x()})
+    np.testing.assert_allclose(y, _x() + 3 * np.maximum(_x(), 0))
+    # x goes to the device once for Relu and once per iteration (the carried value comes from the
+    # host Loop kernel), the body's sum comes back each iteration; h itself is never copied.
+    assert (copies.to_device, copies.to_host) == (1 + 3, 3)
+
+
+def test_a_host_reader_of_a_device_outer_value_gets_it_copied_home():
+    session = _loop_session("Max")
+    copies.reset()
+    (y,) = session.run(None, {"x": _x()})
+    np.testing.assert_array_equal(y, np.maximum(_x(), 0))
+    assert (copies.to_device, copies.to_host) == (1, 3)  # x for Relu; h home once per iteration
+
+
+def test_copies_out_of_a_device_wait_for_its_provider():
+    copies.reset()
+    _session("Floor").run(None, {"x": _x()})
+    # once before Floor reads r on the host, once before y comes home
+    assert copies.synchronized >= 2

@@ -191,8 +191,9 @@ def build_plan(
                 order.append((node, provider.ort_name, None))
 
     output_slots = tuple(table.slot(v) for v in graph.outputs)
+    devices = tuple(slot.provider for slot in slots if slot.provider.transfer() is not None)
     steps, output_slots, copies, sources, tail = place(
-        steps, output_slots, table.template, table.constant_slots, table.names
+        steps, output_slots, table.template, table.constant_slots, table.names, devices=devices, free_slots=outer_slots
     )
     _schedule_frees(steps, {NONE_SLOT, DROP_SLOT, *outer_slots, *output_slots, *(slot for slot, _ in sources)})
     return GraphPlan(

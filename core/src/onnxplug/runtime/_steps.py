@@ -26,6 +26,8 @@ class Step:
 
     :ivar host_inputs: input positions that must be host arrays even on a device provider.
     :ivar device: the provider whose memory the step reads and writes (``None``: host).
+    :ivar outer_inputs: input positions holding outer-scope values handed to a subgraph; placement
+        leaves them where they are.
     """
 
     __slots__ = (
@@ -40,6 +42,7 @@ class Step:
         "node_index",
         "host_inputs",
         "device",
+        "outer_inputs",
     )
 
     def __init__(
@@ -66,6 +69,7 @@ class Step:
         self.node_index = node_index
         self.host_inputs = host_inputs
         self.device = device
+        self.outer_inputs: tuple[int, ...] = ()
 
 
 def tensor_value(tensor: ir.TensorProtocol) -> np.ndarray:
@@ -126,9 +130,7 @@ def kernel_step(
         raise Fail(f"{context.describe()}: cannot be prepared: {type(error).__name__}: {error}") from error
     schema = find_schema(kernel.key.op_type, kernel.key.since_version, kernel.key.domain)
     single = len(node.outputs) == 1 and (schema is None or schema.max_output == 1)
-    # Outer-scope values always travel on the host: subgraphs start from host memory.
-    host = tuple(kernel.host_inputs) + tuple(range(len(formal), len(formal) + len(implicit)))
-    return Step(
+    step = Step(
         call,
         tuple(formal + implicit),
         outputs,
@@ -137,9 +139,14 @@ def kernel_step(
         node.op_type,
         provider.ort_name,
         index,
-        host,
+        tuple(kernel.host_inputs),
         _device_of(provider),
     )
+    # Outer-scope values reach the subgraph in whatever memory holds them: the subgraph's own
+    # plan copies them to where its readers are (see _placement), so a Loop body reading a
+    # device value does not copy it on every iteration.
+    step.outer_inputs = tuple(range(len(formal), len(formal) + len(implicit)))
+    return step
 
 
 def fused_step(

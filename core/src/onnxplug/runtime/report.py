@@ -41,7 +41,9 @@ class ReportNode:
 class ReportCopy:
     """A copy the plan inserted: ``value`` moved from ``source`` to ``target`` memory, and how:
     ``"run"`` (a copy step on every run), ``"build"`` (a constant copied once, at session
-    creation), ``"dlpack"`` (device to device through DLPack) or ``"via host"``."""
+    creation), ``"dlpack"`` (device to device through DLPack), ``"via host"``, or ``"if needed"``
+    (a subgraph's outer-scope value, copied on each run only when it is not already in
+    ``target``'s memory)."""
 
     value: str
     source: str
