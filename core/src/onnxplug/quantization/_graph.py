@@ -80,6 +80,11 @@ class GraphState:
         kept += [i for i in self.new_initializers if i.name in used]
         del graph.initializer[:]
         graph.initializer.extend(kept)
+        # Old-IR models list initializers among the inputs too; a dropped one must leave the inputs.
+        dropped = set(self.initializers) - {i.name for i in kept}
+        inputs = [i for i in graph.input if i.name not in dropped]
+        del graph.input[:]
+        graph.input.extend(inputs)
         # Value infos of tensors that no longer exist, or whose type changed, would mislead checkers.
         produced = {o for node in graph.node for o in node.output}
         infos = [v for v in graph.value_info if v.name in produced]

@@ -72,6 +72,9 @@ def _with_opset(model: onnx.ModelProto, minimum: int) -> onnx.ModelProto:
     logger.warning("the model's opset %d is converted to %d for the quantized operators", current, minimum)
     from onnx import version_converter
 
+    # IR 3 required initializers to be listed as inputs; the converter checks that rule, which
+    # optimized models (folded constants) no longer follow.  IR 7 reads the same graph.
+    model.ir_version = max(model.ir_version, 7)
     try:
         return version_converter.convert_version(model, minimum)
     except Exception as error:

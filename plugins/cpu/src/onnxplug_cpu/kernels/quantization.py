@@ -14,7 +14,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
-from ..numerics import convolve
+from ..numerics import convolve, pack_conv_weights
 from ._registry import kernel
 
 # Saturation ranges of the integer quantized types, keyed by numpy dtype.
@@ -97,6 +97,8 @@ def _quantize(x, y_scale, y_zero_point, *, axis=1, saturate=1, block_size=0, out
     if out_dtype not in _INT_RANGES and out_dtype.kind not in "fV" and out_dtype not in _FLOAT8:
         raise Fail(f"{out_dtype} is not a quantized type")
     scale = _param_like(y_scale, x, axis, block_size, "y_scale")
+    if not precision and y_zero_point is not None and x.dtype == np.float32 and _small_int(out_dtype):
+        return _quantize_small(x, scale, _param_like(y_zero_point, x, axis, block_size, "y_zero_point"), out_dtype)
     if precision:
         work = np_dtype(precision)
         scaled = _as_float(x.astype(work) / scale.astype(work))
@@ -147,8 +149,38 @@ def quantize_linear_23(x, y_scale, y_zero_point=None, *, axis, saturate, block_s
     )
 
 
+def _small_int(dtype) -> bool:
+    """8- and 16-bit integers: their values and differences are exact in float32 (|.| < 2**17)."""
+    return dtype in _INT_RANGES and dtype.itemsize <= 2 and dtype.kind in "iu"
+
+
+def _quantize_small(x, scale, zero, out_dtype):
+    """QuantizeLinear of float32 into an 8/16-bit integer type, in float32 and in place.
+
+    The same values as the general path: ``x / scale`` and its rounding are float32 there too;
+    adding the zero point in float32 is exact while the rounded value is below 2**24 in magnitude,
+    and a value beyond that saturates to the same bound either way.  NaN becomes the zero point.
+    """
+    scaled = np.divide(x, scale.astype(np.float32, copy=False), dtype=np.float32)
+    np.rint(scaled, out=scaled)
+    nan = np.isnan(scaled)
+    if nan.any():
+        scaled[nan] = 0
+    scaled += zero.astype(np.float32)
+    low, high = _INT_RANGES[out_dtype]
+    np.clip(scaled, low, high, out=scaled)
+    return scaled.astype(out_dtype)
+
+
 def _dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=0):
     out_dtype = np_dtype(output_dtype) if output_dtype else x_scale.dtype
+    if _small_int(x.dtype) and x_scale.dtype == np.float32:
+        # Exact in float32: 8/16-bit integers and their differences are below 2**17.
+        values = x.astype(np.float32)
+        if x_zero_point is not None:
+            values -= _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.float32)
+        values *= _param_like(x_scale, x, axis, block_size, "x_scale")
+        return values.astype(out_dtype, copy=False)
     if x.dtype in _INT_RANGES or x.dtype.kind in "iu":
         values = x.astype(np.int64)
         if x_zero_point is not None:
@@ -230,8 +262,16 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
 def _requantize(acc, multiplier, y_zero_point):
     """Scale an int32 accumulator to the output's quantized type (float32 arithmetic, like the
     reference), rounding half-to-even and saturating."""
-    scaled = acc.astype(np.float32) * multiplier.astype(np.float32)
-    return _saturate(np.rint(scaled).astype(np.float64) + y_zero_point.astype(np.float64), y_zero_point.dtype)
+    scaled = acc.astype(np.float32)  # a fresh array (or the caller's float32 accumulator)
+    scaled *= multiplier.astype(np.float32)
+    np.rint(scaled, out=scaled)
+    if not _small_int(y_zero_point.dtype):
+        return _saturate(scaled.astype(np.float64) + y_zero_point.astype(np.float64), y_zero_point.dtype)
+    # float32 is exact for the zero point's addition below 2**24; larger values saturate anyway.
+    scaled += y_zero_point.astype(np.float32)
+    low, high = _INT_RANGES[y_zero_point.dtype]
+    np.clip(scaled, low, high, out=scaled)
+    return scaled.astype(y_zero_point.dtype)
 
 
 @kernel("QLinearMatMul", since=(10, 21))
@@ -292,73 +332,122 @@ def _centred_weights(w, w_zero_point):
     return wi - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
 
 
-@kernel("ConvInteger", since=(10,))
-def conv_integer(
-    x,
-    w,
-    x_zero_point=None,
-    w_zero_point=None,
-    *,
-    auto_pad,
-    dilations=None,
-    group,
-    kernel_shape=None,
-    pads=None,
-    strides=None,
-):
-    xi = x.astype(np.int64) - (0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64))
-    wi = _centred_weights(w, w_zero_point)
-    acc = _integer_conv(
-        xi,
-        wi,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
-    return np.rint(acc).astype(np.int32)
+class _ExactBlocks:
+    """Constant integer Conv weights split into input-channel blocks whose float32 sums are exact.
+
+    Why float32 is exact here: every term of a block's sum is a product of two integers, the
+    centred input ``x - x_zero_point`` (|.| <= ``x_bound``) and the centred weight (|.| <=
+    ``w_bound``, measured on the constant weights).  With ``K`` terms per output value
+    (block channels × kernel size) chosen so that ``K * x_bound * w_bound < 2**24``, every partial
+    sum BLAS can form — in any order, with or without FMA — is an integer of magnitude below
+    2**24, and float32 represents all such integers exactly; so no addition or product rounds,
+    and the block result is the exact integer.  Blocks are then added in float64, exact below 2**53
+    (a 4608-term ResNet-50 reduction of 8-bit products stays below 2**28).  float32 GEMM runs
+    about twice as fast as float64 and the weights are packed once, at session creation.
+    """
+
+    def __init__(self, w_centred: np.ndarray, x_bound: int):
+        w_bound = max(int(np.abs(w_centred).max()) if w_centred.size else 1, 1)
+        per_channel = int(np.prod(w_centred.shape[2:])) or 1
+        terms = max((2**24 - 1) // (x_bound * w_bound), 1)
+        self.step = max(terms // per_channel, 1)
+        # The largest |sum| one block can produce (the bias check in QLinearConv reads it).
+        self.block_bound = self.step * per_channel * x_bound * w_bound
+        if self.step * per_channel * x_bound * w_bound >= 2**24:
+            self.step = 0  # a single channel's kernel could overflow float32: use float64
+        self.blocks = []
+        if self.step:
+            for start in range(0, w_centred.shape[1], self.step):
+                block = w_centred[:, start : start + self.step].astype(np.float32)
+                self.blocks.append((start, block, pack_conv_weights(block, 1)))
+        self.w64 = None if self.step else w_centred.astype(np.float64)
+
+    def convolve(self, xi: np.ndarray, geometry: dict) -> np.ndarray:
+        """Exact sums (float64) of the centred integer input ``xi`` with the weights."""
+        if not self.step:
+            return convolve(xi.astype(np.float64), self.w64, **geometry)
+        x32 = xi if xi.dtype == np.float32 else xi.astype(np.float32)
+        if len(self.blocks) == 1:
+            return convolve(x32, self.blocks[0][1], packed=self.blocks[0][2], **geometry)  # exact integers
+        total = None
+        for start, block, packed in self.blocks:
+            part = convolve(x32[:, start : start + block.shape[1]], block, packed=packed, **geometry)
+            total = part.astype(np.float64) if total is None else total + part
+        return total
 
 
-@kernel("QLinearConv", since=(10,))
-def qlinear_conv(
-    x,
-    x_scale,
-    x_zero_point,
-    w,
-    w_scale,
-    w_zero_point,
-    y_scale,
-    y_zero_point,
-    B=None,
-    *,
-    auto_pad,
-    dilations=None,
-    group,
-    kernel_shape=None,
-    pads=None,
-    strides=None,
-):
-    xi = x.astype(np.int64) - _scalar(x_zero_point, "x_zero_point").astype(np.int64)
-    wi = _centred_weights(w, w_zero_point)
-    acc = _integer_conv(
-        xi,
-        wi,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
+def _centred_float32(x, zero):
+    """``x - zero_point`` of 8-bit integers as float32 (exact: |.| <= 255)."""
+    centred = x.astype(np.float32)
+    centred -= np.float32(zero)
+    return centred
+
+
+def _x_bound(x_dtype, zero) -> int:
+    """The largest |x - zero_point| an input of ``x_dtype`` can have."""
+    low, high = _INT_RANGES[np.dtype(x_dtype)]
+    return int(max(zero - low, high - zero))
+
+
+def _exact_blocks(ctx, w_slot, x_zero_slot, w_zero_slot, group):
+    """Blocks for an ungrouped Conv whose weights, weight zero point (if any) and input zero point
+    are constants; None otherwise (the kernel then takes the general float64 path)."""
+    w = ctx.constant(w_slot)
+    x_zero = ctx.constant(x_zero_slot)
+    w_zero = ctx.constant(w_zero_slot)
+    if w is None or x_zero is None or group != 1 or (w_zero is None and w_zero_slot < ctx.num_inputs):
+        return None
+    if x_zero.dtype not in _INT_RANGES or x_zero.size != 1 or w.ndim < 3:
+        return None
+    return _ExactBlocks(_centred_weights(w, w_zero), _x_bound(x_zero.dtype, int(x_zero.reshape(()))))
+
+
+@kernel("ConvInteger", since=(10,), factory=True)
+def conv_integer(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
+    geometry = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
-    if B is not None:
-        acc = acc + B.astype(np.float64).reshape(channel_shape)
-    w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
-    x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
-    y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
-    multiplier = x_s * w_s / y_s
-    if multiplier.ndim:
-        multiplier = multiplier.reshape(channel_shape)
-    return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"))
+    blocks = _exact_blocks(ctx, 1, 2, 3, group)
+
+    def run(x, w, x_zero_point=None, w_zero_point=None):
+        x_zero = 0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64)
+        if blocks is not None:
+            # The input's integers minus its zero point fit int16 exactly (8-bit inputs).
+            acc = blocks.convolve(_centred_float32(x, x_zero), geometry)
+        else:
+            acc = _integer_conv(x.astype(np.int64) - x_zero, _centred_weights(w, w_zero_point), **geometry)
+        return np.rint(acc).astype(np.int32)
+
+    return run
+
+
+@kernel("QLinearConv", since=(10,), factory=True)
+def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
+    geometry = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
+    blocks = _exact_blocks(ctx, 3, 2, 5, group)
+
+    def run(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
+        x_zero = _scalar(x_zero_point, "x_zero_point")
+        if blocks is not None and x.dtype.itemsize == 1:
+            acc = blocks.convolve(_centred_float32(x, x_zero), geometry)
+        else:
+            xi = x.astype(np.int64) - x_zero.astype(np.int64)
+            acc = _integer_conv(xi, _centred_weights(w, w_zero_point), **geometry)
+        channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
+        if B is not None:
+            bias = B.reshape(channel_shape)
+            if acc.dtype == np.float32 and blocks.block_bound + int(np.abs(B).max(initial=0)) < 2**24:
+                acc += bias.astype(np.float32)  # exact: the sum stays an integer below 2**24
+            else:
+                acc = acc + bias.astype(np.float64)
+        w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
+        x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
+        y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
+        multiplier = x_s * w_s / y_s
+        if multiplier.ndim:
+            multiplier = multiplier.reshape(channel_shape)
+        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"))
+
+    return run

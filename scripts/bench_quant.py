@@ -1,0 +1,79 @@
+"""Quantized vs float ResNet-50 (the onnx wheel's light_resnet50) on onnxplug's CPU provider.
+
+Quantizes the model with onnxplug.quantization.quantize_static (QOperator and QDQ, per-tensor,
+calibrated on a few random images), then times float and quantized runs interleaved in one
+process (noisy shared machines: compare ratios, not absolute times).
+
+    python scripts/bench_quant.py [--runs 5] [--samples 4] [--format QOperator]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+import onnxplug
+from onnxplug.quantization import QuantFormat, quant_pre_process, quantize_static
+
+
+class _Reader:
+    def __init__(self, name, shape, count):
+        rng = np.random.default_rng(0)
+        self.items = [{name: rng.random(shape, dtype=np.float32)} for _ in range(count)]
+
+    def get_next(self):
+        return self.items.pop() if self.items else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--format", choices=["QOperator", "QDQ"], default="QOperator")
+    parser.add_argument("--per-channel", action="store_true")
+    args = parser.parse_args()
+    src = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_resnet50.onnx")
+    model = onnx.load(src)
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "q.onnx")
+        # The light model computes its weights with ConstantOfShape: pre-processing folds them into
+        # initializers (and is what both sides of the comparison run).
+        prepared = os.path.join(folder, "prepared.onnx")
+        quant_pre_process(src, prepared)
+        src = prepared
+        start = time.perf_counter()
+        quantize_static(
+            src,
+            out,
+            _Reader(x.name, shape, args.samples),
+            quant_format=QuantFormat[args.format],
+            per_channel=args.per_channel,
+        )
+        print(f"quantize_static ({args.format}, {args.samples} samples): {time.perf_counter() - start:.1f} s")
+        float_session = onnxplug.InferenceSession(src, providers=["CPUExecutionProvider"])
+        quant_session = onnxplug.InferenceSession(out, providers=["CPUExecutionProvider"])
+    feed = {x.name: np.random.default_rng(1).random(shape, dtype=np.float32)}
+    want = float_session.run(None, feed)[0]
+    got = quant_session.run(None, feed)[0]
+    print(f"max |quantized - float| / max |float|: {np.abs(got - want).max() / np.abs(want).max():.4f}")
+    times = {"float": [], "quantized": []}
+    for _ in range(args.runs):
+        for name, session in (("float", float_session), ("quantized", quant_session)):
+            start = time.perf_counter()
+            session.run(None, feed)
+            times[name].append(time.perf_counter() - start)
+    medians = {name: float(np.median(values)) for name, values in times.items()}
+    for name, value in medians.items():
+        print(f"{name:>9}: median {value * 1000:.1f} ms over {args.runs} runs")
+    print(f"quantized / float: {medians['quantized'] / medians['float']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The CPU provider's integer convolutions are exact on their blocked float32 path (constant
+weights, reductions far beyond 2**24 / (255 * 128) terms), checked against int64 arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxplug
+
+
+def _exact_conv(x, w):
+    """int64 valid convolution (stride 1, no padding) by explicit windows."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    out = np.zeros((n, m, h - kh + 1, wd - kw + 1), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i : i + out.shape[2], j : j + out.shape[3]]
+            out += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j])
+    return out
+
+
+def _session(node, inits, x_type, out_type, x_shape):
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", x_type, x_shape)],
+        [helper.make_tensor_value_info("y", out_type, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_conv_integer_blocked_path_is_exact(extreme):
+    rng = np.random.default_rng(0)
+    c, m = 160, 8  # 160 * 9 = 1440 terms of up to 255 * 128: sums near 2**25, beyond float32's 2**24
+    if extreme:  # every product at its largest magnitude, all of one sign
+        x = np.full((1, c, 5, 5), 255, np.uint8)
+        w = np.full((m, c, 3, 3), -128, np.int8)
+    else:
+        x = rng.integers(0, 256, (1, c, 5, 5), dtype=np.uint8)
+        w = rng.integers(-128, 128, (m, c, 3, 3), dtype=np.int8)
+    x_zero = np.uint8(0)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"])
+    session = _session(node, {"w": w, "xz": np.array(x_zero)}, TensorProto.UINT8, TensorProto.INT32, x.shape)
+    got = session.run(None, {"x": x})[0]
+    want = _exact_conv(x.astype(np.int64), w.astype(np.int64))
+    if extreme:
+        assert np.abs(want).max() > 2**24  # float32 accumulation over all terms would round
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def test_qlinear_conv_blocked_path_matches_int64_requantization():
+    rng = np.random.default_rng(1)
+    c, m = 96, 6
+    x = rng.integers(0, 256, (2, c, 6, 6), dtype=np.uint8)
+    w = rng.integers(-127, 128, (m, c, 3, 3), dtype=np.int8)
+    bias = rng.integers(-(2**20), 2**20, (m,), dtype=np.int32)
+    xs, ws, ys = np.float32(0.02), np.full(m, 0.003, np.float32), np.float32(0.5)
+    xz, yz = np.uint8(128), np.uint8(100)
+    inits = {"xs": np.array(xs), "xz": np.array(xz), "w": w, "ws": ws, "wz": np.zeros(m, np.int8)}
+    inits |= {"ys": np.array(ys), "yz": np.array(yz), "b": bias}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"])
+    session = _session(node, inits, TensorProto.UINT8, TensorProto.UINT8, x.shape)
+    got = session.run(None, {"x": x})[0]
+    acc = _exact_conv(x.astype(np.int64) - 128, w.astype(np.int64)) + bias.reshape(1, -1, 1, 1)
+    scaled = np.rint(acc.astype(np.float32) * (xs * ws / ys).reshape(1, -1, 1, 1))
+    want = np.clip(scaled + 100, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
