@@ -1,5 +1,5 @@
-"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``bench``, ``plugins``, ``partition``
-and ``optimize``."""
+"""The ``onnxplug`` command: ``run`` (the demo, or any model), ``bench``, ``plugins``, ``partition``,
+``optimize``, ``inspect``, ``quantize`` and ``validate``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import OnnxplugError
-from . import _bench, _optimize, _partition, _plugins_cmd, _run
+from . import _bench, _inspect, _optimize, _partition, _plugins_cmd, _quantize, _run, _validate
 
 __all__ = ["main"]
 
@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     _plugins_cmd.add_parser(commands)
     _partition.add_parser(commands)
     _optimize.add_parser(commands)
+    for tool in (_inspect, _quantize, _validate):  # model tools (quant)
+        tool.add_parser(commands)
     return parser
 
 
@@ -35,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OnnxplugError, OSError, ValueError) as error:
         print(f"onnxplug {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback; 130 is the shell's SIGINT status
+        print(f"onnxplug {args.command}: interrupted", file=sys.stderr)
+        return 130
     finally:
         warnings.formatwarning = saved
 

@@ -29,7 +29,7 @@ from ..api import CompiledPartition, DataTransfer, Device, Provider, ProviderFac
 from ..hookspecs import hookimpl
 from ..kernels import KernelRegistry
 
-__all__ = ["FakeFactory", "FakeProvider", "fake_plugin", "Boxed"]
+__all__ = ["FakeFactory", "FakeProvider", "fake_plugin", "wrong_kernel_plugin", "Boxed"]
 
 Claimer = Callable[[Any, Any], list]
 
@@ -173,4 +173,46 @@ def fake_plugin(*factories: FakeFactory) -> types.SimpleNamespace:
 
     return types.SimpleNamespace(
         onnxplug_provider_factories=onnxplug_provider_factories, onnxplug_kernels=onnxplug_kernels
+    )
+
+
+# --- a provider with a planted bug, for divergence finders (``onnxplug validate``) -------------
+
+_CORRECT_UNARY = {
+    "Relu": (lambda x: np.maximum(x, 0), (6, 13, 14)),
+    "Neg": (np.negative, (6, 13)),
+    "Sigmoid": (lambda x: 1 / (1 + np.exp(-x)), (6, 13)),
+}
+
+
+def wrong_kernel_plugin(op: str = "Relu", name: str = "wrong", error: float = 1.0) -> types.SimpleNamespace:
+    """A plugin whose provider ``name`` claims every ``op`` node (Relu, Neg or Sigmoid) and computes
+    it with ``error`` added to every element — a deliberately wrong kernel, so a tool that compares
+    providers can be shown to find the node.  Register it with ``Environment.register``."""
+    from ..api import KernelClaim
+
+    if op not in _CORRECT_UNARY:
+        raise ValueError(f"wrong_kernel_plugin supports {sorted(_CORRECT_UNARY)}, not {op!r}")
+    correct, since = _CORRECT_UNARY[op]
+    factory = FakeFactory(name, lambda graph, kernels: [KernelClaim(n.name) for n in graph.nodes if n.op_type == op])
+    registry = KernelRegistry(f"fake-{name}")
+
+    def run(x):
+        factory.calls[op] += 1
+        return (correct(x) + error).astype(x.dtype)
+
+    registry.kernel(op, since=since)(run)
+
+    @hookimpl
+    def onnxplug_provider_factories():
+        return [factory]
+
+    @hookimpl
+    def onnxplug_kernels(provider):
+        return [registry] if provider.name == name else []
+
+    return types.SimpleNamespace(
+        factory=factory,
+        onnxplug_provider_factories=onnxplug_provider_factories,
+        onnxplug_kernels=onnxplug_kernels,
     )

@@ -1,0 +1,7 @@
+"""``python -m onnxplug``: the ``onnxplug`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
