@@ -154,6 +154,9 @@ class Partition:
     :ivar inputs: values the partition reads from outside, in call order (constants are embedded
         in the model as initializers, not inputs).
     :ivar outputs: values it produces that are used outside or are graph outputs, in return order.
+    :ivar input_shapes: ``None`` when the partition is compiled for every shape its model
+        allows; the concrete input shapes when the core asks for a compilation specialised to
+        them (see :attr:`CompiledPartition.input_shapes`).
     """
 
     name: str
@@ -161,6 +164,7 @@ class Partition:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     model: onnx.ModelProto
+    input_shapes: tuple[tuple[int, ...], ...] | None = None
 
     def model_proto(self) -> onnx.ModelProto:
         """The partition as a standalone ONNX model (a copy: compilers may edit it)."""
@@ -171,6 +175,28 @@ class Partition:
     def model_bytes(self) -> bytes:
         return self.model.SerializeToString()
 
+    def with_input_shapes(self, shapes: Sequence[Sequence[int]]) -> Partition:
+        """The same partition with its inputs' shapes fixed to ``shapes`` (one per input, in
+        call order), as the core hands it to :meth:`Provider.compile` when a compiled partition
+        that declared :attr:`CompiledPartition.input_shapes` meets other shapes.
+
+        Only the graph inputs' declared shapes change (intermediate and output shapes are
+        left for the compiler to infer); constants and nodes are the same.
+
+        .. versionadded:: 0.2
+        """
+        shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)
+        if len(shapes) != len(self.inputs):
+            raise ValueError(f"partition {self.name} has {len(self.inputs)} inputs, got {len(shapes)} shapes")
+        model = self.model_proto()
+        by_name = {value.name: value for value in model.graph.input}
+        for name, shape in zip(self.inputs, shapes):
+            tensor_type = by_name[name].type.tensor_type
+            tensor_type.shape.Clear()
+            for dim in shape:
+                tensor_type.shape.dim.add().dim_value = dim
+        return dataclasses.replace(self, model=model, input_shapes=shapes)
+
 
 class CompiledPartition:
     """What :meth:`Provider.compile` returns: a callable over the partition's inputs.
@@ -178,12 +204,29 @@ class CompiledPartition:
     :param inputs: names of the values the partition reads, in call order.
     :param outputs: names of the values it produces, in return order.
     :param fn: ``fn(*inputs) -> sequence of outputs``.
+    :param input_shapes: for compilers that specialise on shapes (an engine built for fixed
+        dimensions): the shapes ``fn`` accepts, one per input, ``None`` in a dimension that may
+        vary.  When a call brings other shapes, the core compiles the partition again for them
+        (:meth:`Partition.with_input_shapes`), keeps the eight most recently used
+        such compilations per partition and reuses them; ``None`` (the default) means ``fn`` takes any shape the model allows.
+
+        .. versionadded:: 0.2
     """
 
-    def __init__(self, inputs: Sequence[str], outputs: Sequence[str], fn: Callable[..., Sequence[Any]]):
+    def __init__(
+        self,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        fn: Callable[..., Sequence[Any]],
+        *,
+        input_shapes: Sequence[Sequence[int | None]] | None = None,
+    ):
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.fn = fn
+        self.input_shapes = None if input_shapes is None else tuple(tuple(shape) for shape in input_shapes)
+        if self.input_shapes is not None and len(self.input_shapes) != len(self.inputs):
+            raise ValueError(f"input_shapes has {len(self.input_shapes)} entries for {len(self.inputs)} inputs")
 
     def __call__(self, *values: Any) -> Sequence[Any]:
         return self.fn(*values)

@@ -24,6 +24,7 @@ class CopyCounter:
         self.to_device = 0
         self.to_host = 0
         self.synchronized = 0
+        self.compiles = 0  # Provider.compile calls (a specialising compiler compiles per shape)
 
     @property
     def host_copies(self) -> int:

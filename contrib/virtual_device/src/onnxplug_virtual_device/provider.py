@@ -27,10 +27,18 @@ def _op_set(text: str) -> frozenset[str]:
 class VirtualDeviceProvider(Provider):
     """Claims the ops named in its options; fuses connected runs of the ``fuse`` ops."""
 
-    def __init__(self, factory: ProviderFactory, device: Device, ops: frozenset[str], fuse: frozenset[str]):
+    def __init__(
+        self,
+        factory: ProviderFactory,
+        device: Device,
+        ops: frozenset[str],
+        fuse: frozenset[str],
+        specialize: bool = False,
+    ):
         super().__init__(factory, device)
         self.kernel_ops = ops
         self.fuse_ops = fuse
+        self.specialize = specialize
         self._transfer = MEMORY
         self._compiled: list[Any] = []
 
@@ -54,18 +62,24 @@ class VirtualDeviceProvider(Provider):
     def compile(self, partition) -> CompiledPartition:
         # The partition runs as a standalone ONNX model through onnxplug's public API on the CPU
         # provider, which is how a real compiler would receive it (as a model to compile).
+        copies.compiles += 1
         session = onnxplug.InferenceSession(partition.model_bytes(), providers=["CPUExecutionProvider"])
         self._compiled.append(session)
         names = list(partition.inputs)
+        shapes = _specialized_shapes(partition) if self.specialize else None
 
         def run(*values: Any) -> list[DeviceArray]:
             feeds = {
                 name: device_data(value, f"partition {partition.name} input '{name}'")
                 for name, value in zip(names, values)
             }
+            if shapes is not None:  # like an engine built for fixed dimensions: nothing else fits
+                for name, shape in zip(names, shapes):
+                    if feeds[name].shape != shape:
+                        raise RuntimeError(f"compiled for {name} of shape {shape}, given {feeds[name].shape}")
             return [DeviceArray(np.asarray(out)) for out in session.run(list(partition.outputs), feeds)]
 
-        return CompiledPartition(partition.inputs, partition.outputs, run)
+        return CompiledPartition(partition.inputs, partition.outputs, run, input_shapes=shapes)
 
     def transfer(self) -> VirtualTransfer:
         return self._transfer
@@ -80,11 +94,23 @@ class VirtualDeviceProvider(Provider):
         self._compiled.clear()
 
 
+def _specialized_shapes(partition) -> tuple[tuple[int, ...], ...]:
+    """The shapes a shape-specialising compiler builds for: those the core asked for, else the
+    model's declared input shapes with every symbolic dimension taken as 1."""
+    if partition.input_shapes is not None:
+        return partition.input_shapes
+    declared = {value.name: value.type.tensor_type.shape for value in partition.model.graph.input}
+    return tuple(
+        tuple(dim.dim_value if dim.HasField("dim_value") else 1 for dim in declared[name].dim)
+        for name in partition.inputs
+    )
+
+
 class VirtualDeviceFactory(ProviderFactory):
     name = "virtual_device"
     ort_name = "VirtualDeviceExecutionProvider"
     priority = -1  # a simulator: used only when a session asks for it by name
-    option_names = frozenset({"ops", "fuse"})
+    option_names = frozenset({"ops", "fuse", "specialize"})
 
     def devices(self) -> list[Device]:
         return [Device("virtual", 0, vendor="onnxplug", name="virtual device (CPU-simulated)")]
@@ -95,5 +121,9 @@ class VirtualDeviceFactory(ProviderFactory):
     def create(self, device: Device, options: Mapping[str, str]) -> VirtualDeviceProvider:
         self.check_options(options)
         return VirtualDeviceProvider(
-            self, device, _op_set(options.get("ops", DEFAULT_OPS)), _op_set(options.get("fuse", ""))
+            self,
+            device,
+            _op_set(options.get("ops", DEFAULT_OPS)),
+            _op_set(options.get("fuse", "")),
+            specialize=options.get("specialize", "0") == "1",
         )

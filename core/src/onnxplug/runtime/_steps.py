@@ -13,6 +13,7 @@ from ..errors import EPFail, Fail, OnnxplugError
 from ..graph import outer_references, subgraphs
 from ..kernels import KernelDef, NodeContext, find_schema
 from ..partition import node_opsets
+from ._recompile import ShapeSpecializedPartition
 
 __all__ = ["Step", "tensor_value", "kernel_step", "fused_step", "NONE_SLOT", "DROP_SLOT"]
 
@@ -172,6 +173,8 @@ def fused_step(
         raise EPFail(
             f"provider '{provider.name}' failed to compile partition {name} ({nodes}): {type(error).__name__}: {error}"
         ) from error
+    if getattr(compiled, "input_shapes", None) is not None:
+        compiled = ShapeSpecializedPartition(provider, partition, compiled, lambda: f"partition {name}")
     inputs = tuple(slot_of[id(v)] for v in input_values)
     outputs = tuple(new_slot(v) for v in output_values)
     return Step(
