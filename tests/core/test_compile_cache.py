@@ -63,5 +63,5 @@ def test_blobs_round_trip_atomically_and_keys_cannot_name_paths(tmp_path):
 
 def test_one_default_cache_per_folder(tmp_path):
     assert default_compile_cache() is default_compile_cache()
-    assert default_compile_cache(str(tmp_path)) is default_compile_cache(str(tmp_path / "." ))
+    assert default_compile_cache(str(tmp_path)) is default_compile_cache(str(tmp_path / "."))
     assert default_compile_cache(str(tmp_path)) is not default_compile_cache()

@@ -98,7 +98,6 @@ def test_ortvalues_on_the_device_and_their_errors():
         session.run_with_iobinding(binding)
 
 
-
 def _loop_session(body_op: str = "Add"):
     """``h = Relu(x)`` on the device, then a 3-trip Loop whose body combines the carried value
     with the outer ``h`` by ``body_op`` (Add runs on the device, Max on the CPU)."""

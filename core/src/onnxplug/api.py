@@ -90,9 +90,7 @@ def api_version_problem(declared: Any) -> str | None:
     """
     if isinstance(declared, int) and not isinstance(declared, bool):
         declared = (declared, 0)
-    if not (
-        isinstance(declared, tuple) and len(declared) == 2 and all(isinstance(v, int) for v in declared)
-    ):
+    if not (isinstance(declared, tuple) and len(declared) == 2 and all(isinstance(v, int) for v in declared)):
         return f"api_version must be (major, minor) or an int, got {declared!r}"
     major, minor = declared
     if major != API_VERSION[0]:
@@ -207,8 +205,9 @@ class CompiledPartition:
     :param input_shapes: for compilers that specialise on shapes (an engine built for fixed
         dimensions): the shapes ``fn`` accepts, one per input, ``None`` in a dimension that may
         vary.  When a call brings other shapes, the core compiles the partition again for them
-        (:meth:`Partition.with_input_shapes`), keeps the eight most recently used
-        such compilations per partition and reuses them; ``None`` (the default) means ``fn`` takes any shape the model allows.
+        (:meth:`Partition.with_input_shapes`), keeps the eight most recently used such
+        compilations per partition and reuses them; ``None`` (the default) means ``fn`` takes
+        any shape the model allows.
 
         .. versionadded:: 0.2
     """

@@ -291,9 +291,7 @@ def check_tensor_type(spec: InputSpec, shape: tuple[int, ...], dtype: np.dtype) 
             f"Invalid rank for input: {spec.name} Got: {len(shape)} Expected: {spec.rank} "
             f"Please fix either the inputs/outputs or the model."
         )
-    bad = [
-        (i, got, want) for i, (got, want) in enumerate(zip(shape, spec.dims)) if want is not None and got != want
-    ]
+    bad = [(i, got, want) for i, (got, want) in enumerate(zip(shape, spec.dims)) if want is not None and got != want]
     if bad:
         detail = " ".join(f"index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
         raise InvalidArgument(f"Got invalid dimensions for input: {spec.name} for the following indices {detail}")

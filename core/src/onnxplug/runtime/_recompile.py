@@ -51,8 +51,8 @@ class ShapeSpecializedPartition:
         self._partition = partition
         self._describe = describe
         self._transfer: DataTransfer | None = provider.transfer()
-        self._compiled: collections.OrderedDict[tuple[Shape, ...] | None, CompiledPartition] = (
-            collections.OrderedDict({None: first})
+        self._compiled: collections.OrderedDict[tuple[Shape, ...] | None, CompiledPartition] = collections.OrderedDict(
+            {None: first}
         )
         self._lock = threading.Lock()
         self.inputs = first.inputs
