@@ -2,7 +2,7 @@
 function ops nobody claims inlined.  ``partition_model`` is the stage as one call."""
 
 from ._assign import Assignment, PartitionResult, ProviderSlot, partition_graph
-from ._fuse import build_partition
+from ._fuse import build_partition, partition_of
 from ._inline import FunctionInliner, node_opsets
 from ._model import PartitionedModel, partition_model
 
@@ -16,4 +16,5 @@ __all__ = [
     "node_opsets",
     "partition_graph",
     "partition_model",
+    "partition_of",
 ]

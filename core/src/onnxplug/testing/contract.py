@@ -27,7 +27,8 @@ from .._plugins import Environment
 from ..api import FuseClaim, KernelClaim, KernelLookup, Provider, ProviderFactory, api_version_problem
 from ..errors import InvalidArgument
 from ..graph import GraphView, NodeView, load_model
-from ..runtime import InferenceSession
+from ..partition import partition_of
+from ..runtime import InferenceSession, OrtValue
 from . import make_model
 
 __all__ = ["ProviderContract", "Requirements"]
@@ -59,7 +60,7 @@ def _requires(name: str):
     return check
 
 
-def _graph_model(elem_type: int) -> onnx.ModelProto:
+def _graph_model(elem_type: int, batch: int | str = 3) -> onnx.ModelProto:
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
         helper.make_node("Add", ["h", "b"], ["s"], name="add"),
@@ -70,10 +71,24 @@ def _graph_model(elem_type: int) -> onnx.ModelProto:
     rng = np.random.default_rng(7)
     return make_model(
         nodes,
-        [("x", elem_type, [3, 4])],
-        [("y", elem_type, [3, 5])],
+        [("x", elem_type, [batch, 4])],
+        [("y", elem_type, [batch, 5])],
         {"w": rng.standard_normal((4, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype)},
     )
+
+
+def _reference_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of ``model`` (inputs, intermediates, outputs) by onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [out for node in model.graph.node for out in node.output if out]
+    results = ReferenceEvaluator(model).run(names, feeds)
+    return {**feeds, **dict(zip(names, results))}
+
+
+def _x(elem_type: int = TensorProto.FLOAT, batch: int = 3) -> np.ndarray:
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    return np.random.default_rng(3).standard_normal((batch, 4)).astype(dtype)
 
 
 class ProviderContract:
@@ -222,6 +237,93 @@ class ProviderContract:
         report = self._session(_graph_model(TensorProto.FLOAT), environment).get_partition_report()
         ours = [node for node in report.nodes if node.provider == self._ort_name(environment)]
         assert ours and all(node.partition for node in ours), f"the provider's nodes did not run fused: {ours}"
+
+    def test_fuse_claims_are_disjoint(self, created: Provider, kernels: KernelLookup) -> None:
+        _requires("fuse")(self)
+        claims, _ = self._claims(created, kernels, _graph_model(TensorProto.FLOAT))
+        seen: dict[str, Any] = {}
+        for claim in claims:
+            claimed = [claim.node] if isinstance(claim, KernelClaim) else list(claim.nodes)
+            assert claimed, f"{claim} claims no node"
+            for node in claimed:
+                assert node not in seen, f"node '{node}' is claimed twice: by {seen[node]} and by {claim}"
+                seen[node] = claim
+
+    def test_compile_matches_reference(self, created: Provider, kernels: KernelLookup) -> None:
+        """Each FuseClaim compiled alone (the Partition the core would build) computes what the
+        reference evaluator computes for those nodes, with the inputs and outputs in the
+        partition's order, on device values when the provider has its own memory."""
+        _requires("fuse")(self)
+        model = _graph_model(TensorProto.FLOAT)
+        claims, _ = self._claims(created, kernels, model)
+        fused = [claim for claim in claims if isinstance(claim, FuseClaim)]
+        assert fused, "requirement 'fuse' is open but the provider answered no FuseClaim"
+        expected = _reference_values(model, {"x": _x()})
+        loaded = load_model(model.SerializeToString())
+        transfer = created.transfer()
+        for index, claim in enumerate(fused):
+            partition = partition_of(loaded.model, claim.nodes, f"{self.provider}_partition_{index}")
+            compiled = created.compile(partition)
+            assert tuple(compiled.inputs) == partition.inputs, f"inputs {compiled.inputs} != {partition.inputs}"
+            assert tuple(compiled.outputs) == partition.outputs, f"outputs {compiled.outputs} != {partition.outputs}"
+            values = [expected[name] for name in partition.inputs]
+            if transfer is not None:
+                values = [transfer.to_device(value) for value in values]
+            results = list(compiled(*values))
+            assert len(results) == len(partition.outputs), f"{len(results)} results for {partition.outputs}"
+            created.synchronize()
+            for name, result in zip(partition.outputs, results):
+                if transfer is not None and transfer.owns(result):
+                    result = transfer.to_host(result)
+                got = np.asarray(result)
+                assert got.shape == expected[name].shape and got.dtype == expected[name].dtype, name
+                np.testing.assert_allclose(got, expected[name], rtol=1e-5, atol=1e-5, err_msg=f"output '{name}'")
+
+    def test_dynamic_batch_runs_at_two_sizes(self, environment: Environment, factory: ProviderFactory) -> None:
+        """A symbolic batch dimension: the same session at two batch sizes (a compiler that
+        specialises on shapes declares ``CompiledPartition.input_shapes`` and is compiled again)."""
+        _requires("float32")(self)
+        if not factory.devices():
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        model = _graph_model(TensorProto.FLOAT, batch="batch")
+        session = self._session(model, environment)
+        assert session.partition_counts().get(self._ort_name(environment), 0) > 0, "the provider ran no node"
+        for batch in (1, 4, 1):
+            x = _x(batch=batch)
+            (got,) = session.run(None, {"x": x})
+            np.testing.assert_allclose(got, _reference_values(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+    def test_transfer_describes_device_values(self, created: Provider) -> None:
+        _requires("transfer")(self)
+        transfer = created.transfer()
+        assert transfer is not None, "requirement 'transfer' is open but transfer() returned None"
+        assert transfer.device_name, "a DataTransfer needs the device_name OrtValue and IOBinding look up"
+        host = np.arange(12, dtype=np.float32).reshape(3, 4)
+        value = transfer.to_device(host)
+        assert transfer.owns(value) and not transfer.owns(host)
+        shape, dtype = transfer.shape_and_type(value)
+        assert tuple(shape) == (3, 4) and np.dtype(dtype) == np.float32
+        empty = transfer.empty((2, 0, 5), np.dtype(np.int64))
+        assert transfer.owns(empty)
+        shape, dtype = transfer.shape_and_type(empty)
+        assert tuple(shape) == (2, 0, 5) and np.dtype(dtype) == np.int64
+
+    def test_iobinding_keeps_values_on_the_device(self, created: Provider, environment: Environment) -> None:
+        """A device input bound as an OrtValue and an output bound to the device's name: the
+        output comes back in the device's memory with the reference's values."""
+        _requires("transfer")(self)
+        transfer = created.transfer()
+        model = _graph_model(TensorProto.FLOAT)
+        session = self._session(model, environment)
+        binding = session.io_binding()
+        x = _x()
+        binding.bind_ortvalue_input("x", OrtValue(transfer.to_device(x), transfer))
+        binding.bind_output("y", transfer.device_name, created.device.id)
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        (y,) = binding.get_outputs()
+        assert y.device_name() == transfer.device_name, f"output left on '{y.device_name()}'"
+        np.testing.assert_allclose(y.numpy(), _reference_values(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
 
     def test_transfer_round_trip_is_identity(self, created: Provider) -> None:
         _requires("transfer")(self)

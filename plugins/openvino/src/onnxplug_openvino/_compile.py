@@ -27,6 +27,7 @@ from ._options import Settings
 
 __all__ = ["compile_partition"]
 
+
 def _describe(partition: Any) -> str:
     nodes = ", ".join(partition.nodes[:8]) + (" ..." if len(partition.nodes) > 8 else "")
     return f"partition {partition.name} ({nodes})"
