@@ -254,3 +254,17 @@ def test_optimized_model_external_file_must_stay_beside_the_model(tmp_path, name
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", name)
     with pytest.raises(onnxplug.InvalidArgument, match="must be a file name in the folder"), warnings.catch_warnings():
         onnxplug.InferenceSession(_double_relu_model().SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def test_a_rule_set_is_tried_only_where_one_of_its_anchors_is():
+    anchored_elsewhere = RuleSet("test.anchored", [_double_relu_rule()], produces=[OpRef("", "Relu")], anchors={"Conv"})
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(anchored_elsewhere)))
+    assert _ops(session) == ["MatMul", "Relu", "Relu"]  # would fuse if tried: the graph has no Conv
+    anchored_here = RuleSet("test.anchored", [_double_relu_rule()], produces=[OpRef("", "Relu")], anchors=["Relu"])
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(anchored_here)))
+    assert _ops(session) == ["MatMul", "Relu"]
+
+
+def test_anchors_are_op_types_not_a_string():
+    with pytest.raises(TypeError, match="not a string"):
+        RuleSet("test.bad", [], anchors="Relu")

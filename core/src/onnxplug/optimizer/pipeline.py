@@ -16,7 +16,8 @@ ORT_ENABLE_EXTENDED  + the ``"extended"`` rule sets plugins contribute (fusions)
 ORT_ENABLE_ALL       + the ``"layout"`` rule sets (layout choices, provider-specific fusions)
 ==================== ==========================================================================
 
-A rule set runs only when the session can run what it produces (see :class:`RuleGate`).
+A rule set runs only when the session can run what it produces (see :class:`RuleGate`), and is
+tried only on a graph holding one of its :attr:`RuleSet.anchors` op types.
 """
 
 from __future__ import annotations
@@ -144,19 +145,45 @@ def _count(model: ir.Model) -> int:
     return sum(1 for _ in model.graph.all_nodes())
 
 
+def _op_types(model: ir.Model) -> set[str]:
+    """Op types of every node: the graph, its subgraphs and the model's functions (onnxscript
+    applies rules to functions too)."""
+    found = {node.op_type for node in model.graph.all_nodes()}
+    for function in model.functions.values():
+        found.update(node.op_type for node in function.all_nodes())
+    return found
+
+
 class _Recorder:
-    """Runs passes on the optimizer's own copy and records a PassReport for each."""
+    """Runs passes on the optimizer's own copy and records a PassReport for each.
+
+    Only passes change the copy, so the node count after one pass is the count before the next,
+    and the op types present stay known until a pass changes something.
+    """
 
     def __init__(self, model: ir.Model) -> None:
         self.model = model
         self.reports: list[PassReport] = []
+        self._nodes = _count(model)
+        self._op_types: set[str] | None = None
 
     def run(self, name: str, function: Callable[[ir.Model], Mapping[str, int]]) -> bool:
-        before = _count(self.model)
+        before = self._nodes
         changes = {key: int(count) for key, count in function(self.model).items() if count}
-        report = PassReport(name, before, _count(self.model), changes)
+        self._nodes = _count(self.model)
+        report = PassReport(name, before, self._nodes, changes)
         self.reports.append(report)
+        if report.changed:
+            self._op_types = None
         return report.changed
+
+    def may_match(self, rule_set: RuleSet) -> bool:
+        """Whether some rule of ``rule_set`` could match (one of its anchors is present)."""
+        if rule_set.anchors is None:
+            return True
+        if self._op_types is None:
+            self._op_types = _op_types(self.model)
+        return not self._op_types.isdisjoint(rule_set.anchors)
 
 
 def _basic(recorder: _Recorder, opsets: Mapping[str, int], evaluate: Evaluator | None, node_opsets: Callable) -> None:
@@ -219,7 +246,10 @@ def optimize(
         for _ in range(_RULE_ROUNDS):
             matched = False
             for rule_set in applicable:
-                matched |= recorder.run(f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set]))
+                if recorder.may_match(rule_set):
+                    matched |= recorder.run(
+                        f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set])
+                    )
             fused |= matched
             if not matched:
                 break

@@ -48,6 +48,13 @@ class RuleSet:
     :ivar providers: provider short names the set is meant for; ``None``: any session whose
         providers can run ``produces``.
     :ivar description: one line for docs and reports.
+    :ivar anchors: op types (any domain) of which every match of every rule contains at least
+        one — for each rule, any op its pattern cannot match without.  The optimizer does not
+        try the set on a graph (with its subgraphs and functions) holding none of them, which
+        leaves the graph as trying would, at no cost: a six-node model no longer runs every
+        fusion's matcher at every node.  ``None`` (the default): always tried.
+
+        .. versionadded:: 0.2
     """
 
     name: str
@@ -55,9 +62,14 @@ class RuleSet:
     produces: Sequence[OpRef] = ()
     providers: tuple[str, ...] | None = None
     description: str = ""
+    anchors: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a RuleSet needs a name")
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "produces", tuple(self.produces))
+        if self.anchors is not None:
+            if isinstance(self.anchors, str):
+                raise TypeError(f"RuleSet {self.name}: anchors must be a collection of op types, not a string")
+            object.__setattr__(self, "anchors", frozenset(self.anchors))

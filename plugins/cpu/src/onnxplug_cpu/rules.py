@@ -190,6 +190,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 "cpu.conv_bn",
                 [FoldBatchNormIntoConv.rule()],
                 produces=[OpRef("", "Conv")],
+                anchors={"BatchNormalization"},
                 description="BatchNormalization (inference) after Conv folded into the Conv's weights and bias",
             ),
             *conv_rule_sets(),  # rules_conv: per-channel Mul/Add after Conv or BatchNormalization
@@ -197,6 +198,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 "cpu.matmul_add_gemm",
                 [*FuseMatMulAddToGemm.rule().commute()],
                 produces=[OpRef("", "Gemm")],
+                anchors={"MatMul"},
                 description="MatMul (2-D A, constant 2-D B) + Add → Gemm",
             ),
         ]
@@ -206,6 +208,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 "cpu.layer_norm",
                 _layer_norm_rules(),
                 produces=[OpRef("", "LayerNormalization")],
+                anchors={"ReduceMean", "LayerNormalization"},  # the decomposition; LN + bias Add
                 description="torch's layer norm decomposition → LayerNormalization (opset ≥ 17)",
             )
         ]

@@ -144,6 +144,7 @@ def conv_rule_sets() -> list[RuleSet]:
                 *_FoldIntoConv.rule("conv_add", op_type="Add").commute(),
             ],
             produces=[OpRef("", "Conv")],
+            anchors={"Conv"},
             description="Conv followed by a constant per-channel Mul or Add folded into its weights and bias",
         ),
         RuleSet(
@@ -153,6 +154,7 @@ def conv_rule_sets() -> list[RuleSet]:
                 *_FoldIntoBatchNorm.rule("bn_add", op_type="Add").commute(),
             ],
             produces=[OpRef("", "BatchNormalization")],
+            anchors={"BatchNormalization"},
             description="inference BatchNormalization followed by a constant per-channel Mul or Add folded into it",
         ),
     ]

@@ -25,6 +25,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
         name="ms_ops.attention",
         rules=attention_rules(),
         produces=(OpRef("com.microsoft", "MultiHeadAttention"),),
+        anchors={"Softmax"},
         description="scaled dot-product attention (torch exports) -> com.microsoft MultiHeadAttention",
     )
     return [attention, *normalization.rule_sets(), *gelu.rule_sets(), *fused.rule_sets()]

@@ -232,6 +232,7 @@ def rule_sets() -> list[RuleSet]:
                 for form in ("div", "mul_first", "mul_last")
             ],
             produces=[OpRef(DOMAIN, "FusedMatMul")],
+            anchors={"MatMul", "FusedMatMul"},
             description="MatMul with a scalar scale or a last-two-axes Transpose → FusedMatMul",
         ),
         RuleSet(
@@ -241,12 +242,14 @@ def rule_sets() -> list[RuleSet]:
                 for a in ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
             ],
             produces=[OpRef(DOMAIN, "FusedConv")],
+            anchors={"Conv"},
             description="Conv + activation → FusedConv",
         ),
         RuleSet(
             "ms_ops.fused_gemm",
             [FuseGemmActivation.rule(f"gemm_{a}", activation=a) for a in _GEMM_ACTIVATIONS],
             produces=[OpRef(DOMAIN, "FusedGemm")],
+            anchors={"Gemm"},
             description="Gemm + activation → FusedGemm",
         ),
     ]

@@ -127,12 +127,14 @@ def rule_sets() -> list[RuleSet]:
             "ms_ops.gelu",
             _gelu_rules(FuseErfGelu),
             produces=[OpRef(DOMAIN, "Gelu")],
+            anchors={"Erf"},
             description="the erf form of Gelu → com.microsoft Gelu",
         ),
         RuleSet(
             "ms_ops.fast_gelu",
             [*_gelu_rules(FuseTanhGelu), *FuseFastGeluBias.rule().commute()],
             produces=[OpRef(DOMAIN, "FastGelu")],
+            anchors={"Tanh", "FastGelu"},  # the approximation; FastGelu + bias Add
             description="the tanh approximation of Gelu (GPT-2) → FastGelu, with a preceding bias Add folded in",
         ),
         RuleSet(
@@ -142,6 +144,7 @@ def rule_sets() -> list[RuleSet]:
                 *FuseBiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
             ],
             produces=[OpRef(DOMAIN, "BiasGelu")],
+            anchors={"Gelu"},  # ai.onnx's or com.microsoft's
             description="Add of a bias vector then Gelu → BiasGelu",
         ),
     ]

@@ -114,18 +114,21 @@ def rule_sets() -> list[RuleSet]:
                 for o in ("weight_first", "weight_last")
             ],
             produces=[OpRef("", "SimplifiedLayerNormalization")],
+            anchors={"ReduceMean"},
             description="torch's RMS norm (LLaMA, T5) → SimplifiedLayerNormalization",
         ),
         RuleSet(
             "ms_ops.skip_layer_norm",
             _skip_rules(FuseSkipLayerNorm),
             produces=[OpRef(DOMAIN, "SkipLayerNormalization")],
+            anchors={"LayerNormalization"},
             description="Add (+ bias) then LayerNormalization → SkipLayerNormalization",
         ),
         RuleSet(
             "ms_ops.skip_rms_norm",
             _skip_rules(FuseSkipRmsNorm),
             produces=[OpRef(DOMAIN, "SkipSimplifiedLayerNormalization")],
+            anchors={"SimplifiedLayerNormalization"},
             description="Add (+ bias) then SimplifiedLayerNormalization → SkipSimplifiedLayerNormalization",
         ),
     ]
