@@ -118,6 +118,10 @@ class Environment:
         # id(factory) -> (factory, devices, unavailable reason); see devices().
         self._devices: dict[int, tuple[ProviderFactory, list[Any], str]] = {}
         self._memories: list[Any] | None = None  # see memories()
+        # Registry sets already checked for clashes, keyed by ((id, size) per registry, ...),
+        # holding the registries so no id is reused: a session's providers ask for the same
+        # registries every time.
+        self._checked_registries: dict[tuple[tuple[int, int], ...], tuple[Any, ...]] = {}
         for entry_point in self._entry_points:
             self._load_entry_point(entry_point, blocked, selected)
 
@@ -225,6 +229,7 @@ class Environment:
 
     def _register(self, plugin: Any, record: PluginRecord) -> None:
         self._rule_sets.clear()  # a new plugin may contribute rules
+        self._checked_registries.clear()  # ... and kernels
         try:
             self._pm.register(plugin, name=record.name)
         except Exception as error:  # noqa: BLE001 - pluggy validation errors, name clashes
@@ -389,13 +394,17 @@ class Environment:
 
         :raises PluginError: two plugins define the same kernel key for this provider.
         """
-        registries: list[Any] = []
-        owners: dict[Any, str] = {}
+        offered: list[tuple[str, Any]] = []
         for impl in self._pm.hook.onnxplug_kernels.get_hookimpls():
             record = self._records.get(impl.plugin_name)
             owner = (record.distribution if record else None) or impl.plugin_name
-            for registry in impl.function(provider=provider) or ():
-                registry.validate()
+            offered.extend((owner, registry) for registry in impl.function(provider=provider) or ())
+        for _, registry in offered:
+            registry.validate()
+        seen = tuple((id(registry), len(registry)) for _, registry in offered)
+        if seen not in self._checked_registries:
+            owners: dict[Any, str] = {}
+            for owner, registry in offered:
                 for definition in registry:
                     clash = owners.get(definition.key)
                     if clash is not None and clash != owner:
@@ -404,8 +413,10 @@ class Environment:
                             f"both '{clash}' and '{owner}'"
                         )
                     owners[definition.key] = owner
-                registries.append(registry)
-        return registries
+            if len(self._checked_registries) >= 64:  # a plugin making registries per call
+                self._checked_registries.clear()
+            self._checked_registries[seen] = tuple(registry for _, registry in offered)
+        return [registry for _, registry in offered]
 
     def rewrite_rules(self, stage: str) -> list[RuleSet]:
         """The rule sets every plugin contributes to an optimizer stage (``"basic"``,
