@@ -130,15 +130,30 @@ class RuleGate:
         return None
 
     def _runnable(self, op: OpRef, opsets: Mapping[str, int]) -> bool:
-        version = op.version or opsets.get(op.domain)
+        since = _since_version(op.op_type, op.domain, op.version or opsets.get(op.domain))
+        return since is not None and self._has_kernel(op.domain, op.op_type, since)
+
+
+_SINCE_VERSIONS: dict[tuple[str, str, int | None], int] = {}
+
+
+def _since_version(op_type: str, domain: str, version: int | None) -> int | None:
+    """The schema version an op resolves to at ``version`` of its domain (the newest when
+    ``None``); ``None`` when there is none.  Found versions are cached (every session's gate
+    asks the same); misses are not, since an op library may register the schema later."""
+    key = (op_type, domain, version)
+    found = _SINCE_VERSIONS.get(key)
+    if found is None:
         try:
-            if version is None:
-                schema = onnx.defs.get_schema(op.op_type, op.domain)
-            else:
-                schema = onnx.defs.get_schema(op.op_type, version, op.domain)
+            schema = (
+                onnx.defs.get_schema(op_type, domain)
+                if version is None
+                else onnx.defs.get_schema(op_type, version, domain)
+            )
         except onnx.defs.SchemaError:
-            return False
-        return self._has_kernel(op.domain, op.op_type, schema.since_version)
+            return None
+        found = _SINCE_VERSIONS.setdefault(key, schema.since_version)
+    return found
 
 
 def _count(model: ir.Model) -> int:
