@@ -10,10 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnxplug.graph._infer import PARKED_DOMAIN, UNGUARDED_INPUT_TYPE, infer_types
+from onnxplug.graph._infer import PARKED_DOMAIN, UNGUARDED_INPUT_TYPE, WEIGHT_BYTES, _skeleton, infer_types
 
 _TREE5 = {
     "tree_roots": [0],
@@ -162,3 +163,36 @@ def test_parked_nodes_keep_their_domain_and_the_rest_is_inferred(tmp_path):
     assert domains == "test.opaque,ai.onnx.ml,-"
     assert int(relu_type) == TensorProto.FLOAT
     assert PARKED_DOMAIN not in opset_domains
+
+
+def test_weights_travel_to_inference_without_their_data_and_the_types_match_onnxs():
+    from onnx import numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((WEIGHT_BYTES // 4, 2)).astype(np.float32)
+    untyped = helper.make_tensor_value_info
+    then_branch = helper.make_graph([helper.make_node("Relu", ["m"], ["t"])], "then", [], [untyped("t", 1, None)])
+    else_branch = helper.make_graph([helper.make_node("Neg", ["m"], ["e"])], "else", [], [untyped("e", 1, None)])
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("If", ["c"], ["branch"], then_branch=then_branch, else_branch=else_branch),
+            helper.make_node("Reshape", ["branch", "shape"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, WEIGHT_BYTES // 4]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.array([2, 3], np.int64), "shape")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    skeleton = _skeleton(model)  # what onnx's inference is given
+    assert not skeleton.graph.initializer[0].raw_data and list(skeleton.graph.initializer[0].dims) == list(weight.shape)
+    assert skeleton.graph.initializer[1] == model.graph.initializer[1]  # small tensors keep their data
+    expected = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    inferred = infer_types(model)
+    assert inferred.graph.value_info == expected.graph.value_info and len(inferred.graph.value_info) >= 2
+    assert inferred.graph.output == expected.graph.output  # y: float [2, 3], from the shape constant
+    assert inferred.graph.node[1].attribute == expected.graph.node[1].attribute  # the branches' types
+    np.testing.assert_array_equal(numpy_helper.to_array(inferred.graph.initializer[0]), weight)

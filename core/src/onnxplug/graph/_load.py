@@ -104,6 +104,7 @@ def load_model(
     except (DecodeError, RuntimeError, ValueError) as error:
         source = path or "bytes"
         raise InvalidProtobuf(f"Load model from {source} failed: protobuf parsing failed ({error})") from None
+    del data  # a file's bytes: the parsed proto holds their content now
     if not proto.HasField("graph"):
         raise InvalidArgument("No graph was found in the protobuf.")
     inline_in_memory_data(proto, in_memory)
