@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import onnx
 
-__all__ = ["infer_types"]
+__all__ = ["WEIGHT_BYTES", "infer_types", "weightless_copy"]
 
 #: (domain, op_type) whose onnx inference reads input 0's type unchecked (any version).
 UNGUARDED_INPUT_TYPE = frozenset(
@@ -109,7 +109,7 @@ def infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
     :raises Exception: whatever onnx raises (the caller treats inference as best effort);
         ``model`` is then unchanged.
     """
-    inferred = _infer_parked(_skeleton(model))
+    inferred = _infer_parked(weightless_copy(model))
     _copy_types(inferred.graph, model.graph)
     for source, target in zip(inferred.functions, model.functions):
         if hasattr(target, "value_info"):
@@ -118,9 +118,10 @@ def infer_types(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose top-level initializers of :data:`WEIGHT_BYTES` or more keep
-    their name, type and dims but not their data."""
+    their name, type and dims but not their data: what shape inference and the session's
+    input and output descriptions read, without a second copy of the weights."""
     if not any(len(t.raw_data) >= WEIGHT_BYTES for t in model.graph.initializer):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ._external import check_external_data
 from ._external_memory import InMemoryData, inline_in_memory_data
-from ._infer import infer_types
+from ._infer import infer_types, weightless_copy
 from ._normalize import prepare_for_ir
 from ._validate import merged_opsets, validate_model
 
@@ -34,7 +34,9 @@ class LoadedModel:
     """A checked model.
 
     :ivar proto: the ModelProto (external data not loaded) with inferred value types; the
-        source of truth for I/O type strings (onnx-ir has no map type).
+        source of truth for I/O type strings (onnx-ir has no map type).  Its top-level
+        initializers of ``WEIGHT_BYTES`` or more keep names, types and dims but not their data,
+        which lives in ``model`` alone.
     :ivar model: the onnx-ir model that partitioning and planning work on.
     :ivar base_dir: the folder external data is resolved against, if any.
     :ivar from_path: whether it came from a file (for profiling and messages).
@@ -116,10 +118,14 @@ def load_model(
         base_dir = os.path.abspath(external_data_dir) if external_data_dir else None
     check_external_data(proto, base_dir)
     proto = _infer_types(proto)
+    # The session describes inputs and outputs from the proto as given; onnx-ir's model takes
+    # the weights.  Keeping the proto without its weights' data avoids holding them twice.
+    described = weightless_copy(proto)
     try:
-        model = _deserialize(prepare_for_ir(proto))
+        model = _deserialize(prepare_for_ir(proto, in_place=True))
     except Exception as error:
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
+    proto = described
     _sort(model)
     if base_dir is not None:
         ir.external_data.set_base_dir(model.graph, base_dir)

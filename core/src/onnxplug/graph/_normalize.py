@@ -58,9 +58,11 @@ def _dense(sparse: onnx.SparseTensorProto, where: str) -> onnx.TensorProto:
     return numpy_helper.from_array(dense.reshape(dims), sparse.values.name)
 
 
-def prepare_for_ir(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A rewritten copy of ``model`` (see the module docstring); ``model`` is left unchanged."""
-    result = copy.deepcopy(model)
+def prepare_for_ir(model: onnx.ModelProto, *, in_place: bool = False) -> onnx.ModelProto:
+    """A rewritten copy of ``model`` (see the module docstring); ``model`` is left unchanged,
+    unless ``in_place`` (the loader's own parse, whose weights should not be copied) asks to
+    rewrite and return ``model`` itself."""
+    result = model if in_place else copy.deepcopy(model)
     if result.ir_version < 4:
         # Before IR 4 every initializer had to be listed as a graph input too; they are
         # constants, not inputs (onnxruntime does not let callers override them either).
