@@ -66,7 +66,8 @@ def pack_conv_weights(w: np.ndarray, group: int, op: str = "Conv") -> np.ndarray
     m = w.shape[0]
     if group <= 0 or m % group:
         raise InvalidArgument(f"{op}: {m} output channels cannot be split into group={group}")
-    w = w.astype(conv_compute_dtype(w.dtype))
+    # A view of float32 weights when they are contiguous: the constant is not held twice.
+    w = w.astype(conv_compute_dtype(w.dtype), copy=False)
     return np.ascontiguousarray(w.reshape(group, m // group, math.prod(w.shape[1:])))
 
 
