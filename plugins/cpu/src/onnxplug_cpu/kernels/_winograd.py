@@ -53,13 +53,20 @@ _BT = {m: np.kron(bt, bt).astype(np.float32) for m, (bt, _, _) in _MATRICES.item
 _AT = {m: np.kron(at, at).astype(np.float32) for m, (_, _, at) in _MATRICES.items()}
 
 
+# G ⊗ G: α² × 9, both sides of the filter transform over the flattened 3×3 filter.
+_G = {m: np.kron(g, g) for m, (_, g, _) in _MATRICES.items()}
+
+
 def winograd_weights(w: np.ndarray, m: int) -> np.ndarray:
-    """``(M, C, 3, 3)`` filters as ``U = G w Gᵀ``, laid out ``(α², M, C)`` float32 (α = m + 2)."""
-    _, g, _ = _MATRICES[m]
-    u = np.tensordot(np.tensordot(g, w.astype(np.float64), axes=(1, 2)), g, axes=(3, 1))  # (a, M, C, b)
-    alpha = m + 2
-    u = u.transpose(0, 3, 1, 2).reshape(alpha * alpha, w.shape[0], w.shape[1])
-    return np.ascontiguousarray(u, dtype=np.float32)
+    """``(M, C, 3, 3)`` filters as ``U = G w Gᵀ``, laid out ``(α², M, C)`` float32 (α = m + 2).
+
+    One float64 matmul with ``G ⊗ G`` lands in that layout directly (two tensordots with a
+    3-long inner dimension and a transposing copy took most of ResNet-50's session creation).
+    """
+    mm, c = w.shape[:2]
+    flat = w.reshape(mm * c, 9).astype(np.float64, copy=False)
+    u = np.matmul(_G[m], flat.T)  # (α², M·C)
+    return u.astype(np.float32).reshape(-1, mm, c)
 
 
 def winograd_conv(x: np.ndarray, u: np.ndarray, m: int, begin: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
