@@ -78,8 +78,15 @@ def strided_params(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> li
     return [len(dims), *dims, *(s for stride in lists for s in stride)]
 
 
-def copy(memory: LinearMemory, x: WasmTensor, x_strides: Sequence[int], out: WasmTensor, shape: Sequence[int],
-         y_strides: Sequence[int] | None = None, y_offset: int = 0) -> None:
+def copy(
+    memory: LinearMemory,
+    x: WasmTensor,
+    x_strides: Sequence[int],
+    out: WasmTensor,
+    shape: Sequence[int],
+    y_strides: Sequence[int] | None = None,
+    y_offset: int = 0,
+) -> None:
     """``out`` (at element ``y_offset``, with ``y_strides``, contiguous by default) gets ``x``
     viewed through ``x_strides`` over ``shape``."""
     if math.prod(shape) == 0:

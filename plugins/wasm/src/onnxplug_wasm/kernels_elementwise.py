@@ -82,8 +82,28 @@ _variadic("Min", MIN, (8, 12, 13))
 
 # -- unary ops ---------------------------------------------------------------------------------------
 
-(RELU, LEAKY_RELU, SIGMOID, TANH, EXP, LOG, ABS, NEG, SQRT, RECIPROCAL, CLIP, HARD_SIGMOID, ELU, SOFTPLUS, ERF,
- GELU, HARD_SWISH, SELU, IDENTITY, AFFINE) = range(20)
+(
+    RELU,
+    LEAKY_RELU,
+    SIGMOID,
+    TANH,
+    EXP,
+    LOG,
+    ABS,
+    NEG,
+    SQRT,
+    RECIPROCAL,
+    CLIP,
+    HARD_SIGMOID,
+    ELU,
+    SOFTPLUS,
+    ERF,
+    GELU,
+    HARD_SWISH,
+    SELU,
+    IDENTITY,
+    AFFINE,
+) = range(20)
 
 
 def unary(op: str, code: int, x: WasmTensor, alpha: float = 0.0, beta: float = 0.0) -> WasmTensor:
@@ -197,15 +217,27 @@ def layer_normalization(x, scale, bias=None, *, axis, epsilon, stash_type):
     memory = memory_of("LayerNormalization", x, scale, bias)
     a = normalize_axis(axis, x.ndim, "LayerNormalization")
     outer, n = math.prod(x.shape[:a]), math.prod(x.shape[a:])
-    params = [_full(memory, value, x.shape[a:], "LayerNormalization") if value is not None else None
-              for value in (scale, bias)]
+    params = [
+        _full(memory, value, x.shape[a:], "LayerNormalization") if value is not None else None
+        for value in (scale, bias)
+    ]
     out = memory.tensor(x.shape, np.float32, "LayerNormalization's output")
     stats = (*x.shape[:a], *([1] * (x.ndim - a)))
     mean = memory.tensor(stats, np.float32, "LayerNormalization's mean")
     inv = memory.tensor(stats, np.float32, "LayerNormalization's inverse deviation")
     if out.size:
-        memory.call(K_LAYERNORM, outer, n, x.offset, params[0].offset, params[1].offset if params[1] else 0,
-                    float(epsilon), out.offset, mean.offset, inv.offset)
+        memory.call(
+            K_LAYERNORM,
+            outer,
+            n,
+            x.offset,
+            params[0].offset,
+            params[1].offset if params[1] else 0,
+            float(epsilon),
+            out.offset,
+            mean.offset,
+            inv.offset,
+        )
     return out, mean, inv
 
 
@@ -350,7 +382,7 @@ def identity(x):
 def dropout_7(x, *, ratio):
     # Inference: the identity, as in every runtime (the mask output is declined by capability).
     memory_of("Dropout", x)
-    return x
+    return (x,)  # the mask output is declined by capability
 
 
 @registry.kernel("Dropout", since=(12, 13, 22), host_inputs=(1, 2))
@@ -358,4 +390,4 @@ def dropout(x, ratio=None, training_mode=None, *, seed=None):
     if training_mode is not None and bool(np.asarray(training_mode).reshape(())):
         raise InvalidArgument("Dropout: the wasm provider runs inference only (training_mode is true)")
     memory_of("Dropout", x)
-    return x
+    return (x,)  # the mask output is declined by capability

@@ -40,7 +40,9 @@ def matmul_tensors(a: WasmTensor, b: WasmTensor, op: str = "MatMul") -> WasmTens
     try:
         batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
     except ValueError:
-        raise InvalidArgument(f"{op}: batch dimensions of {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+        raise InvalidArgument(
+            f"{op}: batch dimensions of {list(a.shape)} and {list(b.shape)} do not broadcast"
+        ) from None
     count = math.prod(batch)
     a_stride = _batch_stride(memory, a2, batch, op)
     b_stride = _batch_stride(memory, b2, batch, op)
@@ -193,23 +195,44 @@ def conv(x, w, b=None, *, auto_pad, dilations=None, group, kernel_shape=None, pa
     col = None if direct else memory.tensor((c // group * kh * kw, oh * ow), np.float32, "Conv's im2col buffer")
     if out.size:
         params = [n, c, h, wd, m, kh, kw, oh, ow, sh, sw, dh, dw, top, left, group]
-        memory.call(K_CONV2D, PARAMS_ARG, x4.offset, w4.offset, b.offset if b is not None else 0,
-                    col.offset if col is not None else 0, out.offset, params=params)
+        memory.call(
+            K_CONV2D,
+            PARAMS_ARG,
+            x4.offset,
+            w4.offset,
+            b.offset if b is not None else 0,
+            col.offset if col is not None else 0,
+            out.offset,
+            params=params,
+        )
     del rank
     return out
 
 
 def _pool(x, kind, op, kernel, strides, dilations, pads, auto_pad, ceil_mode, include_pad=0):
     memory = memory_of(op, x)
-    outs, begins, ends, steps, dils = window_geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad,
-                                                      ceil_mode, op)
+    outs, begins, ends, steps, dils = window_geometry(
+        x.shape[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode, op
+    )
     x4 = _as_2d(x, op)
     out = memory.tensor((*x.shape[:2], *outs), np.float32, f"{op}'s output")
     if out.size:
         kh, kw = _pad2(list(kernel), 1)
         oh, ow = _pad2(outs, 1)
-        params = [x4.shape[0] * x4.shape[1], x4.shape[2], x4.shape[3], oh, ow, kh, kw, *_pad2(steps, 1),
-                  *_pad2(dils, 1), *_pad2(begins, 0), int(include_pad), *_pad2(ends, 0)]
+        params = [
+            x4.shape[0] * x4.shape[1],
+            x4.shape[2],
+            x4.shape[3],
+            oh,
+            ow,
+            kh,
+            kw,
+            *_pad2(steps, 1),
+            *_pad2(dils, 1),
+            *_pad2(begins, 0),
+            int(include_pad),
+            *_pad2(ends, 0),
+        ]
         memory.call(K_POOL2D, kind, PARAMS_ARG, x4.offset, out.offset, params=params)
     return out
 
@@ -221,14 +244,36 @@ MAX_POOL, AVERAGE_POOL = 0, 1
 def max_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
     if attrs.get("storage_order", 0):
         raise InvalidArgument("MaxPool: storage_order only changes Indices, which the wasm kernel does not make")
-    return _pool(x, MAX_POOL, "MaxPool", kernel_shape, strides, attrs.get("dilations"), pads, auto_pad,
-                 attrs.get("ceil_mode", 0))
+    # MaxPool's schema has a second output (Indices, declined by capability): a tuple of one.
+    return (
+        _pool(
+            x,
+            MAX_POOL,
+            "MaxPool",
+            kernel_shape,
+            strides,
+            attrs.get("dilations"),
+            pads,
+            auto_pad,
+            attrs.get("ceil_mode", 0),
+        ),
+    )
 
 
 @registry.kernel("AveragePool", since=(7, 10, 11, 19, 22))
 def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
-    return _pool(x, AVERAGE_POOL, "AveragePool", kernel_shape, strides, attrs.get("dilations"), pads, auto_pad,
-                 attrs.get("ceil_mode", 0), attrs.get("count_include_pad", 0))
+    return _pool(
+        x,
+        AVERAGE_POOL,
+        "AveragePool",
+        kernel_shape,
+        strides,
+        attrs.get("dilations"),
+        pads,
+        auto_pad,
+        attrs.get("ceil_mode", 0),
+        attrs.get("count_include_pad", 0),
+    )
 
 
 def _global(x, kind, op):
@@ -259,9 +304,20 @@ def _batchnorm(x, scale, b, mean, var, epsilon):
             raise InvalidArgument(f"BatchNormalization: {name} must have shape [{c}], got {list(value.shape)}")
     out = memory.tensor(x.shape, np.float32, "BatchNormalization's output")
     if out.size:
-        memory.call(K_BATCHNORM, x.shape[0], c, math.prod(x.shape[2:]), x.offset, scale.offset, b.offset,
-                    mean.offset, var.offset, float(epsilon), out.offset)
-    return out
+        memory.call(
+            K_BATCHNORM,
+            x.shape[0],
+            c,
+            math.prod(x.shape[2:]),
+            x.offset,
+            scale.offset,
+            b.offset,
+            mean.offset,
+            var.offset,
+            float(epsilon),
+            out.offset,
+        )
+    return (out,)  # the schema's training outputs are declined by capability
 
 
 @registry.kernel("BatchNormalization", since=(7,))

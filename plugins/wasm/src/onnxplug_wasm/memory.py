@@ -176,10 +176,8 @@ class LinearMemory(DataTransfer):
             return self._allocate(size, what)
 
     def _allocate(self, size: int, what: str) -> _Block:
-        for index, free in enumerate(self._sizes):
-            if free >= size:
-                break
-        else:
+        index = next((i for i, free in enumerate(self._sizes) if free >= size), None)
+        if index is None:
             index = self._grow(size, what)
         start = self._starts[index]
         if self._sizes[index] == size:

@@ -95,7 +95,9 @@ class WasmProviderFactory(ProviderFactory):
             self._memory = LinearMemory()
         return self._memory
 
-    def create(self, device: Device, options: Mapping[str, str], context: ProviderContext | None = None) -> WasmProvider:
+    def create(
+        self, device: Device, options: Mapping[str, str], context: ProviderContext | None = None
+    ) -> WasmProvider:
         self.check_options(options)
         from .memory import DEFAULT_LIMIT, MAX_LIMIT, LinearMemory
 
@@ -105,7 +107,9 @@ class WasmProviderFactory(ProviderFactory):
             try:
                 limit = int(text)
             except ValueError:
-                raise InvalidArgument(f"{self.ort_name}: wasm_memory_limit must be an integer (bytes), got {text!r}") from None
+                raise InvalidArgument(
+                    f"{self.ort_name}: wasm_memory_limit must be an integer (bytes), got {text!r}"
+                ) from None
             if not 0 < limit <= MAX_LIMIT:
                 raise InvalidArgument(f"{self.ort_name}: wasm_memory_limit must be in (0, {MAX_LIMIT}], got {limit}")
         if not self.devices():
@@ -126,14 +130,19 @@ def decline_reason(node: Any, kernel: Any) -> str | None:
     outputs = [name for name in node.outputs if name]
     if op in ("Conv", "MaxPool", "AveragePool"):
         shape = node.input_shapes[0] if node.input_shapes else None
-        rank = len(shape) if shape is not None else (len(attributes["kernel_shape"]) + 2
-                                                     if "kernel_shape" in attributes else None)
+        rank = (
+            len(shape)
+            if shape is not None
+            else (len(attributes["kernel_shape"]) + 2 if "kernel_shape" in attributes else None)
+        )
         if rank is None:
             return f"{op} of unknown rank: the wasm kernels take 1-D and 2-D windows"
         if rank not in (3, 4):
             return f"{op} of rank {rank}: the wasm kernels take 1-D and 2-D windows"
     if op in ("MaxPool", "Dropout") and len(outputs) > 1:
         return f"{op}'s second output (indices or mask) is not made by the wasm kernel"
+    if op == "Dropout" and len(node.inputs) > 2 and node.inputs[2]:
+        return "Dropout with a training_mode input: the wasm provider runs inference only"
     if op == "BatchNormalization" and (len(outputs) > 1 or attributes.get("training_mode", 0)):
         return "BatchNormalization in training mode is not supported by the wasm kernel"
     if op == "Gelu" and attributes.get("approximate", "none") != "none":

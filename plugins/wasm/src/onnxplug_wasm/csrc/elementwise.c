@@ -111,7 +111,11 @@ static inline float unop(int op, float x, float alpha, float beta) {
     case NEG: return -x;
     case SQRT: return __builtin_sqrtf(x);
     case RECIPROCAL: return 1.0f / x;
-    case CLIP: return x != x ? x : (x < alpha ? alpha : (x > beta ? beta : x));
+    case CLIP: {  /* min after max: with min > max every value becomes max, as ONNX says */
+        if (x != x) return x;
+        float v = x < alpha ? alpha : x;
+        return v > beta ? beta : v;
+    }
     case HARD_SIGMOID: { float v = alpha * x + beta; return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
     case ELU: return x < 0.0f ? alpha * (k_expf(x) - 1.0f) : x;
     case SOFTPLUS: return x > 20.0f ? x : k_logf(1.0f + k_expf(x));
