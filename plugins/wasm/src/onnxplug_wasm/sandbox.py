@@ -175,8 +175,9 @@ class SandboxLibrary:
             raise Fail(f"{op.op}: {self.module_path.name} does not export {error}") from None
         except wasmtime.WasmtimeError as error:
             raise Fail(f"{op.op}: {self.module_path.name} cannot be instantiated: {error}") from None
-        offsets = [_round(heap + i * nbytes) for i in range(len(inputs) + len(op.outputs))]
-        end = (offsets[-1] if offsets else heap) + nbytes
+        stride = _round(nbytes)
+        offsets = [_round(heap) + i * stride for i in range(len(inputs) + len(op.outputs))]
+        end = offsets[-1] + nbytes
         if end > self.memory_limit:
             raise Fail(
                 f"{op.op}: {len(inputs) + len(op.outputs)} arrays of {nbytes} bytes do not fit the sandbox's "
