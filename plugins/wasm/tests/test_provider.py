@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +44,7 @@ def _mlp(hidden: int = 256) -> bytes:
     return _model(nodes, [("x", TensorProto.FLOAT, ["n", 64])], [("y", TensorProto.FLOAT, ["n", hidden])], [w])
 
 
-@pytest.mark.skipif(
-    shutil.which("clang-14") is None and shutil.which("clang") is None,
-    reason="clang is not installed (apt-get install clang lld): the module cannot be rebuilt",
-)
+@pytest.mark.skipif(build.toolchain_missing() is not None, reason=f"cannot rebuild: {build.toolchain_missing()}")
 def test_committed_module_is_what_its_sources_build():
     assert build.check(), "kernels.wasm differs from its sources: run python -m onnxplug_wasm.build"
 

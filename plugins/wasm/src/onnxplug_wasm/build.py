@@ -54,6 +54,17 @@ def find_clang() -> str:
     raise FileNotFoundError("no clang found (apt-get install clang lld, or set CLANG)")
 
 
+def toolchain_missing() -> str | None:
+    """What is missing to build (``None``: clang and wasm-ld are both here)."""
+    try:
+        find_clang()
+    except FileNotFoundError as error:
+        return str(error)
+    if shutil.which("wasm-ld") is None and shutil.which("wasm-ld-14") is None:
+        return "wasm-ld is not installed (apt-get install lld)"
+    return None
+
+
 def build(sources: Path, output: Path, flags: tuple[str, ...] = FLAGS) -> Path:
     """Compile every ``*.c`` in ``sources`` into one module at ``output``."""
     files = sorted(p.name for p in sources.glob("*.c"))

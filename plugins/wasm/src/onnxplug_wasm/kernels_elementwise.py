@@ -181,7 +181,7 @@ def clip(x, low=None, high=None):
 # -- normalisations ----------------------------------------------------------------------------------
 
 
-def _softmax(op: str, x: WasmTensor, outer: int, n: int, inner: int, log: bool) -> WasmTensor:
+def softmax_rows(op: str, x: WasmTensor, outer: int, n: int, inner: int, log: bool) -> WasmTensor:
     memory = memory_of(op, x)
     out = memory.tensor(x.shape, np.float32, f"{op}'s output")
     if out.size:
@@ -193,11 +193,11 @@ def _softmax_kernels(op: str, log: bool) -> None:
     def coerced(x, *, axis):
         # Before opset 13 the input is read as 2-D: [prod(shape[:axis]), prod(shape[axis:])].
         a = normalize_axis(axis, x.ndim, op) if x.ndim else 0
-        return _softmax(op, x, math.prod(x.shape[:a]), math.prod(x.shape[a:]), 1, log)
+        return softmax_rows(op, x, math.prod(x.shape[:a]), math.prod(x.shape[a:]), 1, log)
 
     def single_axis(x, *, axis):
         a = normalize_axis(axis, x.ndim, op)
-        return _softmax(op, x, math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :]), log)
+        return softmax_rows(op, x, math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :]), log)
 
     name = op.lower()
     coerced.__name__ = coerced.__qualname__ = f"{name}_1"
