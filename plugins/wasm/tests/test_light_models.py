@@ -53,8 +53,11 @@ def test_light_model_runs_in_wasm_and_agrees_with_cpu(name):
     data = _logits_model(name)
     env = environment()
     session = onnxplug.InferenceSession(data, providers=[WASM, "CPUExecutionProvider"], environment=env)
-    counts = session.partition_counts()
-    assert set(counts) == {WASM}, f"the wasm kernels should take every node: {counts}"
+    report = session.get_partition_report()
+    # vgg19's 25088x4096 weight is too large to fold, so its ConstantOfShape stays a node, which
+    # needs no device input and has no wasm kernel: it runs on the CPU and is copied in.
+    on_cpu = {node.op_type for node in report.nodes if node.provider != WASM}
+    assert on_cpu <= {"ConstantOfShape"}, f"the wasm kernels should take every other node: {on_cpu}"
     feeds = _feeds(session)
     got = session.run(None, feeds)
     expected = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"], environment=env).run(None, feeds)
