@@ -155,9 +155,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--skip-gemm", action="store_true")
     args = parser.parse_args()
-    import wasmtime
+    from importlib.metadata import version
 
-    print(f"wasmtime {wasmtime.__version__}, numpy {np.__version__}, onnx {onnx.__version__}")
+    print(f"wasmtime {version('wasmtime')}, numpy {np.__version__}, onnx {onnx.__version__}")
     if not args.skip_gemm:
         bench_gemm(args.repeat, args.threads)
     if args.models:

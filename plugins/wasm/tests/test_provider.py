@@ -198,3 +198,22 @@ def test_cli_runs_a_light_model_on_the_wasm_provider(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "median latency" in done.stdout and WASM in done.stdout
+
+
+def test_weights_are_copied_into_linear_memory_once_when_the_session_is_built(monkeypatch):
+    copied = []
+    to_device = LinearMemory.to_device
+
+    def spy(self, value):
+        copied.append(np.shape(value))
+        return to_device(self, value)
+
+    monkeypatch.setattr(LinearMemory, "to_device", spy)
+    session = onnxplug.InferenceSession(_mlp(), providers=[WASM], environment=environment())
+    assert copied == [(64, 256)]
+    copies = {(c.value, c.how) for c in session.get_partition_report().copies}
+    assert ("w", "build") in copies and ("x", "run") in copies and ("y", "run") in copies
+    copied.clear()
+    for _ in range(3):
+        session.run(None, {"x": np.ones((2, 64), np.float32)})
+    assert copied == [(2, 64)] * 3  # only the feed, every run

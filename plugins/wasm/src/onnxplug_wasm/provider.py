@@ -9,6 +9,7 @@ where a value crosses to or from the CPU provider.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,7 +79,11 @@ class WasmProviderFactory(ProviderFactory):
         if not KERNELS.exists():
             self._reason = f"the kernel module {KERNELS} is missing (python -m onnxplug_wasm.build)"
             return []
-        version = getattr(wasmtime, "__version__", "?")
+        try:
+            version = importlib.metadata.version("wasmtime")
+        except importlib.metadata.PackageNotFoundError:  # a wasmtime not installed as a distribution
+            version = "(unknown version)"
+        del wasmtime
         return [Device("wasm", 0, vendor="Bytecode Alliance", name=f"wasmtime {version} (wasm32 + SIMD)")]
 
     def unavailable_reason(self) -> str:
