@@ -124,7 +124,9 @@ def bench_models(models: list[str], repeat: int, threads: int) -> None:
         options = onnxplug.SessionOptions()
         options.intra_op_num_threads = threads
         wasm = onnxplug.InferenceSession(data, options, providers=["WasmExecutionProvider"], environment=env)
-        assert set(wasm.partition_counts()) == {"WasmExecutionProvider"}, wasm.partition_counts()
+        # vgg19's largest weight is an unfolded ConstantOfShape: the CPU makes it, it is copied in.
+        off = {n.op_type for n in wasm.get_partition_report().nodes if n.provider != "WasmExecutionProvider"}
+        assert off <= {"ConstantOfShape"}, off
         cpu = onnxplug.InferenceSession(data, options, providers=["CPUExecutionProvider"], environment=env)
         ort_options = ort.SessionOptions()
         ort_options.intra_op_num_threads = threads

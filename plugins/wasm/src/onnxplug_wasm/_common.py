@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import KernelRegistry
 
-from .memory import LinearMemory, WasmTensor
+from .memory import PARAMS_ARG, LinearMemory, WasmTensor
 
 registry = KernelRegistry("wasm")
 
@@ -91,8 +91,6 @@ def copy(
     viewed through ``x_strides`` over ``shape``."""
     if math.prod(shape) == 0:
         return
-    from .memory import PARAMS_ARG
-
     params = strided_params(shape, [x_strides, contiguous_strides(shape) if y_strides is None else y_strides])
     memory.call(K_COPY, PARAMS_ARG, x.offset, out.offset + 4 * y_offset, params=params)
 

@@ -170,10 +170,11 @@ def _pad2(values, default):
 @registry.kernel("Conv", since=(1, 11, 22))
 def conv(x, w, b=None, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     memory = memory_of("Conv", x, w, b)
-    rank = x.ndim - 2
     if w.ndim != x.ndim:
         raise InvalidArgument(f"Conv: W of shape {list(w.shape)} does not match X of shape {list(x.shape)}")
     kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
+    if [int(k) for k in kernel] != list(w.shape[2:]):
+        raise InvalidArgument(f"Conv: kernel_shape {list(kernel)} does not match W of shape {list(w.shape)}")
     outs, begins, ends, steps, dils = window_geometry(
         x.shape[2:], kernel, strides, dilations, pads, auto_pad, 0, "Conv"
     )
@@ -205,7 +206,6 @@ def conv(x, w, b=None, *, auto_pad, dilations=None, group, kernel_shape=None, pa
             out.offset,
             params=params,
         )
-    del rank
     return out
 
 
