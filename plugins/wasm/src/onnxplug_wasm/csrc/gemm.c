@@ -1,7 +1,9 @@
 /* Y[M,N] = A[M,K] @ B[K,N] (row-major, leading dimensions lda/ldb/ldy), register-blocked for
  * wasm SIMD: a 4x8 block of Y lives in eight v128 accumulators while K is walked, so each
- * k step costs two loads of B, four broadcasts of A and eight multiply-adds.  K is cut into
- * panels of KC so the B panel stays in cache across row blocks.  Edges (M % 4, N % 8) fall to
+ * k step costs two loads of B, four broadcasts of A and eight multiplies and adds (plain
+ * SIMD has no fused multiply-add; relaxed SIMD's would make results engine-dependent).  K is
+ * cut into panels of KC, and each KC x 8 panel of B is packed once and reused by every row
+ * block.  Edges (M % 4, N % 8) fall to
  * a 1x8 and a scalar loop.  One call does the whole product: a call from Python costs tens of
  * microseconds, so nothing smaller than an op crosses the boundary.
  */
@@ -9,7 +11,12 @@
 
 #define KC 256
 
-static void block4x8(int kc, const float *a, int lda, const float *b, int ldb, float *y, int ldy, int first) {
+/* The current KC x 8 panel of B, packed row after row: the micro-kernels then read B
+ * sequentially instead of at a stride of N floats (a power-of-two N otherwise maps every row
+ * to the same cache sets). */
+static float panel[KC * 8] __attribute__((aligned(16)));
+
+static void block4x8(int kc, const float *a, int lda, float *y, int ldy, int first) {
     v128_t c00, c01, c10, c11, c20, c21, c30, c31;
     if (first) {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = wasm_f32x4_splat(0.0f);
@@ -20,9 +27,9 @@ static void block4x8(int kc, const float *a, int lda, const float *b, int ldb, f
         c30 = wasm_v128_load(y + 3 * ldy); c31 = wasm_v128_load(y + 3 * ldy + 4);
     }
     for (int k = 0; k < kc; k++) {
-        v128_t b0 = wasm_v128_load(b + k * ldb), b1 = wasm_v128_load(b + k * ldb + 4);
-        v128_t a0 = wasm_f32x4_splat(a[k]), a1 = wasm_f32x4_splat(a[lda + k]);
-        v128_t a2 = wasm_f32x4_splat(a[2 * lda + k]), a3 = wasm_f32x4_splat(a[3 * lda + k]);
+        v128_t b0 = wasm_v128_load(panel + 8 * k), b1 = wasm_v128_load(panel + 8 * k + 4);
+        v128_t a0 = wasm_v128_load32_splat(a + k), a1 = wasm_v128_load32_splat(a + lda + k);
+        v128_t a2 = wasm_v128_load32_splat(a + 2 * lda + k), a3 = wasm_v128_load32_splat(a + 3 * lda + k);
         c00 = wasm_f32x4_add(c00, wasm_f32x4_mul(a0, b0)); c01 = wasm_f32x4_add(c01, wasm_f32x4_mul(a0, b1));
         c10 = wasm_f32x4_add(c10, wasm_f32x4_mul(a1, b0)); c11 = wasm_f32x4_add(c11, wasm_f32x4_mul(a1, b1));
         c20 = wasm_f32x4_add(c20, wasm_f32x4_mul(a2, b0)); c21 = wasm_f32x4_add(c21, wasm_f32x4_mul(a2, b1));
@@ -34,13 +41,13 @@ static void block4x8(int kc, const float *a, int lda, const float *b, int ldb, f
     wasm_v128_store(y + 3 * ldy, c30); wasm_v128_store(y + 3 * ldy + 4, c31);
 }
 
-static void block1x8(int kc, const float *a, const float *b, int ldb, float *y, int first) {
+static void block1x8(int kc, const float *a, float *y, int first) {
     v128_t c0 = first ? wasm_f32x4_splat(0.0f) : wasm_v128_load(y);
     v128_t c1 = first ? wasm_f32x4_splat(0.0f) : wasm_v128_load(y + 4);
     for (int k = 0; k < kc; k++) {
-        v128_t av = wasm_f32x4_splat(a[k]);
-        c0 = wasm_f32x4_add(c0, wasm_f32x4_mul(av, wasm_v128_load(b + k * ldb)));
-        c1 = wasm_f32x4_add(c1, wasm_f32x4_mul(av, wasm_v128_load(b + k * ldb + 4)));
+        v128_t av = wasm_v128_load32_splat(a + k);
+        c0 = wasm_f32x4_add(c0, wasm_f32x4_mul(av, wasm_v128_load(panel + 8 * k)));
+        c1 = wasm_f32x4_add(c1, wasm_f32x4_mul(av, wasm_v128_load(panel + 8 * k + 4)));
     }
     wasm_v128_store(y, c0);
     wasm_v128_store(y + 4, c1);
@@ -57,9 +64,14 @@ void sgemm(int m, int n, int k, const float *a, int lda, const float *b, int ldb
         int kc = k - k0 < KC ? k - k0 : KC;
         int first = k0 == 0;
         for (int j = 0; j < n8; j += 8) {
+            const float *src = b + k0 * ldb + j;
+            for (int p = 0; p < kc; p++) {
+                wasm_v128_store(panel + 8 * p, wasm_v128_load(src + p * ldb));
+                wasm_v128_store(panel + 8 * p + 4, wasm_v128_load(src + p * ldb + 4));
+            }
             int i = 0;
-            for (; i < m4; i += 4) block4x8(kc, a + i * lda + k0, lda, b + k0 * ldb + j, ldb, y + i * ldy + j, ldy, first);
-            for (; i < m; i++) block1x8(kc, a + i * lda + k0, b + k0 * ldb + j, ldb, y + i * ldy + j, first);
+            for (; i < m4; i += 4) block4x8(kc, a + i * lda + k0, lda, y + i * ldy + j, ldy, first);
+            for (; i < m; i++) block1x8(kc, a + i * lda + k0, y + i * ldy + j, first);
         }
         for (int i = 0; i < m; i++) {
             for (int j = n8; j < n; j++) {
