@@ -14,7 +14,7 @@ from .memory import PARAMS_ARG, LinearMemory, WasmTensor
 registry = KernelRegistry("wasm")
 
 # Kernel numbers of dispatch.c.
-K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM = range(9)
+K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM, K_MATMUL_NT = range(10)
 #: Most axes a strided kernel takes (after collapsing).
 MAX_DIMS = 8
 

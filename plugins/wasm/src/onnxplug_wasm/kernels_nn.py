@@ -16,6 +16,7 @@ from ._common import (
     K_BATCHNORM,
     K_CONV2D,
     K_MATMUL,
+    K_MATMUL_NT,
     K_POOL2D,
     broadcast_strides,
     contiguous_strides,
@@ -85,20 +86,39 @@ def _transposed(memory, x: WasmTensor) -> WasmTensor:
     return out
 
 
+#: Up to this many rows of A, Gemm with transB=1 takes dot products over B's rows; above it,
+#: transposing B once and running the blocked GEMM is faster.
+NT_ROWS = 16
+
+
+def _matmul_nt(memory, a: WasmTensor, b: WasmTensor) -> WasmTensor:
+    (m, k), (n, k2) = a.shape, b.shape
+    if k != k2:
+        raise InvalidArgument(f"Gemm: A of shape {list(a.shape)} and B^T of {list(b.shape)} do not match")
+    out = memory.tensor((m, n), np.float32, "Gemm's output")
+    if out.size:
+        memory.call(K_MATMUL_NT, m, n, k, a.offset, b.offset, out.offset)
+    return out
+
+
 def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     memory = memory_of("Gemm", a, b, c)
     if a.ndim != 2 or b.ndim != 2:
         raise InvalidArgument(f"Gemm: A and B must be 2-D, got shapes {list(a.shape)} and {list(b.shape)}")
     a = _transposed(memory, a) if trans_a else a
-    b = _transposed(memory, b) if trans_b else b
-    y = matmul_tensors(a, b, "Gemm")
+    if trans_b and a.shape[0] <= NT_ROWS:
+        y = _matmul_nt(memory, a, b)
+    else:
+        b = _transposed(memory, b) if trans_b else b
+        y = matmul_tensors(a, b, "Gemm")
     if alpha != 1.0:
         y = unary("Gemm", AFFINE, y, alpha, 0.0)
     if c is not None and beta != 0.0:
+        product = y.shape
         if beta != 1.0:
             c = unary("Gemm", AFFINE, c, beta, 0.0)
         y = binary("Gemm", ADD, y, c)
-        if len(y.shape) != 2 or y.shape[0] != a.shape[0] or y.shape[1] != b.shape[1]:
+        if y.shape != product:
             raise InvalidArgument(f"Gemm: C of shape {list(c.shape)} does not broadcast to the product")
     return y
 

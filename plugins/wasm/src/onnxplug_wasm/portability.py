@@ -87,7 +87,8 @@ def record_cases(seed: int = 0) -> list[dict[str, Any]]:
         return fn(*args, **kwargs)
 
     named("matmul_batched", nn.matmul, t(3, 17, 33), t(33, 21))
-    named("gemm_transb_bias", nn.gemm, t(9, 40), t(12, 40), t(12), alpha=0.5, beta=2.0, transA=0, transB=1)
+    named("gemm_transb_few_rows", nn.gemm, t(3, 37), t(10, 37), None, alpha=1.0, beta=1.0, transA=0, transB=1)
+    named("gemm_transb_bias", nn.gemm, t(19, 40), t(12, 40), t(12), alpha=0.5, beta=2.0, transA=0, transB=1)
     named(
         "conv_grouped_padded_strided",
         nn.conv,

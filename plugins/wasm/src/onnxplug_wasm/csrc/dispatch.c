@@ -10,6 +10,7 @@
 #include "common.h"
 
 void matmul(int batch, int m, int n, int k, const float *a, int a_stride, const float *b, int b_stride, float *y);
+void matmul_nt(int m, int n, int k, const float *a, const float *b, float *y);
 void conv2d(const int *p, const float *x, const float *w, const float *bias, float *col, float *y);
 void pool2d(int kind, const int *p, const float *x, float *y);
 void batchnorm(int n, int c, int s, const float *x, const float *scale, const float *bias, const float *mean,
@@ -31,7 +32,7 @@ int kernel_args_ptr(void) { return (int)(long)kernel_args; }
 #define I(i) (kernel_args[i])
 #define F(i) (bits_to_float((uint32_t)kernel_args[i]))
 
-enum { K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM };
+enum { K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM, K_MATMUL_NT };
 
 EXPORT(dispatch)
 int dispatch(void) {
@@ -44,6 +45,7 @@ int dispatch(void) {
     case K_COPY: copy_strided(P(1), P(2), P(3)); return 0;
     case K_UNARY: unary(I(1), I(2), P(3), F(4), F(5), P(6)); return 0;
     case K_SOFTMAX: softmax(I(1), I(2), I(3), P(4), P(5), I(6)); return 0;
+    case K_MATMUL_NT: matmul_nt(I(1), I(2), I(3), P(4), P(5), P(6)); return 0;
     case K_LAYERNORM: layernorm(I(1), I(2), P(3), P(4), P(5), F(6), P(7), P(8), P(9)); return 0;
     default: return -1;
     }

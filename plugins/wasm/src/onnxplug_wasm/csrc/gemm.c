@@ -88,3 +88,45 @@ EXPORT(matmul)
 void matmul(int batch, int m, int n, int k, const float *a, int a_stride, const float *b, int b_stride, float *y) {
     for (int i = 0; i < batch; i++) sgemm(m, n, k, a + i * a_stride, k, b + i * b_stride, n, y + i * m * n, n);
 }
+
+static inline float hsum(v128_t v) {
+    return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+           (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+/* Y[M,N] = A[M,K] @ B[N,K]^T for few rows of A (a fully connected layer at small batch, B as
+ * Gemm's transB=1 stores it): four dot products at a time over contiguous rows, so B is read
+ * once instead of being transposed (read, written and read again) first. */
+EXPORT(matmul_nt)
+void matmul_nt(int m, int n, int k, const float *a, const float *b, float *y) {
+    int k4 = k - k % 4;
+    for (int i = 0; i < m; i++) {
+        const float *row = a + (long)i * k;
+        float *out = y + (long)i * n;
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const float *b0 = b + (long)j * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
+            v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0, s2 = s0, s3 = s0;
+            for (int p = 0; p < k4; p += 4) {
+                v128_t av = wasm_v128_load(row + p);
+                s0 = wasm_f32x4_add(s0, wasm_f32x4_mul(av, wasm_v128_load(b0 + p)));
+                s1 = wasm_f32x4_add(s1, wasm_f32x4_mul(av, wasm_v128_load(b1 + p)));
+                s2 = wasm_f32x4_add(s2, wasm_f32x4_mul(av, wasm_v128_load(b2 + p)));
+                s3 = wasm_f32x4_add(s3, wasm_f32x4_mul(av, wasm_v128_load(b3 + p)));
+            }
+            float t0 = hsum(s0), t1 = hsum(s1), t2 = hsum(s2), t3 = hsum(s3);
+            for (int p = k4; p < k; p++) {
+                t0 += row[p] * b0[p]; t1 += row[p] * b1[p]; t2 += row[p] * b2[p]; t3 += row[p] * b3[p];
+            }
+            out[j] = t0; out[j + 1] = t1; out[j + 2] = t2; out[j + 3] = t3;
+        }
+        for (; j < n; j++) {
+            const float *bj = b + (long)j * k;
+            v128_t s = wasm_f32x4_splat(0.0f);
+            for (int p = 0; p < k4; p += 4) s = wasm_f32x4_add(s, wasm_f32x4_mul(wasm_v128_load(row + p), wasm_v128_load(bj + p)));
+            float t = hsum(s);
+            for (int p = k4; p < k; p++) t += row[p] * bj[p];
+            out[j] = t;
+        }
+    }
+}
