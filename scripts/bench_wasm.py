@@ -12,6 +12,7 @@ medians reported; the wasm kernels are single-threaded, the others get ``--threa
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -55,7 +56,8 @@ def bench_gemm(repeat: int, threads: int) -> None:
     from onnxplug_wasm.kernels_nn import matmul_tensors
     from onnxplug_wasm.memory import LinearMemory
 
-    print(f"\n| M×K×N | wasm GFLOP/s | numpy GFLOP/s ({threads} thr) | onnxruntime GFLOP/s ({threads} thr) | wasm / numpy |")
+    print(f"\n| M×K×N | wasm GFLOP/s | numpy GFLOP/s ({threads} thr) | onnxruntime GFLOP/s ({threads} thr) ", end="")
+    print("| wasm / numpy |")
     print("|---|---|---|---|---|")
     memory = LinearMemory(1 << 30)
     options = ort.SessionOptions()
@@ -79,9 +81,9 @@ def bench_gemm(repeat: int, threads: int) -> None:
         with threadpool_limits(threads):
             medians = _interleaved(
                 {
-                    "wasm": lambda: matmul_tensors(da, db),
-                    "numpy": lambda: a @ b,
-                    "ort": lambda: session.run(None, {"a": a}),
+                    "wasm": functools.partial(matmul_tensors, da, db),
+                    "numpy": functools.partial(np.matmul, a, b),
+                    "ort": functools.partial(session.run, None, {"a": a}),
                 },
                 repeat,
             )
@@ -113,8 +115,10 @@ def bench_models(models: list[str], repeat: int, threads: int) -> None:
     from onnxplug_wasm.testing import environment
 
     env = environment()
-    print(f"\n| model | onnxplug WASM ms | onnxplug CPU ms ({threads} thr) | onnxruntime ms ({threads} thr) "
-          "| WASM / CPU | WASM / ORT |")
+    print(
+        f"\n| model | onnxplug WASM ms | onnxplug CPU ms ({threads} thr) | onnxruntime ms ({threads} thr) "
+        "| WASM / CPU | WASM / ORT |"
+    )
     print("|---|---|---|---|---|---|")
     for name in models:
         data = _logits(name)
@@ -137,9 +141,9 @@ def bench_models(models: list[str], repeat: int, threads: int) -> None:
             feeds[arg.name] = (np.arange(int(np.prod(shape))).reshape(shape) / np.prod(shape)).astype(np.float32)
         medians = _interleaved(
             {
-                "wasm": lambda: wasm.run(None, feeds),
-                "cpu": lambda: cpu.run(None, feeds),
-                "ort": lambda: reference.run(None, feeds),
+                "wasm": functools.partial(wasm.run, None, feeds),
+                "cpu": functools.partial(cpu.run, None, feeds),
+                "ort": functools.partial(reference.run, None, feeds),
             },
             repeat,
         )
