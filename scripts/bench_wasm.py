@@ -27,16 +27,6 @@ GEMMS = ((64, 512, 1024), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024))
 MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v2", "shufflenet", "vgg19")
 
 
-def _median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _interleaved(fns: dict, repeat: int) -> dict[str, float]:
     for fn in fns.values():
         fn()  # warm up
