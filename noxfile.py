@@ -20,6 +20,7 @@ DISTRIBUTIONS = [
     "./core",
     "./plugins/cpu",
     "./plugins/openvino",
+    "./plugins/wasm",
     "./contrib/virtual_device",
     "./contrib/ms_ops",
     "./contrib/example_textops",
@@ -70,3 +71,12 @@ def picture(session: nox.Session) -> None:
     and skips naming it otherwise."""
     _install_project(session)
     session.run("pytest", "tests/cli/test_partition_picture.py", "-q", "-rs", *session.posargs)
+
+
+@nox.session
+def portability(session: nox.Session) -> None:
+    """The WASM provider's kernel module replayed in Node and headless Chromium (Debian's
+    chromium, npm playwright-core) against wasmtime; needs node, npm and chromium on PATH."""
+    _install_project(session)
+    session.run("npm", "ci", "--prefix", "plugins/wasm/js", "--no-audit", "--no-fund", external=True)
+    session.run("pytest", "plugins/wasm/tests/test_portability.py", "-m", "portability", "-q", *session.posargs)
