@@ -1,0 +1,288 @@
+"""Planning for a provider whose runtime is absent: the real partitioner, with a capability table
+standing in for the runtime's own capability answer.
+
+:func:`plan_for_target` builds a session in a private :class:`~onnxplug.Environment` holding the
+CPU provider and a *planning* provider for the target: the optimizer, the partitioner and the
+planner run as they would on the target machine, and the planning provider answers
+``capability()`` from the table (fused partitions over the nodes it would claim, declines with the
+vendor's condition).  Its partitions are never compiled into anything that runs: calling one
+raises.  What comes back is a :class:`TargetPlan` with the session's partition report — the
+partitions, the copies at the borders (device-memory targets only), and each declined node with
+its reason.  It is a plan, not an execution: the vendor's runtime may still refuse a node the
+table accepts (TensorRT's parser, where present, has the last word).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+from ..._plugins import Environment, default_environment
+from ...api import CompiledPartition, DataTransfer, Device, FuseClaim, Provider, ProviderFactory
+from ...errors import EPFail, InvalidArgument
+from ...hookspecs import hookimpl
+from ._table import CapabilityTable, TableContext
+
+__all__ = ["PlannableFactory", "TargetPlan", "find_table", "plan_for_target"]
+
+#: The targets onnxplug ships tables for (their plugins' names); CoreML's table is its plugin's.
+KNOWN_TARGETS = ("tensorrt", "directml", "nnapi", "coreml")
+
+
+@runtime_checkable
+class PlannableFactory(Protocol):
+    """A provider factory that can be planned for without its runtime: it hands out its table."""
+
+    name: str
+
+    def capability_table(self) -> CapabilityTable: ...
+
+
+class PlannedMemory(DataTransfer):
+    """The target's device memory in a plan: it only names the memory, so the planner inserts the
+    copies the target would need.  Values stay numpy arrays (nothing runs on the target)."""
+
+    def __init__(self, device_name: str) -> None:
+        self.device_name = device_name
+
+    def to_device(self, value: Any) -> Any:
+        return np.array(value, copy=True)
+
+    def to_host(self, value: Any) -> Any:
+        return np.array(value, copy=True)
+
+
+class PlanningProvider(Provider):
+    """Claims what the table accepts, as fused partitions (the compiling providers' way)."""
+
+    def __init__(self, factory: PlanningFactory, device: Device) -> None:
+        super().__init__(factory, device)
+        self.table = factory.table
+        self._memory = None if self.table.memory is None else PlannedMemory(self.table.memory)
+
+    def capability(self, graph, kernels):
+        parsed: dict[str, Any] = {}
+
+        def constant(name: str) -> Any:
+            # The view's model embeds the constants its nodes read; parsed once, when a check asks.
+            if not parsed:
+                model = onnx.load_model_from_string(graph.model_bytes())
+                parsed.update({t.name: t for t in model.graph.initializer})
+                parsed.setdefault("", None)
+            tensor = parsed.get(name)
+            return None if tensor is None else onnx.numpy_helper.to_array(tensor)
+
+        context = TableContext(graph, self.factory.opsets, constant)
+        claimed, declined = self.table.evaluate(graph.nodes, context)
+        for name, reason in declined.items():
+            graph.decline(name, reason)
+        return [FuseClaim(group) for group in graph.fusion_groups(claimed)]
+
+    def compile(self, partition) -> CompiledPartition:
+        target = self.table.provider
+
+        def refuse(*values: Any) -> list[Any]:
+            raise EPFail(
+                f"{partition.name} is part of a plan for {target}, whose runtime is not here: "
+                "a plan reports what would run where, it does not run"
+            )
+
+        return CompiledPartition(partition.inputs, partition.outputs, refuse)
+
+    def transfer(self) -> DataTransfer | None:
+        return self._memory
+
+
+class PlanningFactory(ProviderFactory):
+    """The target's name and memory, with the table as its capability; used by plans only."""
+
+    priority = -1  # never chosen unless named (and it is only ever in a planning environment)
+
+    def __init__(self, table: CapabilityTable, opsets: Mapping[str, int]) -> None:
+        self.table = table
+        self.name = table.target
+        self.ort_name = table.provider
+        self.opsets = dict(opsets)
+
+    def devices(self) -> list[Device]:
+        return [Device("planned", 0, vendor="plan", name=f"plan only: {self.table.source}")]
+
+    def create(self, device: Device, options: Mapping[str, str]) -> PlanningProvider:
+        self.check_options(options)
+        return PlanningProvider(self, device)
+
+
+class _PlanningPlugin:
+    def __init__(self, factory: PlanningFactory) -> None:
+        self.factory = factory
+
+    @hookimpl
+    def onnxplug_provider_factories(self):
+        return [self.factory]
+
+
+def find_table(target: str, environment: Environment | None = None) -> CapabilityTable:
+    """The capability table of ``target`` (a provider's short or onnxruntime name).
+
+    The table comes from the target's plugin: its factory's ``capability_table()``.  A plugin
+    that is not an installed entry point but is importable as ``onnxplug_<target>`` (a source
+    checkout) is asked too.
+
+    :raises InvalidArgument: no installed plugin has a table for ``target``.
+    """
+    environment = environment or default_environment()
+    factory = environment.factory(target)
+    if factory is None:
+        factory = _importable_factory(target)
+    if factory is None or not isinstance(factory, PlannableFactory):
+        names = ", ".join(KNOWN_TARGETS)
+        found = "is not installed" if factory is None else "has no capability table"
+        raise InvalidArgument(
+            f"no capability table for target '{target}': its provider plugin {found} "
+            f"(targets with tables: {names}; pip install onnxplug[{target}])"
+        )
+    table = factory.capability_table()
+    if not isinstance(table, CapabilityTable):
+        raise InvalidArgument(f"{factory!r}.capability_table() returned {type(table).__name__}, not a CapabilityTable")
+    return table
+
+
+def _importable_factory(target: str) -> ProviderFactory | None:
+    if not target.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(f"onnxplug_{target}.plugin")
+    except ImportError:
+        return None
+    hook = getattr(module, "onnxplug_provider_factories", None)
+    for factory in (hook() if hook is not None else []) or []:
+        if factory.name == target:
+            return factory
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetPlan:
+    """What a target provider would run of a model, decided without its runtime.
+
+    :ivar target: the target's short name; ``provider``: its onnxruntime name.
+    :ivar source: the table's source and version.
+    :ivar report: the planning session's :class:`~onnxplug.PartitionReport` (the target and the
+        CPU provider, as the session on the target would have them).
+    :ivar notes: the table's caveats.
+    """
+
+    target: str
+    provider: str
+    source: str
+    report: Any
+    notes: tuple[str, ...] = ()
+
+    @property
+    def claimed(self) -> tuple[str, ...]:
+        """Names of the nodes the target would run, in execution order."""
+        return tuple(n.name for n in self.report.nodes if n.provider == self.provider)
+
+    @property
+    def fallback(self) -> tuple[str, ...]:
+        """Names of the nodes that would run elsewhere (the CPU provider)."""
+        return tuple(n.name for n in self.report.nodes if n.provider != self.provider)
+
+    @property
+    def declined(self) -> dict[str, tuple[str, ...]]:
+        """Node → the target's reasons, for nodes the target declined that run (not those later folded or inlined)."""
+        running = {n.name for n in self.report.nodes}
+        own = self.report.declined.get(self.provider, {})
+        return {name: tuple(reasons) for name, reasons in sorted(own.items()) if name in running}
+
+    @property
+    def fully_supported(self) -> bool:
+        return not self.fallback
+
+    def lines(self, title: str) -> list[str]:
+        """The plan as text: what the target takes, then the partition report's lines."""
+        from ...cli._partition import format_report
+
+        total = len(self.report.nodes)
+        claimed = len(self.claimed)
+        share = f"{100.0 * claimed / total:.0f}%" if total else "-"
+        head = [
+            f"plan for {self.provider} (a plan, not an execution: the {self.target} runtime is not used)",
+            f"table: {self.source}",
+            f"{self.target} would run {claimed} of {total} nodes ({share}) in "
+            f"{len(self.report.partitions)} partition{'s' if len(self.report.partitions) != 1 else ''}",
+        ]
+        head.extend(f"note: {note}" for note in self.notes)
+        return head + format_report(self.report, title)
+
+
+def plan_for_target(
+    model: str | bytes | os.PathLike | onnx.ModelProto,
+    target: str | CapabilityTable,
+    *,
+    sess_options: Any = None,
+    environment: Environment | None = None,
+) -> TargetPlan:
+    """Plan ``model`` for ``target`` on this machine, whatever its hardware.
+
+    :param model: a path, serialized bytes or a ModelProto.
+    :param target: a target name (``"tensorrt"``, ``"directml"``, ``"nnapi"``...) or a table.
+    :param sess_options: the :class:`~onnxplug.SessionOptions` the deployment would use (the
+        optimization level changes what is left to partition).
+    :param environment: where to look the target's plugin up (default: the installed plugins).
+    :raises InvalidArgument: no table for ``target``.
+    """
+    from ...runtime import InferenceSession  # the runtime imports the partition stage
+
+    table = target if isinstance(target, CapabilityTable) else find_table(target, environment)
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    opsets = _model_opsets(model)
+    planning = Environment(only=["cpu"])
+    planning.register(_PlanningPlugin(PlanningFactory(table, opsets)), name=f"plan-{table.target}")
+    session = InferenceSession(
+        model, sess_options, providers=[table.provider, "CPUExecutionProvider"], environment=planning
+    )
+    return TargetPlan(table.target, table.provider, table.source, session.get_partition_report(), tuple(table.notes))
+
+
+def _model_opsets(model: str | bytes | os.PathLike) -> dict[str, int]:
+    """The model's opset imports (read without its external data)."""
+    if isinstance(model, bytes):
+        proto = onnx.load_model(io.BytesIO(model), load_external_data=False)
+    else:
+        proto = onnx.load_model(os.fspath(model), load_external_data=False)
+    return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+
+
+def check_usability(model_path: str, target: str, argv: Sequence[str] = ()) -> int:
+    """``python -m onnxplug.tools.check_model_usability MODEL --target T [--html OUT] [--require-all]``:
+    print the plan and return the exit status (0; 1 with ``--require-all`` when some node would
+    fall back; 2 for a target without a table)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog=f"check_model_usability --target {target}")
+    parser.add_argument("--html", metavar="OUT.html", help="also write the picture of the plan")
+    parser.add_argument("--require-all", action="store_true", help="exit 1 when any node would fall back")
+    args = parser.parse_args(list(argv))
+    try:
+        plan = plan_for_target(model_path, target)
+    except InvalidArgument as error:
+        print(f"check_model_usability: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(plan.lines(str(model_path))))
+    if args.html:
+        from ...cli._html import write_html
+
+        write_html(plan.report, args.html, title=f"{model_path} (plan for {plan.provider})")
+        print(f"wrote {args.html}")
+    return 1 if args.require_all and not plan.fully_supported else 0
