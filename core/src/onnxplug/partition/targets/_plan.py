@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import io
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -26,10 +25,10 @@ import onnx
 import onnx.numpy_helper
 
 from ..._plugins import Environment, default_environment
-from ...api import CompiledPartition, DataTransfer, Device, FuseClaim, Provider, ProviderFactory
+from ...api import CompiledPartition, DataTransfer, Device, Provider, ProviderFactory
 from ...errors import EPFail, InvalidArgument
 from ...hookspecs import hookimpl
-from ._table import CapabilityTable, TableContext
+from ._table import CapabilityTable, table_claims
 
 __all__ = ["PlannableFactory", "TargetPlan", "find_table", "plan_for_target"]
 
@@ -69,22 +68,7 @@ class PlanningProvider(Provider):
         self._memory = None if self.table.memory is None else PlannedMemory(self.table.memory)
 
     def capability(self, graph, kernels):
-        parsed: dict[str, Any] = {}
-
-        def constant(name: str) -> Any:
-            # The view's model embeds the constants its nodes read; parsed once, when a check asks.
-            if not parsed:
-                model = onnx.load_model_from_string(graph.model_bytes())
-                parsed.update({t.name: t for t in model.graph.initializer})
-                parsed.setdefault("", None)
-            tensor = parsed.get(name)
-            return None if tensor is None else onnx.numpy_helper.to_array(tensor)
-
-        context = TableContext(graph, self.factory.opsets, constant)
-        claimed, declined = self.table.evaluate(graph.nodes, context)
-        for name, reason in declined.items():
-            graph.decline(name, reason)
-        return [FuseClaim(group) for group in graph.fusion_groups(claimed)]
+        return table_claims(self.table, graph)
 
     def compile(self, partition) -> CompiledPartition:
         target = self.table.provider
@@ -106,11 +90,10 @@ class PlanningFactory(ProviderFactory):
 
     priority = -1  # never chosen unless named (and it is only ever in a planning environment)
 
-    def __init__(self, table: CapabilityTable, opsets: Mapping[str, int]) -> None:
+    def __init__(self, table: CapabilityTable) -> None:
         self.table = table
         self.name = table.target
         self.ort_name = table.provider
-        self.opsets = dict(opsets)
 
     def devices(self) -> list[Device]:
         return [Device("planned", 0, vendor="plan", name=f"plan only: {self.table.source}")]
@@ -221,6 +204,15 @@ class TargetPlan:
             f"{len(self.report.partitions)} partition{'s' if len(self.report.partitions) != 1 else ''}",
         ]
         head.extend(f"note: {note}" for note in self.notes)
+        op_of = {n.name: n.op_type for n in self.report.nodes}
+        groups: dict[tuple[str, str], int] = {}
+        for name, reasons in self.declined.items():
+            key = (op_of[name], "; ".join(reasons))
+            groups[key] = groups.get(key, 0) + 1
+        if groups:
+            head.append("declined, by op and reason:")
+            for (op, why), count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
+                head.append(f"  {op} x{count}: {why}")
         return head + format_report(self.report, title)
 
 
@@ -245,22 +237,12 @@ def plan_for_target(
     table = target if isinstance(target, CapabilityTable) else find_table(target, environment)
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
-    opsets = _model_opsets(model)
     planning = Environment(only=["cpu"])
-    planning.register(_PlanningPlugin(PlanningFactory(table, opsets)), name=f"plan-{table.target}")
+    planning.register(_PlanningPlugin(PlanningFactory(table)), name=f"plan-{table.target}")
     session = InferenceSession(
         model, sess_options, providers=[table.provider, "CPUExecutionProvider"], environment=planning
     )
     return TargetPlan(table.target, table.provider, table.source, session.get_partition_report(), tuple(table.notes))
-
-
-def _model_opsets(model: str | bytes | os.PathLike) -> dict[str, int]:
-    """The model's opset imports (read without its external data)."""
-    if isinstance(model, bytes):
-        proto = onnx.load_model(io.BytesIO(model), load_external_data=False)
-    else:
-        proto = onnx.load_model(os.fspath(model), load_external_data=False)
-    return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
 
 
 def check_usability(model_path: str, target: str, argv: Sequence[str] = ()) -> int:

@@ -19,15 +19,18 @@ from ...graph import GraphView, NodeView
 __all__ = [
     "AnyOf",
     "AttributeIn",
+    "AttributeTest",
     "CapabilityTable",
     "Check",
     "ConstantInput",
     "ConstantValue",
+    "InputAbsent",
     "InputRank",
     "InputTypes",
     "NoOutput",
     "OpSupport",
     "TableContext",
+    "table_claims",
     "types",
 ]
 
@@ -79,13 +82,16 @@ class TableContext:
     knows it, a constant's value.
 
     :ivar graph: the view being planned.
-    :ivar opsets: the opsets the nodes resolve with (domain → version), for the table's opset range.
     :ivar constant: ``name -> numpy array`` for initializers whose value the planner read, else ``None``.
     """
 
     graph: GraphView
-    opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
     constant: Callable[[str], Any] = lambda name: None
+
+    @property
+    def opsets(self) -> Mapping[str, int]:
+        """The opsets the nodes resolve with (domain → version), for the table's opset range."""
+        return self.graph.opsets
 
     def is_constant(self, name: str) -> bool:
         """Whether a value is known when the session is built (an initializer that no graph input overrides)."""
@@ -196,6 +202,32 @@ class AttributeIn(Check):
 
 
 @dataclasses.dataclass(frozen=True)
+class AttributeTest(Check):
+    """Attribute ``name`` (``default`` when absent) must pass ``test``; ``what`` states the condition."""
+
+    name: str
+    test: Callable[[Any], bool]
+    default: Any
+    what: str
+
+    def reason(self, node, context):
+        value = node.attributes.get(self.name, self.default)
+        return None if self.test(value) else f"{self.what}: {self.name}={value!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputAbsent(Check):
+    """Optional input ``index`` must not be given (``what``: the vendor's wording)."""
+
+    index: int
+    what: str
+
+    def reason(self, node, context):
+        name = _input(node, self.index)
+        return None if not name else f"{self.what}: input {self.index} ('{name}') is given"
+
+
+@dataclasses.dataclass(frozen=True)
 class NoOutput(Check):
     """Output ``index`` must not be used (MaxPool's ``Indices`` in TensorRT)."""
 
@@ -228,22 +260,37 @@ class OpSupport:
     """One row of a vendor's table: an op the vendor supports, and on what conditions.
 
     :ivar op_type: the op; ``domain``: its domain (``""`` for ai.onnx).
-    :ivar versions: the schema versions registered (DirectML registers kernels per version); a
-        node of another schema version is declined.  ``None``: every version in the table's opset range.
-    :ivar types: the element types accepted on the ``typed`` inputs (``None``: any).
+    :ivar types: the element types accepted on the ``typed`` inputs: one set for every version,
+        or, for providers that register kernels per schema version (DirectML), ``{since: set}``
+        where each entry holds from its version on until the next (onnxruntime's ``N+``).  A node
+        older than the first entry is declined.  ``None``: any type.
+    :ivar since: the first schema version supported (with a mapping, its first key).
     :ivar checks: further conditions (constness, rank, attributes, outputs).
     """
 
     op_type: str
     domain: str = ""
-    versions: tuple[int, ...] | None = None
-    types: frozenset[str] | None = None
+    types: frozenset[str] | Mapping[int, frozenset[str]] | None = None
     typed: tuple[int, ...] = (0,)
     checks: tuple[Check, ...] = ()
+    since: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.types, Mapping):
+            if not self.types:
+                raise ValueError(f"{self.op_type}: an empty version mapping")
+            object.__setattr__(self, "since", min(self.types))
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.domain, self.op_type)
+
+    def types_for(self, since_version: int) -> frozenset[str] | None:
+        """The types accepted at a schema version (``None``: any)."""
+        if not isinstance(self.types, Mapping):
+            return self.types
+        start = max(v for v in self.types if v <= since_version)
+        return self.types[start]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +340,7 @@ class CapabilityTable:
         row = self.row(node.op_type, domain)
         label = f"{domain or 'ai.onnx'}::{node.op_type}"
         if row is None:
-            return f"{label} is not in the table ({self.source})"
+            return f"{label} is not in the {self.target} table"
         if node.since_version is None:
             return f"{label} has no schema at the model's opset"
         bounds = self.opsets.get(domain)
@@ -303,19 +350,19 @@ class CapabilityTable:
             if version is not None and ((low is not None and version < low) or (high is not None and version > high)):
                 span = f"{low or 1}..{high if high is not None else ''}"
                 return f"opset {version} of {domain or 'ai.onnx'} is outside the supported range {span}"
-        if row.versions is not None and node.since_version not in row.versions:
-            registered = ", ".join(str(v) for v in row.versions)
-            return f"{node.op_type}-{node.since_version} is not registered (versions {registered} are)"
-        if row.types is not None:
+        if node.since_version < row.since:
+            return f"{node.op_type}-{node.since_version} is older than the first supported version ({row.since})"
+        accepted_types = row.types_for(node.since_version)
+        if accepted_types is not None:
             for index in row.typed:
                 name = _input(node, index)
                 if not name:
                     continue
                 found = node.input_types[index]
-                if found not in row.types:
-                    accepted = ", ".join(sorted(_short(t) for t in row.types))
+                if found not in accepted_types:
+                    accepted = ", ".join(sorted(_short(t) for t in accepted_types))
                     what = _short(found) if found else "of unknown type"
-                    return f"input {index} ('{name}') is {what}; {node.op_type} takes {accepted}"
+                    return f"input {index} ('{name}') is {what}; {node.op_type}-{node.since_version} takes {accepted}"
         for check in row.checks:
             why = check.reason(node, context)
             if why is not None:
@@ -339,6 +386,38 @@ class CapabilityTable:
             else:
                 declined[node.name] = why
         return claimed, declined
+
+
+def table_claims(table: CapabilityTable, graph: GraphView) -> list[Any]:
+    """A provider's ``capability()`` answer from ``table``: FuseClaims over the connected, convex
+    groups of the nodes the table accepts; the others are declined on ``graph`` with the reason.
+
+    The planner's stand-in provider and the target plugins' real providers both answer with it,
+    so a plan and a run on the target partition the same way.
+    """
+    from ...api import FuseClaim
+
+    parsed: dict[str, Any] = {}
+
+    def constant(name: str) -> Any:
+        # The view's model embeds the constants its nodes read: parsed once, when a check asks.
+        if not parsed:
+            import onnx
+
+            model = onnx.load_model_from_string(graph.model_bytes())
+            parsed.update({t.name: t for t in model.graph.initializer})
+            parsed.setdefault("", None)
+        tensor = parsed.get(name)
+        if tensor is None:
+            return None
+        import onnx.numpy_helper
+
+        return onnx.numpy_helper.to_array(tensor)
+
+    claimed, declined = table.evaluate(graph.nodes, TableContext(graph, constant))
+    for name, reason in declined.items():
+        graph.decline(name, reason)
+    return [FuseClaim(group) for group in graph.fusion_groups(claimed)]
 
 
 def _dynamic(node: NodeView) -> str | None:
