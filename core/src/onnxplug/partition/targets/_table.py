@@ -29,6 +29,7 @@ __all__ = [
     "InputTypes",
     "NoOutput",
     "OpSupport",
+    "StaticInput",
     "TableContext",
     "table_claims",
     "types",
@@ -225,6 +226,32 @@ class InputAbsent(Check):
     def reason(self, node, context):
         name = _input(node, self.index)
         return None if not name else f"{self.what}: input {self.index} ('{name}') is given"
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticInput(Check):
+    """Input ``index`` must have a fully known shape, or, with ``axis_attribute``, a known size
+    along the axis that attribute names (``default_axis`` when absent)."""
+
+    index: int
+    what: str
+    axis_attribute: str = ""
+    default_axis: int = -1
+
+    def reason(self, node, context):
+        name = _input(node, self.index)
+        if not name:
+            return None
+        shape = node.input_shapes[self.index]
+        if shape is None:
+            return f"{self.what}: the shape of '{name}' is unknown"
+        if self.axis_attribute:
+            axis = int(node.attributes.get(self.axis_attribute, self.default_axis))
+            if -len(shape) <= axis < len(shape) and isinstance(shape[axis], int):
+                return None
+            return f"{self.what}: '{name}' has no static size along axis {axis}"
+        dynamic = [d for d in shape if not isinstance(d, int)]
+        return None if not dynamic else f"{self.what}: '{name}' has dynamic dimensions {dynamic}"
 
 
 @dataclasses.dataclass(frozen=True)
