@@ -130,7 +130,7 @@ def find_table(target: str, environment: Environment | None = None) -> Capabilit
         found = "is not installed" if factory is None else "has no capability table"
         raise InvalidArgument(
             f"no capability table for target '{target}': its provider plugin {found} "
-            f"(targets with tables: {names}; pip install onnxplug[{target}])"
+            f"(targets onnxplug plans for: {names}; pip install onnxplug[{target}])"
         )
     table = factory.capability_table()
     if not isinstance(table, CapabilityTable):
