@@ -9,3 +9,4 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 for _name in ("tensorrt", "directml", "nnapi"):
     if importlib.util.find_spec(f"onnxplug_{_name}") is None:
         sys.path.insert(0, str(_ROOT / "plugins" / _name / "src"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # target_models
