@@ -25,6 +25,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="plan for a provider whose runtime need not be here (tensorrt, directml, nnapi, coreml): "
         "what it would claim, from its capability table",
     )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --target: fix a free dimension of the model's inputs and outputs before planning, repeatable",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -74,7 +81,13 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.providers:
         raise InvalidArgument("--target plans for one target (with the CPU provider); it cannot be given --providers")
-    plan = plan_for_target(args.model, args.target)
+    dims = {}
+    for entry in args.dim:
+        name, _, value = entry.partition("=")
+        if not name.strip() or not value.strip().isdigit():
+            raise InvalidArgument(f"--dim takes NAME=VALUE with a non-negative integer VALUE, got {entry!r}")
+        dims[name.strip()] = int(value)
+    plan = plan_for_target(args.model, args.target, dims=dims)
     print("\n".join(plan.lines(str(args.model))))
     if args.html:
         write_html(plan.report, args.html, title=f"{args.model} (plan for {plan.provider})")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -207,12 +208,19 @@ class TargetPlan:
         op_of = {n.name: n.op_type for n in self.report.nodes}
         groups: dict[tuple[str, str], int] = {}
         for name, reasons in self.declined.items():
-            key = (op_of[name], "; ".join(reasons))
+            # value names differ node to node; the reason without them groups alike declines
+            generic = re.sub(r"\[[^\]]*\]", "[...]", re.sub(r"'[^']*'", "'...'", "; ".join(reasons)))
+            key = (op_of[name], generic)
             groups[key] = groups.get(key, 0) + 1
         if groups:
             head.append("declined, by op and reason:")
             for (op, why), count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
                 head.append(f"  {op} x{count}: {why}")
+        if any("static shapes only" in why for _, why in groups):
+            head.append(
+                "hint: the target needs static shapes; fix the free dimensions "
+                "(onnxplug partition --dim NAME=VALUE, plan_for_target(..., dims={NAME: VALUE})) and plan again"
+            )
         return head + format_report(self.report, title)
 
 
@@ -222,6 +230,7 @@ def plan_for_target(
     *,
     sess_options: Any = None,
     environment: Environment | None = None,
+    dims: Mapping[str, int] | None = None,
 ) -> TargetPlan:
     """Plan ``model`` for ``target`` on this machine, whatever its hardware.
 
@@ -230,12 +239,16 @@ def plan_for_target(
     :param sess_options: the :class:`~onnxplug.SessionOptions` the deployment would use (the
         optimization level changes what is left to partition).
     :param environment: where to look the target's plugin up (default: the installed plugins).
-    :raises InvalidArgument: no table for ``target``.
+    :param dims: free dimensions to fix (name → size) before planning, for targets that need
+        static shapes: the model's inputs and outputs get the sizes and shapes are inferred again.
+    :raises InvalidArgument: no table for ``target``; a ``dims`` name the model does not use.
     """
     from ...runtime import InferenceSession  # the runtime imports the partition stage
 
     table = target if isinstance(target, CapabilityTable) else find_table(target, environment)
-    if isinstance(model, onnx.ModelProto):
+    if dims:
+        model = _fix_dims(model, dims)
+    elif isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     planning = Environment(only=["cpu"])
     planning.register(_PlanningPlugin(PlanningFactory(table)), name=f"plan-{table.target}")
@@ -243,6 +256,29 @@ def plan_for_target(
         model, sess_options, providers=[table.provider, "CPUExecutionProvider"], environment=planning
     )
     return TargetPlan(table.target, table.provider, table.source, session.get_partition_report(), tuple(table.notes))
+
+
+def _fix_dims(model: str | bytes | os.PathLike | onnx.ModelProto, dims: Mapping[str, int]) -> bytes:
+    """The model with the named free dimensions of its inputs and outputs set, and its inferred
+    ``value_info`` dropped so that loading infers the shapes again."""
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    elif isinstance(model, bytes):
+        proto = onnx.load_model_from_string(model)
+    else:
+        proto = onnx.load_model(os.fspath(model))
+    used: set[str] = set()
+    for value in [*proto.graph.input, *proto.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in dims:
+                used.add(dim.dim_param)
+                dim.dim_value = int(dims[dim.dim_param])
+    unknown = sorted(set(dims) - used)
+    if unknown:
+        raise InvalidArgument(f"the model's inputs and outputs have no free dimension named {', '.join(unknown)}")
+    del proto.graph.value_info[:]
+    return proto.SerializeToString()
 
 
 def check_usability(model_path: str, target: str, argv: Sequence[str] = ()) -> int:
