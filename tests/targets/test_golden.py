@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+import onnx
 import onnx.backend.test
 import pytest
 import target_models
@@ -99,3 +100,19 @@ def test_check_model_usability_runs_the_planner(capsys):
     assert check_usability(squeezenet, target="nnapi", argv=["--require-all"]) == 0
     assert check_model_usability.main([model, "--target", "coreml"]) == 2  # no CoreML table (issue 15)
     assert "no capability table for target 'coreml'" in capsys.readouterr().err
+
+
+def test_dims_fix_free_dimensions_for_static_shape_targets(tmp_path, capsys):
+    model = target_models.single_node("Relu", [("x", "float", ["n", 3])], [("y", "float", ["n", 3])])
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(model, path)
+    dynamic = plan_for_target(str(path), "nnapi")
+    assert not dynamic.claimed
+    assert "hint: the target needs static shapes" in "\n".join(dynamic.lines("m"))
+    assert plan_for_target(str(path), "nnapi", dims={"n": 2}).fully_supported
+    assert main(["partition", str(path), "--target", "nnapi", "--dim", "n=2"]) == 0
+    assert "nnapi would run 1 of 1 nodes (100%)" in capsys.readouterr().out
+    assert main(["partition", str(path), "--target", "nnapi", "--dim", "batch=2"]) == 1
+    assert "no free dimension named batch" in capsys.readouterr().err
+    assert main(["partition", str(path), "--target", "nnapi", "--dim", "n"]) == 1
+    assert "--dim takes NAME=VALUE" in capsys.readouterr().err
