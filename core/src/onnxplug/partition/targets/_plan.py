@@ -23,7 +23,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import onnx
-import onnx.numpy_helper
 
 from ..._plugins import Environment, default_environment
 from ...api import CompiledPartition, DataTransfer, Device, Provider, ProviderFactory
@@ -31,10 +30,17 @@ from ...errors import EPFail, InvalidArgument
 from ...hookspecs import hookimpl
 from ._table import CapabilityTable, table_claims
 
-__all__ = ["PlannableFactory", "TargetPlan", "find_table", "plan_for_target"]
+__all__ = ["KNOWN_TARGETS", "PlannableFactory", "TargetPlan", "check_usability", "find_table", "plan_for_target"]
 
-#: The targets onnxplug ships tables for (their plugins' names); CoreML's table is its plugin's.
+#: The targets onnxplug plans for (their plugins' short names); CoreML's table is its plugin's.
 KNOWN_TARGETS = ("tensorrt", "directml", "nnapi", "coreml")
+#: onnxruntime's names of the known targets, for finding a plugin by either name.
+_SHORT_NAMES = {
+    "TensorrtExecutionProvider": "tensorrt",
+    "DmlExecutionProvider": "directml",
+    "NnapiExecutionProvider": "nnapi",
+    "CoreMLExecutionProvider": "coreml",
+}
 
 
 @runtime_checkable
@@ -131,7 +137,7 @@ def find_table(target: str, environment: Environment | None = None) -> Capabilit
         found = "is not installed" if factory is None else "has no capability table"
         raise InvalidArgument(
             f"no capability table for target '{target}': its provider plugin {found} "
-            f"(targets onnxplug plans for: {names}; pip install onnxplug[{target}])"
+            f"(targets onnxplug plans for: {names}; pip install onnxplug[{_SHORT_NAMES.get(target, target)}])"
         )
     table = factory.capability_table()
     if not isinstance(table, CapabilityTable):
@@ -140,6 +146,7 @@ def find_table(target: str, environment: Environment | None = None) -> Capabilit
 
 
 def _importable_factory(target: str) -> ProviderFactory | None:
+    target = _SHORT_NAMES.get(target, target)
     if not target.isidentifier():
         return None
     try:
