@@ -179,3 +179,11 @@ def test_claimed_nodes_fuse_and_planned_partitions_never_run():
     compiled = provider.compile(type("P", (), {"name": "toy_partition_0", "inputs": ("x",), "outputs": ("y",)})())
     with pytest.raises(EPFail, match="part of a plan for ToyExecutionProvider"):
         compiled(np.zeros(1, np.float32))
+
+
+def test_find_table_by_either_name():
+    from onnxplug.partition.targets import find_table
+    from onnxplug_nnapi.table import TABLE
+
+    assert find_table("nnapi") is TABLE
+    assert find_table("NnapiExecutionProvider") is TABLE
