@@ -399,7 +399,7 @@ class CapabilityTable:
             if why is not None:
                 return why
         if node.subgraphs:
-            return f"{node.op_type} has subgraphs ({', '.join(node.subgraphs)}); the planner does not plan their bodies"
+            return f"{node.op_type} has subgraphs ({', '.join(node.subgraphs)}); a table cannot check their bodies"
         return None
 
     def evaluate(self, nodes: Iterable[NodeView], context: TableContext) -> tuple[list[str], dict[str, str]]:
