@@ -187,3 +187,27 @@ def test_find_table_by_either_name():
 
     assert find_table("nnapi") is TABLE
     assert find_table("NnapiExecutionProvider") is TABLE
+
+
+def test_nodes_with_subgraphs_are_declined_with_the_reason():
+    from onnx import TensorProto, helper
+
+    def branch(value):
+        out = helper.make_tensor_value_info(f"b{value}", TensorProto.FLOAT, [1])
+        const = helper.make_node(
+            "Constant", [], [f"b{value}"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [value])
+        )
+        return helper.make_graph([const], f"branch{value}", [], [out])
+
+    node = helper.make_node("If", ["c"], ["y"], name="node", then_branch=branch(1.0), else_branch=branch(0.0))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert _decision(model, _table(OpSupport("If", typed=()))) == (
+        "If has subgraphs (else_branch, then_branch); a table cannot check their bodies"
+    )
