@@ -21,6 +21,11 @@ DISTRIBUTIONS = [
     "./plugins/cpu",
     "./plugins/openvino",
     "./plugins/wasm",
+    # the target providers (TensorRT's device memory is the CUDA provider's, so cuda comes first)
+    "./plugins/cuda",
+    "./plugins/tensorrt",
+    "./plugins/directml",
+    "./plugins/nnapi",
     "./contrib/virtual_device",
     "./contrib/ms_ops",
     "./contrib/example_textops",

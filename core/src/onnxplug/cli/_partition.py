@@ -19,6 +19,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="path of an .onnx file")
     parser.add_argument("--providers", default="", help="comma-separated provider names, highest priority first")
     parser.add_argument("--html", metavar="OUT.html", help="also write a self-contained page drawing the graph")
+    parser.add_argument(
+        "--target",
+        metavar="NAME",
+        help="plan for a provider whose runtime need not be here (tensorrt, directml, nnapi, coreml): "
+        "what it would claim, from its capability table",
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --target: fix a free dimension of the model's inputs and outputs before planning, repeatable",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -49,11 +62,34 @@ def format_report(report: PartitionReport, title: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target:
+        return _plan(args)
     names = [p.strip() for p in args.providers.split(",") if p.strip()] or None
     session = InferenceSession(args.model, providers=names)
     report = session.get_partition_report()
     print("\n".join(format_report(report, str(args.model))))
     if args.html:
         write_html(report, args.html, title=str(args.model))
+        print(f"wrote {args.html}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``--target``: the plan from :func:`onnxplug.partition.targets.plan_for_target`."""
+    from ..errors import InvalidArgument
+    from ..partition.targets import plan_for_target
+
+    if args.providers:
+        raise InvalidArgument("--target plans for one target (with the CPU provider); it cannot be given --providers")
+    dims = {}
+    for entry in args.dim:
+        name, _, value = entry.partition("=")
+        if not name.strip() or not value.strip().isdigit():
+            raise InvalidArgument(f"--dim takes NAME=VALUE with a non-negative integer VALUE, got {entry!r}")
+        dims[name.strip()] = int(value)
+    plan = plan_for_target(args.model, args.target, dims=dims)
+    print("\n".join(plan.lines(str(args.model))))
+    if args.html:
+        write_html(plan.report, args.html, title=f"{args.model} (plan for {plan.provider})")
         print(f"wrote {args.html}")
     return 0

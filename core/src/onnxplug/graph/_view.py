@@ -8,6 +8,7 @@ call; using it later raises, so a provider cannot keep a handle into a graph it 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import onnx
@@ -152,6 +153,9 @@ class GraphView:
         self._lease = _Lease()
         self._graph = graph
         self._opsets = dict(opsets)
+        #: The opsets the view's nodes resolve with (domain → version; ``""`` is ai.onnx): what a
+        #: provider with a supported opset range compares against.
+        self.opsets: Mapping[str, int] = MappingProxyType(self._opsets)
         self._ir_nodes = list(graph if nodes is None else nodes)
         self._model_bytes: bytes | None = None
         self._nodes = [NodeView(n, opsets, self._lease) for n in self._ir_nodes]
