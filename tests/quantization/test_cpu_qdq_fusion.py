@@ -88,9 +88,9 @@ def test_fused_pair_matches_onnxruntime(zero_dtype, q_params, dq_params):
     want = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
         None, {"x": x}
     )[0]
-    got = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x}
-    )[0]
+    got = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
     np.testing.assert_array_equal(got, want)
 
 

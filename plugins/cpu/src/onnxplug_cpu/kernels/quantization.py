@@ -282,19 +282,30 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return _matmul_exact(left, right).astype(np.int32)
 
 
-def _requantize(acc, multiplier, y_zero_point):
+def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     """Scale an int32 accumulator to the output's quantized type (float32 arithmetic, like the
-    reference), rounding half-to-even and saturating."""
-    scaled = acc.astype(np.float32)  # a fresh array (or the caller's float32 accumulator)
+    reference), rounding half-to-even and saturating.  ``in_place``: ``acc`` is the caller's
+    float32 scratch array and may be overwritten."""
+    if in_place and acc.dtype == np.float32:
+        scaled = acc
+    else:
+        scaled = acc.astype(np.float32)  # rounds exact integers beyond 2**24 as int32 → float32 does
     scaled *= multiplier.astype(np.float32)
     np.rint(scaled, out=scaled)
     if not _small_int(y_zero_point.dtype):
         return _saturate(scaled.astype(np.float64) + y_zero_point.astype(np.float64), y_zero_point.dtype)
-    # float32 is exact for the zero point's addition below 2**24; larger values saturate anyway.
-    scaled += y_zero_point.astype(np.float32)
+    # Saturating to [low - zero, high - zero] and then adding the zero point is saturating after
+    # the addition (exact small integers); the addition writes the output type directly.
     low, high = _INT_RANGES[y_zero_point.dtype]
-    np.clip(scaled, low, high, out=scaled)
-    return scaled.astype(y_zero_point.dtype)
+    if y_zero_point.size != 1:
+        scaled += y_zero_point.astype(np.float32)
+        np.clip(scaled, low, high, out=scaled)
+        return scaled.astype(y_zero_point.dtype)
+    zero = float(y_zero_point.reshape(()))
+    np.clip(scaled, np.float32(low - zero), np.float32(high - zero), out=scaled)
+    out = np.empty(scaled.shape, dtype=y_zero_point.dtype)
+    np.add(scaled, np.float32(zero), out=out, casting="unsafe")
+    return out
 
 
 @kernel("QLinearMatMul", since=(10, 21))
@@ -395,15 +406,16 @@ class _ExactBlocks:
         total = None
         for start, block, packed in self.blocks:
             part = convolve(x32[:, start : start + block.shape[1]], block, packed=packed, **geometry)
-            total = part.astype(np.float64) if total is None else total + part
+            if total is None:
+                total = part.astype(np.float64)
+            else:
+                total += part
         return total
 
 
 def _centred_float32(x, zero):
     """``x - zero_point`` of 8-bit integers as float32 (exact: |.| <= 255)."""
-    centred = x.astype(np.float32)
-    centred -= np.float32(zero)
-    return centred
+    return np.subtract(x, np.float32(zero), dtype=np.float32)  # one pass: the cast is inside
 
 
 def _x_bound(x_dtype, zero) -> int:
@@ -471,6 +483,7 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         multiplier = x_s * w_s / y_s
         if multiplier.ndim:
             multiplier = multiplier.reshape(channel_shape)
-        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"))
+        # The accumulator is this call's own array (convolve returns a fresh one).
+        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"), in_place=True)
 
     return run
