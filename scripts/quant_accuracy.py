@@ -22,7 +22,7 @@ import onnxplug
 from onnxplug.quantization import QuantFormat, quantize_dynamic, quantize_static
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "quantization"))
-import models  # noqa: E402
+import models
 
 
 def main() -> None:
