@@ -108,6 +108,94 @@ def transformer(rng):
     return _model(nodes, [x], [y], inits, "transformer"), {"x": (8, d)}
 
 
+def _silu_conv(nodes, inits, rng, name, x, cin, cout, k, stride):
+    """Conv + SiLU (Sigmoid, Mul), the block YOLOv5/v8 exports are made of."""
+    inits.append(_init(f"{name}_w", rng.normal(0, 1.2 / np.sqrt(cin * k * k), (cout, cin, k, k))))
+    inits.append(_init(f"{name}_b", rng.normal(0, 0.1, (cout,))))
+    pad = k // 2
+    nodes.append(
+        helper.make_node(
+            "Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_c"], name=name, pads=[pad] * 4, strides=[stride] * 2
+        )
+    )
+    nodes.append(helper.make_node("Sigmoid", [f"{name}_c"], [f"{name}_s"], name=f"{name}_sigmoid"))
+    nodes.append(helper.make_node("Mul", [f"{name}_c", f"{name}_s"], [f"{name}_y"], name=f"{name}_silu"))
+    return f"{name}_y"
+
+
+def _const(inits, name, array, dtype=np.float32):
+    inits.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
+    return name
+
+
+YOLO_CLASSES = 4
+YOLO_ANCHORS = 2
+
+
+def yolo(rng):
+    """A YOLOv5-style detector, x[1, 3, 32, 32] -> y[1, 80, 9]: a SiLU conv backbone (stride 2
+    convs, a residual and a Concat), two detection scales (stride 8 and 16) whose head does what
+    the YOLOv5 export writes — 1×1 Conv, Reshape to (1, anchors, 5 + classes, H, W), Transpose
+    to channels-last, Sigmoid, then box decoding on grids: xy = (2·s − 0.5 + grid)·stride,
+    wh = (2·s)²·anchor (Slice, Mul, Add, Pow, Concat) — and the scales concatenated into one
+    (boxes, 4 + 1 + classes) output: x, y, w, h, objectness, class scores."""
+    nodes, inits = [], []
+    h = _silu_conv(nodes, inits, rng, "stem", "x", 3, 8, 3, 2)  # 16×16
+    h = _silu_conv(nodes, inits, rng, "down1", h, 8, 16, 3, 2)  # 8×8
+    r = _silu_conv(nodes, inits, rng, "res1", h, 16, 16, 3, 1)
+    nodes.append(helper.make_node("Add", [h, r], ["p3"], name="res1_add"))
+    p4 = _silu_conv(nodes, inits, rng, "down2", "p3", 16, 32, 3, 2)  # 4×4
+    side = _silu_conv(nodes, inits, rng, "side", p4, 32, 16, 1, 1)
+    nodes.append(helper.make_node("Concat", [p4, side], ["p4"], name="neck_concat", axis=1))
+    outputs = 5 + YOLO_CLASSES
+    two = _const(inits, "two", 2.0)
+    scale_outputs = []
+    for level, (feature, channels, size, stride) in enumerate((("p3", 16, 8, 8), ("p4", 48, 4, 16))):
+        pre = f"det{level}"
+        inits.append(
+            _init(f"{pre}_w", rng.normal(0, 1.0 / np.sqrt(channels), (YOLO_ANCHORS * outputs, channels, 1, 1)))
+        )
+        inits.append(_init(f"{pre}_b", rng.normal(0, 0.5, (YOLO_ANCHORS * outputs,))))
+        shape = _const(inits, f"{pre}_shape", [1, YOLO_ANCHORS, outputs, size, size], np.int64)
+        flat = _const(inits, f"{pre}_flat", [1, -1, outputs], np.int64)
+        gy, gx = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+        grid = _const(inits, f"{pre}_grid", (np.stack([gx, gy], -1)[None, None] - 0.5) * stride)
+        anchors = np.array([[10, 14], [23, 27]] if level == 0 else [[37, 58], [81, 82]], np.float32)
+        anchor_grid = _const(
+            inits, f"{pre}_anchor", np.broadcast_to(anchors[None, :, None, None], (1, 2, size, size, 2))
+        )
+        stride_c = _const(inits, f"{pre}_stride", float(stride) * 2.0)
+        nodes += [
+            helper.make_node("Conv", [feature, f"{pre}_w", f"{pre}_b"], [f"{pre}_c"], name=f"{pre}_conv"),
+            helper.make_node("Reshape", [f"{pre}_c", shape], [f"{pre}_r"], name=f"{pre}_reshape"),
+            helper.make_node("Transpose", [f"{pre}_r"], [f"{pre}_t"], name=f"{pre}_transpose", perm=[0, 1, 3, 4, 2]),
+            helper.make_node("Sigmoid", [f"{pre}_t"], [f"{pre}_s"], name=f"{pre}_sigmoid"),
+            helper.make_node(
+                "Split",
+                [f"{pre}_s", _const(inits, f"{pre}_split", [2, 2, outputs - 4], np.int64)],
+                [f"{pre}_xy", f"{pre}_wh", f"{pre}_conf"],
+                name=f"{pre}_split",
+                axis=4,
+            ),
+            # xy = (2·s − 0.5 + grid)·stride, written as s·(2·stride) + (grid − 0.5)·stride
+            helper.make_node("Mul", [f"{pre}_xy", stride_c], [f"{pre}_xy2"], name=f"{pre}_xy_mul"),
+            helper.make_node("Add", [f"{pre}_xy2", grid], [f"{pre}_xyd"], name=f"{pre}_xy_add"),
+            helper.make_node("Mul", [f"{pre}_wh", two], [f"{pre}_wh2"], name=f"{pre}_wh_mul"),
+            helper.make_node("Pow", [f"{pre}_wh2", two], [f"{pre}_wh4"], name=f"{pre}_wh_pow"),
+            helper.make_node("Mul", [f"{pre}_wh4", anchor_grid], [f"{pre}_whd"], name=f"{pre}_wh_anchor"),
+            helper.make_node(
+                "Concat", [f"{pre}_xyd", f"{pre}_whd", f"{pre}_conf"], [f"{pre}_box"], name=f"{pre}_concat", axis=4
+            ),
+            helper.make_node("Reshape", [f"{pre}_box", flat], [f"{pre}_out"], name=f"{pre}_flatten"),
+        ]
+        scale_outputs.append(f"{pre}_out")
+    nodes.append(helper.make_node("Concat", scale_outputs, ["y"], name="detect_concat", axis=1))
+    boxes = YOLO_ANCHORS * (8 * 8 + 4 * 4)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, boxes, outputs])
+    return _model(nodes, [x], [y], inits, "yolo"), {"x": (1, 3, 32, 32)}
+
+
 BUILDERS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 
 

@@ -1,4 +1,4 @@
-"""A progress bar for long commands (calibration, validation over samples): tqdm when it is
+"""A progress bar for long commands (calibration, validation over samples, benchmarks): tqdm when it is
 installed and stderr is a terminal, otherwise nothing — output piped to a file stays clean."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def progress(total: int | None, description: str) -> Iterator[Callable[[int], None]]:
-    """Yields ``update(done)``: the number of items finished so far."""
+def progress(total: int | None, description: str, unit: str = "sample") -> Iterator[Callable[[int], None]]:
+    """Yields ``update(done)``: the number of items (``unit``) finished so far."""
     bar = None
     if sys.stderr.isatty():
         try:
@@ -18,7 +18,7 @@ def progress(total: int | None, description: str) -> Iterator[Callable[[int], No
         except ImportError:  # tqdm is optional: no bar then
             tqdm = None
         if tqdm is not None:
-            bar = tqdm(total=total, desc=description, unit="sample", leave=False, file=sys.stderr)
+            bar = tqdm(total=total, desc=description, unit=unit, leave=False, file=sys.stderr)
 
     def update(done: int) -> None:
         if bar is not None:

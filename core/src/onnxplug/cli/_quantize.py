@@ -4,13 +4,18 @@ Without ``--calibration`` the model is quantized dynamically (weights ahead, act
 time).  With ``--calibration DIR`` it is quantized statically, calibrated on the ``.npy`` files
 there: ``INPUT.npy`` or ``INPUT_<n>.npy`` (any suffix), one sample per file for a one-input
 model, or one sub-folder per sample holding ``<input name>.npy`` files.  Calibration shows a
-progress bar.
+progress bar.  ``--pre-process`` runs ``quant_pre_process`` first (constant folding: models
+that compute their weights, as the onnx wheel's light models do with ConstantOfShape, have no
+constant weights to quantize otherwise); a model that comes out with nothing quantized gets a
+warning saying so.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -33,6 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--exclude", default="", help="comma-separated node names to leave float")
     parser.add_argument("--op-types", default="", help="comma-separated operator types to quantize (default: all)")
     parser.add_argument("--providers", default="", help="providers calibration runs on (default: the usual choice)")
+    parser.add_argument(
+        "--pre-process", action="store_true", help="run quant_pre_process first (fold constants, infer shapes)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -84,6 +92,21 @@ def _names(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.pre_process:
+        return _quantize(args, args.model)
+    from ..quantization import quant_pre_process
+
+    with tempfile.TemporaryDirectory() as folder:
+        prepared = os.path.join(folder, "pre_processed.onnx")
+        quant_pre_process(args.model, prepared)
+        return _quantize(args, prepared)
+
+
+#: Ops whose presence shows that something was quantized.
+_QUANTIZED_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul"})
+
+
+def _quantize(args: argparse.Namespace, source: str) -> int:
     from .. import quantization as q
 
     common = dict(
@@ -94,15 +117,16 @@ def run(args: argparse.Namespace) -> int:
         op_types_to_quantize=_names(args.op_types) or None,
     )
     if args.calibration is None:
-        q.quantize_dynamic(args.model, args.output, **common)
+        q.quantize_dynamic(source, args.output, **common)
         print(f"wrote {args.output} (dynamic, weights {args.weight_type})")
+        _warn_if_unquantized(args)
         return 0
-    model = onnx.load(args.model, load_external_data=False)
+    model = onnx.load(source, load_external_data=False)
     initializers = {i.name for i in model.graph.initializer}
     reader = FolderReader(args.calibration, [i.name for i in model.graph.input if i.name not in initializers])
     with progress(len(reader), "calibrating") as update:
         q.quantize_static(
-            args.model,
+            source,
             args.output,
             reader,
             quant_format=q.QuantFormat[args.format],
@@ -113,4 +137,12 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     print(f"wrote {args.output} ({args.format}, {args.method} over {len(reader)} samples)")
+    _warn_if_unquantized(args)
     return 0
+
+
+def _warn_if_unquantized(args: argparse.Namespace) -> None:
+    ops = {node.op_type for node in onnx.load(args.output, load_external_data=False).graph.node}
+    if not ops & _QUANTIZED_OPS:
+        hint = "" if args.pre_process else "; weights computed by the graph need --pre-process to fold them"
+        print(f"onnxplug quantize: warning: nothing was quantized in {args.model}{hint}", file=sys.stderr)

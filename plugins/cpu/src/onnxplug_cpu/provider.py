@@ -6,11 +6,30 @@ import os
 import platform
 from collections.abc import Mapping
 
-from onnxplug.api import Device, KernelProvider, ProviderFactory
+from onnxplug.api import CompiledPartition, Device, FuseClaim, KernelClaim, KernelProvider, ProviderFactory
 
 
 class CPUProvider(KernelProvider):
-    """Runs every node it has a kernel for, one at a time, on numpy arrays."""
+    """Runs every node it has a kernel for, one at a time, on numpy arrays — except
+    QuantizeLinear → DequantizeLinear pairs of QDQ models, fused into one pass
+    (``kernels._qdq``)."""
+
+    def capability(self, graph, kernels) -> list[KernelClaim | FuseClaim]:
+        claims = super().capability(graph, kernels)
+        from .kernels._qdq import qdq_pairs
+
+        pairs = qdq_pairs(graph, {claim.node for claim in claims if isinstance(claim, KernelClaim)})
+        if not pairs:
+            return claims
+        fused = {name for pair in pairs for name in pair}
+        kept = [claim for claim in claims if not (isinstance(claim, KernelClaim) and claim.node in fused)]
+        return kept + [FuseClaim(pair, name="qdq") for pair in pairs]
+
+    def compile(self, partition) -> CompiledPartition:
+        from .kernels._qdq import compile_qdq_pair
+        from .kernels.quantization import quantize_dequantize
+
+        return compile_qdq_pair(partition, quantize_dequantize)
 
 
 class CPUProviderFactory(ProviderFactory):

@@ -160,14 +160,26 @@ def _quantize_small(x, scale, zero, out_dtype):
     The same values as the general path: ``x / scale`` and its rounding are float32 there too;
     adding the zero point in float32 is exact while the rounded value is below 2**24 in magnitude,
     and a value beyond that saturates to the same bound either way.  NaN becomes the zero point.
+    With a scalar zero point the saturation happens before the zero point is added (to
+    ``[low - zero, high - zero]``: the same result) and the addition writes the integers directly.
     """
     scaled = np.divide(x, scale.astype(np.float32, copy=False), dtype=np.float32)
     np.rint(scaled, out=scaled)
+    low, high = _INT_RANGES[out_dtype]
+    if zero.ndim == 0:
+        z = float(zero)
+        np.clip(scaled, np.float32(low - z), np.float32(high - z), out=scaled)
+        flat = scaled.reshape(-1)
+        # One read without a temporary finds a NaN (clipped values cannot overflow into one).
+        if flat.size and np.isnan(np.dot(flat, flat)):
+            flat[np.isnan(flat)] = 0
+        out = np.empty(scaled.shape, dtype=out_dtype)
+        np.add(scaled, np.float32(z), out=out, casting="unsafe")  # exact small integers
+        return out
     nan = np.isnan(scaled)
     if nan.any():
         scaled[nan] = 0
     scaled += zero.astype(np.float32)
-    low, high = _INT_RANGES[out_dtype]
     np.clip(scaled, low, high, out=scaled)
     return scaled.astype(out_dtype)
 
@@ -176,9 +188,11 @@ def _dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, output_dtype=
     out_dtype = np_dtype(output_dtype) if output_dtype else x_scale.dtype
     if _small_int(x.dtype) and x_scale.dtype == np.float32:
         # Exact in float32: 8/16-bit integers and their differences are below 2**17.
-        values = x.astype(np.float32)
-        if x_zero_point is not None:
-            values -= _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.float32)
+        if x_zero_point is not None:  # one pass: the cast happens inside the subtraction
+            zero = _param_like(x_zero_point, x, axis, block_size, "x_zero_point").astype(np.float32)
+            values = np.subtract(x, zero, dtype=np.float32)
+        else:
+            values = x.astype(np.float32)
         values *= _param_like(x_scale, x, axis, block_size, "x_scale")
         return values.astype(out_dtype, copy=False)
     if x.dtype in _INT_RANGES or x.dtype.kind in "iu":
@@ -212,6 +226,15 @@ def dequantize_linear_21(x, x_scale, x_zero_point=None, *, axis, block_size):
 @kernel("DequantizeLinear", since=(23, 24, 25, 28))
 def dequantize_linear_23(x, x_scale, x_zero_point=None, *, axis, block_size, output_dtype):
     return _dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype)
+
+
+def quantize_dequantize(x, q_scale, q_zero, dq_scale, dq_zero, q_attrs, dq_attrs):
+    """``DequantizeLinear(QuantizeLinear(x, ...), ...)`` through the two kernels, with the nodes'
+    attributes (the general path of the CPU provider's fused Q→DQ pairs, ``kernels._qdq``)."""
+    q_keys = ("axis", "saturate", "block_size", "output_dtype", "precision")
+    quantized = _quantize(x, q_scale, q_zero, **{k: v for k, v in q_attrs.items() if k in q_keys})
+    dq_keys = ("axis", "block_size", "output_dtype")
+    return _dequantize(quantized, dq_scale, dq_zero, **{k: v for k, v in dq_attrs.items() if k in dq_keys})
 
 
 @kernel("DynamicQuantizeLinear", since=(11,))
@@ -259,19 +282,30 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return _matmul_exact(left, right).astype(np.int32)
 
 
-def _requantize(acc, multiplier, y_zero_point):
+def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     """Scale an int32 accumulator to the output's quantized type (float32 arithmetic, like the
-    reference), rounding half-to-even and saturating."""
-    scaled = acc.astype(np.float32)  # a fresh array (or the caller's float32 accumulator)
+    reference), rounding half-to-even and saturating.  ``in_place``: ``acc`` is the caller's
+    float32 scratch array and may be overwritten."""
+    if in_place and acc.dtype == np.float32:
+        scaled = acc
+    else:
+        scaled = acc.astype(np.float32)  # rounds exact integers beyond 2**24 as int32 → float32 does
     scaled *= multiplier.astype(np.float32)
     np.rint(scaled, out=scaled)
     if not _small_int(y_zero_point.dtype):
         return _saturate(scaled.astype(np.float64) + y_zero_point.astype(np.float64), y_zero_point.dtype)
-    # float32 is exact for the zero point's addition below 2**24; larger values saturate anyway.
-    scaled += y_zero_point.astype(np.float32)
+    # Saturating to [low - zero, high - zero] and then adding the zero point is saturating after
+    # the addition (exact small integers); the addition writes the output type directly.
     low, high = _INT_RANGES[y_zero_point.dtype]
-    np.clip(scaled, low, high, out=scaled)
-    return scaled.astype(y_zero_point.dtype)
+    if y_zero_point.size != 1:
+        scaled += y_zero_point.astype(np.float32)
+        np.clip(scaled, low, high, out=scaled)
+        return scaled.astype(y_zero_point.dtype)
+    zero = float(y_zero_point.reshape(()))
+    np.clip(scaled, np.float32(low - zero), np.float32(high - zero), out=scaled)
+    out = np.empty(scaled.shape, dtype=y_zero_point.dtype)
+    np.add(scaled, np.float32(zero), out=out, casting="unsafe")
+    return out
 
 
 @kernel("QLinearMatMul", since=(10, 21))
@@ -372,15 +406,16 @@ class _ExactBlocks:
         total = None
         for start, block, packed in self.blocks:
             part = convolve(x32[:, start : start + block.shape[1]], block, packed=packed, **geometry)
-            total = part.astype(np.float64) if total is None else total + part
+            if total is None:
+                total = part.astype(np.float64)
+            else:
+                total += part
         return total
 
 
 def _centred_float32(x, zero):
     """``x - zero_point`` of 8-bit integers as float32 (exact: |.| <= 255)."""
-    centred = x.astype(np.float32)
-    centred -= np.float32(zero)
-    return centred
+    return np.subtract(x, np.float32(zero), dtype=np.float32)  # one pass: the cast is inside
 
 
 def _x_bound(x_dtype, zero) -> int:
@@ -448,6 +483,7 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         multiplier = x_s * w_s / y_s
         if multiplier.ndim:
             multiplier = multiplier.reshape(channel_shape)
-        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"))
+        # The accumulator is this call's own array (convolve returns a fresh one).
+        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"), in_place=True)
 
     return run

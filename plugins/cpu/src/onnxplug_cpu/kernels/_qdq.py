@@ -1,0 +1,146 @@
+"""QuantizeLinear → DequantizeLinear pairs on float32 activations, run as one pass ("fake quant").
+
+Why: a QDQ model (onnxruntime's default quantization format) computes float operators on
+dequantized values, so between two float operators every activation goes through
+``QuantizeLinear`` (divide, round, saturate, cast to 8 bits) and straight back through
+``DequantizeLinear`` (cast to float, subtract the zero point, scale).  Separately that is about
+ten passes over the tensor and two allocations; fused, the value never leaves float32:
+
+    t = rint(x / s_q);  t = clip(t, low - z_q, high - z_q);  y = (t + (z_q - z_dq)) * s_dq
+
+which gives the same bits as the two kernels: ``x / s_q`` and its rounding are the same float32
+operations; saturating ``t + z_q`` to ``[low, high]`` equals adding ``z_q`` to ``t`` saturated to
+``[low - z_q, high - z_q]`` (integers below 2**24 are exact in float32, and larger ``t``
+saturate to the same bound either way); the dequantization's subtraction is an exact integer
+difference before the same float32 product (adding the offset also turns -0.0 into 0.0, as the
+integer round trip does).  NaN quantizes to the zero point, as in ``QuantizeLinear``.
+
+The CPU provider claims such pairs as a two-node fused partition (:func:`qdq_pairs`) only for
+the nodes it runs, so another provider that takes QDQ models (OpenVINO) still sees the pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxplug.api import CompiledPartition, Partition
+from onnxplug.graph import GraphView
+
+__all__ = ["compile_qdq_pair", "fake_quantize", "qdq_pairs"]
+
+#: Integer types of the fused pairs: 8- and 16-bit, whose values and zero-point differences are
+#: exact in float32.
+_RANGES = {
+    "tensor(int8)": (-128, 127),
+    "tensor(uint8)": (0, 255),
+    "tensor(int16)": (-32768, 32767),
+    "tensor(uint16)": (0, 65535),
+}
+_NP_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+_NP_RANGES.update({np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)})
+
+
+def _plain(node, inputs: int) -> bool:
+    """A per-tensor Q or DQ node: float32 scale given, zero point given, no block size, and
+    (DQ) no output type other than the scale's; quantization ``precision`` left default."""
+    attrs = node.attributes
+    for name in ("block_size", "precision"):
+        if name in attrs and attrs[name].value:
+            return False
+    if node.op_type == "DequantizeLinear" and "output_dtype" in attrs and attrs["output_dtype"].value:
+        return False
+    if len(node.inputs) != inputs or not all(node.inputs):
+        return False
+    shapes = node.input_shapes
+    return all(shapes[i] is not None and len(shapes[i]) <= 1 and all(d == 1 for d in shapes[i]) for i in (1, 2))
+
+
+def qdq_pairs(graph: GraphView, claimed: set[str]) -> list[tuple[str, str]]:
+    """``(QuantizeLinear, DequantizeLinear)`` node names to fuse: both in ``claimed``, the Q's
+    float32 output read by that DQ only (not a graph output), per-tensor 8/16-bit integers."""
+    readers: dict[str, list] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                readers.setdefault(name, []).append(node)
+    outputs = set(graph.outputs)
+    pairs = []
+    for node in graph.nodes:
+        if node.op_type != "QuantizeLinear" or node.domain != "" or node.name not in claimed:
+            continue
+        (value,) = node.outputs
+        users = readers.get(value, [])
+        if value in outputs or len(users) != 1:
+            continue
+        dq = users[0]
+        if dq.op_type != "DequantizeLinear" or dq.domain != "" or dq.name not in claimed or dq.inputs[0] != value:
+            continue
+        q_types, dq_types = node.input_types, dq.input_types
+        if q_types[0] != "tensor(float)" or q_types[1] != "tensor(float)" or dq_types[1] != "tensor(float)":
+            continue
+        if q_types[2] not in _RANGES or dq_types[2] != q_types[2] or node.output_types[0] != q_types[2]:
+            continue
+        if _plain(node, 3) and _plain(dq, 3):
+            pairs.append((node.name, dq.name))
+    return pairs
+
+
+def fake_quantize(x: np.ndarray, q_scale, q_zero, dq_scale, dq_zero) -> np.ndarray:
+    """``DequantizeLinear(QuantizeLinear(x, q_scale, q_zero), dq_scale, dq_zero)`` for float32
+    ``x`` and per-tensor parameters, in one fresh float32 array (see the module docstring)."""
+    low, high = _NP_RANGES[q_zero.dtype]
+    zq = float(q_zero.reshape(()))
+    t = np.divide(x, q_scale.reshape(()).astype(np.float32), dtype=np.float32)
+    np.rint(t, out=t)
+    np.clip(t, np.float32(low - zq), np.float32(high - zq), out=t)
+    np.add(t, np.float32(zq - float(dq_zero.reshape(()))), out=t)
+    np.multiply(t, dq_scale.reshape(()).astype(np.float32), out=t)
+    flat = t.reshape(-1)
+    # A dot product reads the tensor once, without a temporary: NaN survives it (the clipped
+    # values cannot overflow into one), so the rare NaN input costs a second look only then.
+    if flat.size and np.isnan(np.dot(flat, flat)):
+        missing = np.isnan(flat)
+        centred = zq - float(dq_zero.reshape(()))
+        flat[missing] = np.float32(centred) * dq_scale.reshape(()).astype(np.float32)
+    return t
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, np.ndarray) and value.size == 1
+
+
+def compile_qdq_pair(partition: Partition, fallback) -> CompiledPartition:
+    """A partition of one Q→DQ pair as one call.  ``fallback(x, s, z, s2, z2, q_node, dq_node)``
+    runs the two kernels when run-time values leave the fused path's domain (an overridden
+    scale that is not a scalar, an input that is not float32)."""
+    model = partition.model
+    by_type = {node.op_type: node for node in model.graph.node}
+    q_node, dq_node = by_type["QuantizeLinear"], by_type["DequantizeLinear"]
+    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    positions = {name: index for index, name in enumerate(partition.inputs)}
+    names = [q_node.input[0], q_node.input[1], q_node.input[2], dq_node.input[1], dq_node.input[2]]
+    attrs = (
+        {a.name: onnx.helper.get_attribute_value(a) for a in q_node.attribute},
+        {a.name: onnx.helper.get_attribute_value(a) for a in dq_node.attribute},
+    )
+
+    def fetch(values: Sequence[np.ndarray]) -> list:
+        return [values[positions[name]] if name in positions else constants[name] for name in names]
+
+    def run(*values):
+        x, s, z, s2, z2 = fetch(values)
+        if (
+            x.dtype == np.float32
+            and all(_is_scalar(p) for p in (s, z, s2, z2))
+            and s.dtype == s2.dtype == np.float32
+            and z.dtype in _NP_RANGES
+            and z2.dtype == z.dtype
+        ):
+            return [fake_quantize(x, s, z, s2, z2)]
+        return [fallback(x, s, z, s2, z2, *attrs)]
+
+    return CompiledPartition(partition.inputs, partition.outputs, run)
