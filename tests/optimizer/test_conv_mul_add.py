@@ -8,7 +8,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as nh
 import pytest
 
-from onnxplug_cpu.rules import rule_sets
+from onnxplug_cpu.rule_sets import rule_sets
 
 CONV_MUL_ADD = [s for s in rule_sets("basic") if s.name == "cpu.conv_mul_add"]
 BN_MUL_ADD = [s for s in rule_sets("basic") if s.name == "cpu.bn_mul_add"]

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from onnxplug.optimizer import apply_rule_sets
-from onnxplug_cpu.rules import rule_sets as cpu_rule_sets
+from onnxplug_cpu.rule_sets import rule_sets as cpu_rule_sets
 from onnxplug_ms_ops.rules import rule_sets as ms_rule_sets
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "fusions"

@@ -10,9 +10,9 @@ import onnx.helper as oh
 import onnx.numpy_helper as nh
 import pytest
 
-from onnxplug_ms_ops.rules import gelu
+from onnxplug_ms_ops.rules import rule_sets as ms_rule_sets
 
-SETS = {s.name: s for s in gelu.rule_sets()}
+SETS = {s.name: s for s in ms_rule_sets("extended")}
 F = onnx.TensorProto.FLOAT
 MS = "com.microsoft"
 

@@ -8,7 +8,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as nh
 import pytest
 
-from onnxplug_cpu.rules import rule_sets
+from onnxplug_cpu.rule_sets import rule_sets
 
 LAYER_NORM = [s for s in rule_sets("extended") if s.name == "cpu.layer_norm"]
 F = onnx.TensorProto.FLOAT

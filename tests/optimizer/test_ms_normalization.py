@@ -8,10 +8,10 @@ import onnx.helper as oh
 import onnx.numpy_helper as nh
 import pytest
 
-from onnxplug_cpu.rules import rule_sets as cpu_rule_sets
-from onnxplug_ms_ops.rules import normalization
+from onnxplug_cpu.rule_sets import rule_sets as cpu_rule_sets
+from onnxplug_ms_ops.rules import rule_sets as ms_rule_sets
 
-SETS = {s.name: s for s in normalization.rule_sets()}
+SETS = {s.name: s for s in ms_rule_sets("extended")}
 LAYER_NORM = next(s for s in cpu_rule_sets("extended") if s.name == "cpu.layer_norm")
 F, H = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
 MS = "com.microsoft"

@@ -6,11 +6,12 @@ fusions; ``apply_rule_sets`` applies sets to a copy of a model (for tests and to
 
 from .pipeline import LEVELS, OptimizedModel, PassReport, RuleGate, optimize, stages_for_level
 from .rewrite import RewriteResult, apply_rule_sets
-from .rules import STAGES, OpRef, RuleSet
+from .rules import STAGES, LazyRules, OpRef, RuleSet
 
 __all__ = [
     "LEVELS",
     "STAGES",
+    "LazyRules",
     "OpRef",
     "OptimizedModel",
     "PassReport",

@@ -16,10 +16,12 @@ and provider-specific fusions).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import importlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["STAGES", "OpRef", "RuleSet"]
+__all__ = ["STAGES", "LazyRules", "OpRef", "RuleSet"]
 
 #: Optimizer stages in the order they run; a level runs its own stage and those before it.
 STAGES = ("basic", "extended", "layout")
@@ -38,12 +40,54 @@ class OpRef:
         return f"{self.domain or 'ai.onnx'}::{self.op_type}"
 
 
+class LazyRules(Sequence):
+    """A rule set's rules, built when first used.
+
+    ``build`` is a zero-argument callable or a ``"module:function"`` string returning the rules.
+    Building onnxscript rules imports onnxscript's rewriter (a quarter of a second); a plugin
+    that lists its sets with lazy rules costs nothing in a session whose graphs hold none of a
+    set's :attr:`RuleSet.anchors`, since the optimizer then never asks for the rules.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, build: Callable[[], Sequence[Any]] | str) -> None:
+        self._build = build
+        self._rules: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> tuple[Any, ...]:
+        if self._rules is None:
+            with self._lock:
+                if self._rules is None:
+                    build = self._build
+                    if isinstance(build, str):
+                        module, _, function = build.partition(":")
+                        build = getattr(importlib.import_module(module), function)
+                    self._rules = tuple(build())
+        return self._rules
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._get()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._get())
+
+    def __repr__(self) -> str:
+        state = "built" if self._rules is not None else "not built"
+        return f"LazyRules({self._build!r}, {state})"
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleSet:
     """Rewrite rules of one kind, contributed by a plugin.
 
     :ivar name: a dotted name for reports and ``onnxplug optimize`` (``"ms_ops.skip_layer_norm"``).
-    :ivar rules: onnxscript ``RewriteRule`` objects, applied together until none matches.
+    :ivar rules: onnxscript ``RewriteRule`` objects, applied together until none matches (a
+        :class:`LazyRules` builds them on first use).
     :ivar produces: the ops the replacements create (the gate: every one must be runnable).
     :ivar providers: provider short names the set is meant for; ``None``: any session whose
         providers can run ``produces``.
@@ -67,7 +111,8 @@ class RuleSet:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a RuleSet needs a name")
-        object.__setattr__(self, "rules", tuple(self.rules))
+        if not isinstance(self.rules, LazyRules):
+            object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "produces", tuple(self.produces))
         if self.anchors is not None:
             if isinstance(self.anchors, str):

@@ -23,6 +23,6 @@ def onnxplug_kernels(provider):
 
 @onnxplug.hookimpl
 def onnxplug_rewrite_rules(stage):
-    from .rules import rule_sets  # onnxscript's rewriter loads only when a session optimizes
+    from .rule_sets import rule_sets  # their rules (and onnxscript) load only when a graph can use them
 
     return rule_sets(stage)

@@ -9,7 +9,8 @@
   Add bias) → ``LayerNormalization`` (opset 17 and above, where the op exists).
 
 The first two are "basic" rewrites (onnxruntime applies them from ORT_ENABLE_BASIC on, writing
-standard ops only); the layer norm is "extended".
+standard ops only); the layer norm is "extended".  The sets themselves are listed in
+:mod:`onnxplug_cpu.rule_sets`, which builds these rules only when a graph could use them.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from onnxplug.optimizer import OpRef, RuleSet
-
 from .rule_values import constant_array, fresh_initializer_name, static_shape, trailing_reduce_axis
-from .rules_conv import conv_rule_sets
 
-__all__ = ["rule_sets"]
+__all__ = ["conv_bn_rules", "layer_norm_rules", "matmul_add_gemm_rules"]
 
 #: Gemm's types at every opset MatMul + Add models use (integer and bfloat16 Gemm came later).
 _GEMM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE})
@@ -174,42 +172,17 @@ class FuseLayerNormalizationBias(pattern.RewriteRuleClassBase):
         return op.LayerNormalization(x, scale, bias, **normalized.producer().attributes)
 
 
-def _layer_norm_rules() -> list:
+def conv_bn_rules() -> list:
+    return [FoldBatchNormIntoConv.rule()]
+
+
+def matmul_add_gemm_rules() -> list:
+    return [*FuseMatMulAddToGemm.rule().commute()]
+
+
+def layer_norm_rules() -> list:
     return [
         FuseLayerNormalization.rule("layer_norm_scale_last", scale_first=False),
         FuseLayerNormalization.rule("layer_norm_scale_first", scale_first=True),
         *FuseLayerNormalizationBias.rule().commute(),
     ]
-
-
-def rule_sets(stage: str) -> list[RuleSet]:
-    """The CPU provider's rule sets for ``stage``."""
-    if stage == "basic":
-        return [
-            RuleSet(
-                "cpu.conv_bn",
-                [FoldBatchNormIntoConv.rule()],
-                produces=[OpRef("", "Conv")],
-                anchors={"BatchNormalization"},
-                description="BatchNormalization (inference) after Conv folded into the Conv's weights and bias",
-            ),
-            *conv_rule_sets(),  # rules_conv: per-channel Mul/Add after Conv or BatchNormalization
-            RuleSet(
-                "cpu.matmul_add_gemm",
-                [*FuseMatMulAddToGemm.rule().commute()],
-                produces=[OpRef("", "Gemm")],
-                anchors={"MatMul"},
-                description="MatMul (2-D A, constant 2-D B) + Add → Gemm",
-            ),
-        ]
-    if stage == "extended":
-        return [
-            RuleSet(
-                "cpu.layer_norm",
-                _layer_norm_rules(),
-                produces=[OpRef("", "LayerNormalization")],
-                anchors={"ReduceMean", "LayerNormalization"},  # the decomposition; LN + bias Add
-                description="torch's layer norm decomposition → LayerNormalization (opset ≥ 17)",
-            )
-        ]
-    return []

@@ -19,11 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from onnxplug.optimizer import OpRef, RuleSet
-
 from .rule_values import constant_array, fresh_initializer_name
 
-__all__ = ["conv_rule_sets"]
+__all__ = ["bn_mul_add_rules", "conv_mul_add_rules"]
 
 
 def _per_channel(array: np.ndarray | None, rank: int, channels: int) -> np.ndarray | None:
@@ -134,27 +132,17 @@ class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
         return op.BatchNormalization(x, scale, bias, mean, var, **bn_out.producer().attributes)
 
 
-def conv_rule_sets() -> list[RuleSet]:
-    """The per-channel folds, as two basic-level rule sets (into Conv, into BatchNormalization)."""
+def conv_mul_add_rules() -> list:
+    """Per-channel Mul or Add after a Conv, folded into its weights and bias."""
     return [
-        RuleSet(
-            "cpu.conv_mul_add",
-            [
-                *_FoldIntoConv.rule("conv_mul", op_type="Mul").commute(),
-                *_FoldIntoConv.rule("conv_add", op_type="Add").commute(),
-            ],
-            produces=[OpRef("", "Conv")],
-            anchors={"Conv"},
-            description="Conv followed by a constant per-channel Mul or Add folded into its weights and bias",
-        ),
-        RuleSet(
-            "cpu.bn_mul_add",
-            [
-                *_FoldIntoBatchNorm.rule("bn_mul", op_type="Mul").commute(),
-                *_FoldIntoBatchNorm.rule("bn_add", op_type="Add").commute(),
-            ],
-            produces=[OpRef("", "BatchNormalization")],
-            anchors={"BatchNormalization"},
-            description="inference BatchNormalization followed by a constant per-channel Mul or Add folded into it",
-        ),
+        *_FoldIntoConv.rule("conv_mul", op_type="Mul").commute(),
+        *_FoldIntoConv.rule("conv_add", op_type="Add").commute(),
+    ]
+
+
+def bn_mul_add_rules() -> list:
+    """Per-channel Mul or Add after an inference BatchNormalization, folded into it."""
+    return [
+        *_FoldIntoBatchNorm.rule("bn_mul", op_type="Mul").commute(),
+        *_FoldIntoBatchNorm.rule("bn_add", op_type="Add").commute(),
     ]

@@ -9,23 +9,91 @@ matches, so the order across plugins does not decide what fuses.
 
 from __future__ import annotations
 
-from onnxplug.optimizer import OpRef, RuleSet
+from onnxplug.optimizer import LazyRules, OpRef, RuleSet
+
+from .. import DOMAIN
 
 __all__ = ["rule_sets"]
+
+
+def _rules(module: str, function: str) -> LazyRules:
+    """Rules built on first use: listing the sets imports neither onnxscript nor the modules."""
+    return LazyRules(f"onnxplug_ms_ops.rules.{module}:{function}")
 
 
 def rule_sets(stage: str) -> list[RuleSet]:
     """This library's rule sets for an optimizer ``stage`` (all of them are "extended")."""
     if stage != "extended":
         return []
-    from . import fused, gelu, normalization
-    from .attention import attention_rules
-
-    attention = RuleSet(
-        name="ms_ops.attention",
-        rules=attention_rules(),
-        produces=(OpRef("com.microsoft", "MultiHeadAttention"),),
-        anchors={"Softmax"},
-        description="scaled dot-product attention (torch exports) -> com.microsoft MultiHeadAttention",
-    )
-    return [attention, *normalization.rule_sets(), *gelu.rule_sets(), *fused.rule_sets()]
+    return [
+        RuleSet(
+            "ms_ops.attention",
+            _rules("attention", "attention_rules"),
+            produces=[OpRef(DOMAIN, "MultiHeadAttention")],
+            anchors={"Softmax"},
+            description="scaled dot-product attention (torch exports) -> com.microsoft MultiHeadAttention",
+        ),
+        RuleSet(
+            "ms_ops.rms_norm",
+            _rules("normalization", "rms_norm_rules"),
+            produces=[OpRef("", "SimplifiedLayerNormalization")],
+            anchors={"ReduceMean"},
+            description="torch's RMS norm (LLaMA, T5) → SimplifiedLayerNormalization",
+        ),
+        RuleSet(
+            "ms_ops.skip_layer_norm",
+            _rules("normalization", "skip_layer_norm_rules"),
+            produces=[OpRef(DOMAIN, "SkipLayerNormalization")],
+            anchors={"LayerNormalization"},
+            description="Add (+ bias) then LayerNormalization → SkipLayerNormalization",
+        ),
+        RuleSet(
+            "ms_ops.skip_rms_norm",
+            _rules("normalization", "skip_rms_norm_rules"),
+            produces=[OpRef(DOMAIN, "SkipSimplifiedLayerNormalization")],
+            anchors={"SimplifiedLayerNormalization"},
+            description="Add (+ bias) then SimplifiedLayerNormalization → SkipSimplifiedLayerNormalization",
+        ),
+        RuleSet(
+            "ms_ops.gelu",
+            _rules("gelu", "gelu_rules"),
+            produces=[OpRef(DOMAIN, "Gelu")],
+            anchors={"Erf"},
+            description="the erf form of Gelu → com.microsoft Gelu",
+        ),
+        RuleSet(
+            "ms_ops.fast_gelu",
+            _rules("gelu", "fast_gelu_rules"),
+            produces=[OpRef(DOMAIN, "FastGelu")],
+            anchors={"Tanh", "FastGelu"},  # the approximation; FastGelu + bias Add
+            description="the tanh approximation of Gelu (GPT-2) → FastGelu, with a preceding bias Add folded in",
+        ),
+        RuleSet(
+            "ms_ops.bias_gelu",
+            _rules("gelu", "bias_gelu_rules"),
+            produces=[OpRef(DOMAIN, "BiasGelu")],
+            anchors={"Gelu"},  # ai.onnx's or com.microsoft's
+            description="Add of a bias vector then Gelu → BiasGelu",
+        ),
+        RuleSet(
+            "ms_ops.fused_matmul",
+            _rules("fused", "fused_matmul_rules"),
+            produces=[OpRef(DOMAIN, "FusedMatMul")],
+            anchors={"MatMul", "FusedMatMul"},
+            description="MatMul with a scalar scale or a last-two-axes Transpose → FusedMatMul",
+        ),
+        RuleSet(
+            "ms_ops.fused_conv",
+            _rules("fused", "fused_conv_rules"),
+            produces=[OpRef(DOMAIN, "FusedConv")],
+            anchors={"Conv"},
+            description="Conv + activation → FusedConv",
+        ),
+        RuleSet(
+            "ms_ops.fused_gemm",
+            _rules("fused", "fused_gemm_rules"),
+            produces=[OpRef(DOMAIN, "FusedGemm")],
+            anchors={"Gemm"},
+            description="Gemm + activation → FusedGemm",
+        ),
+    ]

@@ -19,12 +19,11 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from onnxplug.optimizer import OpRef, RuleSet
 from onnxplug_cpu.rule_values import constant_array, static_shape
 
 from .. import DOMAIN
 
-__all__ = ["rule_sets"]
+__all__ = ["fused_conv_rules", "fused_gemm_rules", "fused_matmul_rules"]
 
 _F32 = ir.DataType.FLOAT
 
@@ -221,35 +220,20 @@ class FuseMatMulTranspose(pattern.RewriteRuleClassBase):
         return op.FusedMatMul(a, b, **{flag: 1}, _domain=DOMAIN)
 
 
-def rule_sets() -> list[RuleSet]:
-    return [
-        RuleSet(
-            "ms_ops.fused_matmul",
-            [FuseMatMulTranspose.rule(f"matmul_transpose_{s}", side=s) for s in ("a", "b")]
-            + [
-                FuseMatMulScale.rule(f"matmul_scale_{form}{'_fused' if fused else ''}", form=form, fused_input=fused)
-                for fused in (True, False)
-                for form in ("div", "mul_first", "mul_last")
-            ],
-            produces=[OpRef(DOMAIN, "FusedMatMul")],
-            anchors={"MatMul", "FusedMatMul"},
-            description="MatMul with a scalar scale or a last-two-axes Transpose → FusedMatMul",
-        ),
-        RuleSet(
-            "ms_ops.fused_conv",
-            [
-                FuseConvActivation.rule(f"conv_{a}", activation=a)
-                for a in ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
-            ],
-            produces=[OpRef(DOMAIN, "FusedConv")],
-            anchors={"Conv"},
-            description="Conv + activation → FusedConv",
-        ),
-        RuleSet(
-            "ms_ops.fused_gemm",
-            [FuseGemmActivation.rule(f"gemm_{a}", activation=a) for a in _GEMM_ACTIVATIONS],
-            produces=[OpRef(DOMAIN, "FusedGemm")],
-            anchors={"Gemm"},
-            description="Gemm + activation → FusedGemm",
-        ),
+def fused_matmul_rules() -> list:
+    return [FuseMatMulTranspose.rule(f"matmul_transpose_{s}", side=s) for s in ("a", "b")] + [
+        FuseMatMulScale.rule(f"matmul_scale_{form}{'_fused' if fused else ''}", form=form, fused_input=fused)
+        for fused in (True, False)
+        for form in ("div", "mul_first", "mul_last")
     ]
+
+
+def fused_conv_rules() -> list:
+    return [
+        FuseConvActivation.rule(f"conv_{a}", activation=a)
+        for a in ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
+    ]
+
+
+def fused_gemm_rules() -> list:
+    return [FuseGemmActivation.rule(f"gemm_{a}", activation=a) for a in _GEMM_ACTIVATIONS]

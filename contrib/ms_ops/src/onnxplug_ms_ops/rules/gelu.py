@@ -18,12 +18,11 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions import bias_gelu
 
-from onnxplug.optimizer import OpRef, RuleSet
 from onnxplug_cpu.rule_values import static_shape
 
 from .. import DOMAIN
 
-__all__ = ["rule_sets"]
+__all__ = ["bias_gelu_rules", "fast_gelu_rules", "gelu_rules"]
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16})
 
@@ -121,30 +120,16 @@ class FuseBiasGelu(bias_gelu.BiasGeluFusion):
         return result
 
 
-def rule_sets() -> list[RuleSet]:
+def gelu_rules() -> list:
+    return _gelu_rules(FuseErfGelu)
+
+
+def fast_gelu_rules() -> list:
+    return [*_gelu_rules(FuseTanhGelu), *FuseFastGeluBias.rule().commute()]
+
+
+def bias_gelu_rules() -> list:
     return [
-        RuleSet(
-            "ms_ops.gelu",
-            _gelu_rules(FuseErfGelu),
-            produces=[OpRef(DOMAIN, "Gelu")],
-            anchors={"Erf"},
-            description="the erf form of Gelu → com.microsoft Gelu",
-        ),
-        RuleSet(
-            "ms_ops.fast_gelu",
-            [*_gelu_rules(FuseTanhGelu), *FuseFastGeluBias.rule().commute()],
-            produces=[OpRef(DOMAIN, "FastGelu")],
-            anchors={"Tanh", "FastGelu"},  # the approximation; FastGelu + bias Add
-            description="the tanh approximation of Gelu (GPT-2) → FastGelu, with a preceding bias Add folded in",
-        ),
-        RuleSet(
-            "ms_ops.bias_gelu",
-            [
-                *FuseBiasGelu.rule("bias_gelu_onnx", contrib_op=False).commute(),
-                *FuseBiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
-            ],
-            produces=[OpRef(DOMAIN, "BiasGelu")],
-            anchors={"Gelu"},  # ai.onnx's or com.microsoft's
-            description="Add of a bias vector then Gelu → BiasGelu",
-        ),
+        *FuseBiasGelu.rule("bias_gelu_onnx", contrib_op=False).commute(),
+        *FuseBiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
     ]

@@ -16,12 +16,9 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions import skip_normalization
 
-from onnxplug.optimizer import OpRef, RuleSet
 from onnxplug_cpu.rule_values import constant_array, static_shape, trailing_reduce_axis
 
-from .. import DOMAIN
-
-__all__ = ["rule_sets"]
+__all__ = ["rms_norm_rules", "skip_layer_norm_rules", "skip_rms_norm_rules"]
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16})
 _COMPUTE = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE})
@@ -105,30 +102,16 @@ def _skip_rules(cls) -> list:
     ]
 
 
-def rule_sets() -> list[RuleSet]:
+def rms_norm_rules() -> list:
     return [
-        RuleSet(
-            "ms_ops.rms_norm",
-            [
-                FuseRmsNormalization.rule(f"rms_norm_{o}", weight_first=o == "weight_first")
-                for o in ("weight_first", "weight_last")
-            ],
-            produces=[OpRef("", "SimplifiedLayerNormalization")],
-            anchors={"ReduceMean"},
-            description="torch's RMS norm (LLaMA, T5) → SimplifiedLayerNormalization",
-        ),
-        RuleSet(
-            "ms_ops.skip_layer_norm",
-            _skip_rules(FuseSkipLayerNorm),
-            produces=[OpRef(DOMAIN, "SkipLayerNormalization")],
-            anchors={"LayerNormalization"},
-            description="Add (+ bias) then LayerNormalization → SkipLayerNormalization",
-        ),
-        RuleSet(
-            "ms_ops.skip_rms_norm",
-            _skip_rules(FuseSkipRmsNorm),
-            produces=[OpRef(DOMAIN, "SkipSimplifiedLayerNormalization")],
-            anchors={"SimplifiedLayerNormalization"},
-            description="Add (+ bias) then SimplifiedLayerNormalization → SkipSimplifiedLayerNormalization",
-        ),
+        FuseRmsNormalization.rule(f"rms_norm_{o}", weight_first=o == "weight_first")
+        for o in ("weight_first", "weight_last")
     ]
+
+
+def skip_layer_norm_rules() -> list:
+    return _skip_rules(FuseSkipLayerNorm)
+
+
+def skip_rms_norm_rules() -> list:
+    return _skip_rules(FuseSkipRmsNorm)
