@@ -268,3 +268,37 @@ def test_a_rule_set_is_tried_only_where_one_of_its_anchors_is():
 def test_anchors_are_op_types_not_a_string():
     with pytest.raises(TypeError, match="not a string"):
         RuleSet("test.bad", [], anchors="Relu")
+
+
+def test_lazy_rules_are_built_once_on_first_use():
+    from onnxplug.optimizer import LazyRules
+
+    built = []
+
+    def build():
+        built.append(1)
+        return [_double_relu_rule()]
+
+    lazy = LazyRules(build)
+    rule_set = RuleSet("test.lazy", lazy, produces=[OpRef("", "Relu")], anchors={"Relu"})
+    assert built == [] and "not built" in repr(rule_set.rules)
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(rule_set)))
+    assert _ops(session) == ["MatMul", "Relu"] and built == [1]
+    assert len(lazy) == 1 and built == [1]
+
+
+def test_a_small_models_session_does_not_import_onnxscripts_rewriter():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, onnxplug\n"
+        "from onnx import TensorProto, helper\n"
+        "from onnxplug.testing import make_model\n"
+        "m = make_model([helper.make_node('Relu', ['x'], ['y'])], [('x', 1, [2])], [('y', 1, [2])])\n"
+        "s = onnxplug.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+        "s.run(None, {'x': np.ones(2, np.float32)})\n"
+        "print('onnxscript.rewriter' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
