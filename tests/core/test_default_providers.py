@@ -136,3 +136,16 @@ def test_a_provider_with_negative_priority_runs_only_when_named(monkeypatch):
     assert "VirtualDeviceExecutionProvider" in onnxplug.get_available_providers()
     named = onnxplug.InferenceSession(RELU, providers=["VirtualDeviceExecutionProvider"])
     assert named.get_providers()[0] == "VirtualDeviceExecutionProvider"
+
+
+def test_asking_for_a_provider_whose_plugin_is_missing_names_the_extra():
+    environment = onnxplug.Environment(only=["cpu"])
+    with pytest.warns(UserWarning, match=r"not installed: pip install onnxplug\[tensorrt\]"):
+        onnxplug.InferenceSession(
+            RELU, providers=["TensorrtExecutionProvider", "CPUExecutionProvider"], environment=environment
+        )
+    with pytest.warns(UserWarning) as record:
+        onnxplug.InferenceSession(
+            RELU, providers=["NoSuchExecutionProvider", "CPUExecutionProvider"], environment=environment
+        )
+    assert "pip install" not in str(record[0].message)

@@ -97,7 +97,7 @@ def select_factories(
         if factory is None:
             message = (
                 f"Specified provider '{name}' is not in available provider names. "
-                f"Available providers: '{', '.join(available())}'"
+                f"Available providers: '{', '.join(available())}'{_install_hint(name)}"
             )
             if not fallback:
                 raise InvalidArgument(f"Unknown Provider Type: {name}. {message}")
@@ -149,3 +149,20 @@ def _takes_context(create: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return "context" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+#: onnxruntime provider names of this repository's plugins → the extra that installs each.
+_EXTRAS = {
+    "CUDAExecutionProvider": "cuda13] or onnxplug[cuda12",
+    "OpenVINOExecutionProvider": "openvino",
+    "TensorrtExecutionProvider": "tensorrt",
+    "DmlExecutionProvider": "directml",
+    "NnapiExecutionProvider": "nnapi",
+    "WasmExecutionProvider": "wasm",
+}
+
+
+def _install_hint(name: str) -> str:
+    """`` (pip install onnxplug[X] installs it)`` for a provider whose plugin is not installed."""
+    extra = _EXTRAS.get(name)
+    return f" (its plugin is not installed: pip install onnxplug[{extra}])" if extra else ""
