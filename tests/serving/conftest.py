@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

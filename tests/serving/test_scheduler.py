@@ -13,7 +13,6 @@ import pytest
 import onnxplug
 from onnxplug.serving import BatchScheduler, Overloaded, RequestTimeout, SchedulerClosed
 
-
 Recording = feeds = None
 
 
@@ -144,7 +143,8 @@ def test_a_failing_batch_is_rerun_request_by_request(batch_session):
         recording.gate.set()
         blocker.result(timeout=20)
         for i, future in enumerate(good, start=1):
-            np.testing.assert_array_equal(future.result(timeout=20)[0], _expected(batch_session, feeds(1, 3, seed=i))[0])
+            want = _expected(batch_session, feeds(1, 3, seed=i))[0]
+            np.testing.assert_array_equal(future.result(timeout=20)[0], want)
         with pytest.raises(onnxplug.InvalidArgument, match="failing request"):
             bad.result(timeout=20)
     assert [call["x"][0] for call in recording.calls] == [1, 4, 1, 1, 1, 1]

@@ -109,7 +109,8 @@ class ModelSignature:
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):
             for spec in specs.values():
                 if not _symbolic_first(spec.shape):
-                    return f"{kind} {spec.name!r} has shape {_show(spec.shape or [])}: its first dimension is not symbolic"
+                    shape = _show(spec.shape or [])
+                    return f"{kind} {spec.name!r} has shape {shape}: its first dimension is not symbolic"
         return "the model has no inputs"
 
     def prepare(self, feeds: Mapping[str, Any], output_names: Sequence[str] | None) -> tuple[dict, tuple, tuple, int]:
