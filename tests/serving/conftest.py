@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -88,3 +89,58 @@ def serving_helpers():
     """``(Recording, feeds)`` for the test modules (conftest is not importable by name under
     ``--import-mode=importlib``)."""
     return Recording, feeds
+
+
+class LiveServer:
+    """The serving app on uvicorn in a thread, on a free port of 127.0.0.1."""
+
+    def __init__(self, app) -> None:
+        import socket
+
+        import uvicorn
+
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.url = f"127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.02)
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        """``(status, headers, body)`` of one plain HTTP request."""
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.socket.close()
+
+
+@pytest.fixture
+def live_server():
+    """``start(app) -> LiveServer``; every server started is stopped at the end of the test."""
+    pytest.importorskip("uvicorn", reason="the HTTP tests need uvicorn (the serve extra)")
+    pytest.importorskip("starlette", reason="the HTTP tests need starlette (the serve extra)")
+    started = []
+
+    def start(app):
+        server = LiveServer(app)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
