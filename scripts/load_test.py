@@ -89,6 +89,11 @@ def measure(url: str, name: str, shape: list[int], clients: int, requests: int) 
     rng = np.random.default_rng(0)
     images = [rng.random(shape, dtype=np.float32) for _ in range(8)]
     warm = httpclient.InferenceServerClient(url)
+    deadline = time.monotonic() + 120
+    while not _ready(warm):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the server at {url} did not become ready")
+        time.sleep(0.2)
     warm.infer("model", [_tensor(httpclient, name, images[0])])  # first run outside the clock
     tickets = iter(range(requests))
     lock = threading.Lock()
@@ -126,6 +131,13 @@ def measure(url: str, name: str, shape: list[int], clients: int, requests: int) 
         "ok": len(latencies),
         "errors": errors,
     }
+
+
+def _ready(client) -> bool:
+    try:
+        return client.is_server_ready()
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
 
 
 def _tensor(httpclient, name: str, image: np.ndarray):

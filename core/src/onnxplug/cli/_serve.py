@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    sock.listen(2048)  # connections queue from here on, even before uvicorn's loop runs
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"serving {name} ({', '.join(session.get_providers())}) on http://{shown}:{port}", flush=True)
