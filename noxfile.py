@@ -70,3 +70,11 @@ def picture(session: nox.Session) -> None:
     and skips naming it otherwise."""
     _install_project(session)
     session.run("pytest", "tests/cli/test_partition_picture.py", "-q", "-rs", *session.posargs)
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """The Ray tests (tests/serving/test_ray.py): a local cluster started by the tests, two Ray Serve
+    replicas answering v2 requests and a Ray Data job; skipped by a plain ``pytest`` run."""
+    _install_project(session)
+    session.run("pytest", "tests/serving/test_ray.py", "-m", "ray", "-q", "-rs", *session.posargs)

@@ -144,3 +144,14 @@ def live_server():
     yield start
     for server in started:
         server.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Ray tests start a cluster (about 100 s on two cores): they run when selected by marker
+    (``pytest -m ray``, ``nox -s ray``, and ``.ci/run`` after the main test line), and skip otherwise."""
+    if "ray" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="starts a Ray cluster: run with `pytest -m ray tests/serving` or `nox -s ray`")
+    for item in items:
+        if "ray" in item.keywords and item.get_closest_marker("ray") is not None:
+            item.add_marker(skip)

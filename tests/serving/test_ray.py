@@ -18,8 +18,6 @@ pytest.importorskip("starlette", reason="the Ray Serve test needs starlette (the
 
 from onnxplug.ray import OnnxplugPredictor, serve_app  # noqa: E402 - after the skips naming what is missing
 
-pytestmark = pytest.mark.ray
-
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -45,6 +43,7 @@ def _features(batch: dict) -> dict:
     return {"id": ids, "x": x, "scale": (ids % 7).astype(np.float32).reshape(-1, 1)}
 
 
+@pytest.mark.ray
 def test_ray_data_map_batches_equals_a_direct_session(cluster, batch_model):
     rows = 3000
     ds = ray.data.range(rows).map_batches(_features, batch_format="numpy")
@@ -87,6 +86,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.ray
 def test_two_serve_replicas_answer_v2_requests(cluster, batch_model, serving_helpers):
     _, feeds = serving_helpers
     port = _free_port()
