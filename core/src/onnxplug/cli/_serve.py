@@ -3,13 +3,14 @@
 A session with the given providers, a :class:`~onnxplug.serving.BatchScheduler` in front of it and
 the starlette app of :mod:`onnxplug.serving.app` on uvicorn.  The socket is bound before the
 server starts so that ``--port 0`` works (the chosen port is printed); Ctrl-C or SIGTERM stops
-taking connections, finishes the queued requests and exits.  Needs the ``serve`` extra.
+taking connections, finishes the requests in flight and exits with status 0.  Needs the ``serve`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 
@@ -79,10 +80,21 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, lifespan="on"))
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: stopping is
+    # this command's normal end, so both become KeyboardInterrupt here and exit 0.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sock.close()
         if not scheduler.closed:
             scheduler.shutdown(drain=False)
+    print(f"stopped serving {name}", flush=True)
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
