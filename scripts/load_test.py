@@ -14,7 +14,9 @@ dimension is symbolic (input and output dimension 0 named ``batch``, and its one
     python scripts/load_test.py [--clients 64] [--requests 128] [--max-batch-size 8]
         [--max-queue-delay-ms 5] [--providers CPUExecutionProvider] [--modes unbatched,batched]
 
-Timings on a shared machine are noisy: compare the two modes of one run, not absolute figures.
+Timings on a shared machine are noisy: compare the modes of one run (``--modes
+unbatched,batched,unbatched,batched`` interleaves them), not absolute figures.  The server's CPU
+seconds per request (from /proc) are printed too: they vary much less with other load.
 """
 
 from __future__ import annotations
@@ -83,7 +85,17 @@ def start_server(model: str, providers: str, batch: int, delay_ms: float) -> tup
     return process, url
 
 
-def measure(url: str, name: str, shape: list[int], clients: int, requests: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc), or NaN elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def measure(url: str, name: str, shape: list[int], clients: int, requests: int, pid: int) -> dict:
     import tritonclient.http as httpclient
 
     rng = np.random.default_rng(0)
@@ -117,13 +129,16 @@ def measure(url: str, name: str, shape: list[int], clients: int, requests: int) 
                 latencies.append(time.perf_counter() - start)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    cpu_before = cpu_seconds(pid)
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
+    cpu = cpu_seconds(pid) - cpu_before
     return {
+        "cpu_per_request": cpu / max(1, len(latencies)),
         "throughput": len(latencies) / elapsed,
         "p50": float(np.percentile(latencies, 50)) if latencies else float("nan"),
         "p99": float(np.percentile(latencies, 99)) if latencies else float("nan"),
@@ -156,7 +171,9 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-queue-delay-ms", type=float, default=5.0)
     parser.add_argument("--providers", default="CPUExecutionProvider")
-    parser.add_argument("--modes", default="unbatched,batched")
+    parser.add_argument(
+        "--modes", default="unbatched,batched", help="comma-separated, run in order; repeat to interleave rounds"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         model = args.model or light_resnet50_with_batch(folder)
@@ -164,33 +181,46 @@ def main() -> None:
         first = graph.input[0]
         shape = [d.dim_value if d.HasField("dim_value") else 1 for d in first.type.tensor_type.shape.dim]
         results = {}
-        for mode in args.modes.split(","):
+        for round_index, mode in enumerate(args.modes.split(",")):
+            label = f"{mode} #{round_index + 1}"
             batch = 1 if mode == "unbatched" else args.max_batch_size
             print(f"{mode}: max batch {batch}, {args.clients} clients, {args.requests} requests", flush=True)
             process, url = start_server(model, args.providers, batch, args.max_queue_delay_ms)
             try:
-                results[mode] = measure(url, first.name, shape, args.clients, args.requests)
+                results[label] = measure(url, first.name, shape, args.clients, args.requests, process.pid)
             finally:
                 process.terminate()
                 process.wait(60)
-            r = results[mode]
+            r = results[label]
             print(
                 f"  {r['ok']} ok, {len(r['errors'])} errors in {r['elapsed']:.1f} s: {r['throughput']:.2f} req/s, "
-                f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms",
+                f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, "
+                f"server CPU {r['cpu_per_request']:.2f} s/request",
                 flush=True,
             )
             for error in r["errors"][:3]:
                 print("  error:", error)
-    print("\n| mode | max batch | clients | requests | req/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|")
-    for mode, r in results.items():
-        batch = 1 if mode == "unbatched" else args.max_batch_size
+    print(
+        "\n| run | max batch | clients | requests | req/s | p50 ms | p99 ms | server CPU s/request |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    for label, r in results.items():
+        batch = 1 if label.startswith("unbatched") else args.max_batch_size
         print(
-            f"| {mode} | {batch} | {args.clients} | {r['ok']} | {r['throughput']:.2f} | "
-            f"{r['p50'] * 1000:.0f} | {r['p99'] * 1000:.0f} |"
+            f"| {label} | {batch} | {args.clients} | {r['ok']} | {r['throughput']:.2f} | "
+            f"{r['p50'] * 1000:.0f} | {r['p99'] * 1000:.0f} | {r['cpu_per_request']:.2f} |"
         )
-    if {"batched", "unbatched"} <= set(results):
-        ratio = results["batched"]["throughput"] / results["unbatched"]["throughput"]
-        print(f"\nbatched / unbatched throughput: {ratio:.2f}x")
+    # Ratios over all rounds of each mode (the modes interleave when --modes repeats them, so the
+    # machine's other load weighs on both alike).
+    totals = {}
+    for label, r in results.items():
+        mode = label.split(" ")[0]
+        ok, elapsed, cpu = totals.get(mode, (0, 0.0, 0.0))
+        totals[mode] = (ok + r["ok"], elapsed + r["elapsed"], cpu + r["cpu_per_request"] * r["ok"])
+    if {"batched", "unbatched"} <= set(totals):
+        b, u = totals["batched"], totals["unbatched"]
+        print(f"\nbatched / unbatched throughput: {(b[0] / b[1]) / (u[0] / u[1]):.2f}x")
+        print(f"unbatched / batched server CPU per request: {(u[2] / u[0]) / (b[2] / b[0]):.2f}x")
 
 
 if __name__ == "__main__":
