@@ -242,3 +242,36 @@ def test_shutdown_drains_queued_http_requests(live_server, batch_session):
     assert [a[0] for a in answers] == [200, 200, 200]
     server.thread.join(30)  # uvicorn waits for the open requests, then its lifespan shuts the scheduler
     assert scheduler.closed
+
+
+def test_a_client_that_goes_away_withdraws_its_queued_request(live_server, batch_session):
+    import socket
+    import time
+
+    recording = Recording(batch_session)
+    recording.gate.clear()
+    scheduler = BatchScheduler(recording, max_batch_size=1)
+    server = live_server(create_app(scheduler, "scaler"))
+    body = _json_infer([_GOOD_X, _GOOD_SCALE])
+    first = threading.Thread(target=server.request, args=("POST", "/v2/models/scaler/infer", body))
+    first.start()
+    assert recording.started.wait(10)
+    leaving = socket.create_connection(("127.0.0.1", server.port))
+    leaving.sendall(
+        b"POST /v2/models/scaler/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    deadline = time.monotonic() + 10
+    while scheduler.queue_depth() < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    leaving.close()
+    while scheduler.queue_depth() > 0:  # withdrawn on the disconnect, not at the gate
+        assert time.monotonic() < deadline, "the request of the client that left stayed queued"
+        time.sleep(0.01)
+    recording.gate.set()
+    first.join(10)
+    assert len(recording.calls) == 1
+    _, _, metrics = server.request("GET", "/metrics")
+    assert b'onnxplug_requests_total{model="scaler",outcome="cancelled"} 1.0' in metrics

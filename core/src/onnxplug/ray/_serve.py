@@ -40,7 +40,14 @@ class OnnxplugReplica:
 
         from ..serving.app import DEFAULT_MAX_BODY_BYTES, create_app
 
-        app = create_app(self.scheduler, self.name, max_body_bytes=self.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+        # Ray's proxy, not uvicorn, feeds this app its ASGI messages: withdrawing requests on
+        # http.disconnect relies on uvicorn's timing, so it is left off here.
+        app = create_app(
+            self.scheduler,
+            self.name,
+            max_body_bytes=self.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+            cancel_on_disconnect=False,
+        )
         try:
             replica = serve.get_replica_context().replica_id.unique_id
         except Exception:  # noqa: BLE001 - outside a replica (tests): no name to report

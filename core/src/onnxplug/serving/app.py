@@ -48,12 +48,16 @@ def create_app(
     metrics: ServingMetrics | None = None,
     shutdown_timeout_s: float | None = 30.0,
     own_scheduler: bool = True,
+    cancel_on_disconnect: bool = True,
 ) -> Any:
     """The starlette application serving ``scheduler``'s session as ``model_name``.
 
     With ``own_scheduler`` the app shuts the scheduler down when it stops (lifespan shutdown):
     queued requests are finished for up to ``shutdown_timeout_s``, then rejected.  ``metrics``
-    defaults to a new :class:`ServingMetrics`, which becomes the scheduler's observer.
+    defaults to a new :class:`ServingMetrics`, which becomes the scheduler's observer.  With
+    ``cancel_on_disconnect`` a client that closes its connection withdraws its request if it is
+    still queued (it then never runs); this reads the ASGI ``http.disconnect`` message, which
+    uvicorn sends only when the client goes away (servers that send it early should pass False).
     """
     from starlette.applications import Starlette
     from starlette.responses import Response
@@ -125,8 +129,13 @@ def create_app(
             return error(503, failure.message, "overloaded", {"Retry-After": "1"})
         except SchedulerClosed as failure:
             return error(503, failure.message, "unavailable")
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, future)) if cancel_on_disconnect else None
         try:
-            values = await asyncio.wrap_future(future)  # a client that goes away cancels its request
+            values = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # this task itself is being cancelled
+            return error(499, "the client closed the connection before the request ran", "cancelled")
         except RequestTimeout as failure:
             return error(504, failure.message, "timeout")
         except SchedulerClosed as failure:
@@ -136,6 +145,9 @@ def create_app(
         except Exception as failure:  # noqa: BLE001 - the model failed on this request: a 500, not a crash
             _log.exception("inference failed")
             return error(500, getattr(failure, "message", None) or str(failure), "internal")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         names = parsed.outputs or signature.output_names
         payload, header_length = encode_infer_response(model_name, version, parsed, names, values)
         headers = {} if header_length is None else {HEADER_LENGTH: str(header_length)}
@@ -171,6 +183,16 @@ def create_app(
     app.state.scheduler = scheduler
     app.state.metrics = metrics
     return app
+
+
+async def _cancel_on_disconnect(request, future) -> None:
+    """Wait for the client to go away (the body has been read, so the next ASGI message is the
+    disconnect) and withdraw its request; a running request cannot be withdrawn and finishes."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            future.cancel()
+            return
 
 
 async def _read_body(request, limit: int) -> bytes:

@@ -6,7 +6,7 @@ tests, do not collide in the global one).  It is the scheduler's :class:`BatchOb
 - ``onnxplug_requests_total{model, outcome}`` — every request that reached the scheduler, by how
   it ended: ok, error, invalid, timeout, cancelled, rejected (shutdown), overloaded;
 - ``onnxplug_request_errors_total{model, kind}`` — requests refused or failed, by kind
-  (``bad_request``, ``body_too_large``, ``unknown_model``, ``overloaded``, ``timeout``,
+  (``bad_request``, ``body_too_large``, ``unknown_model``, ``overloaded``, ``timeout``, ``cancelled``,
   ``unavailable``, ``internal``), including those refused before queuing;
 - ``onnxplug_batch_size`` (rows per session run), ``onnxplug_batch_requests`` (requests per run);
 - ``onnxplug_queue_seconds`` (enqueue to run start, per request), ``onnxplug_compute_seconds``
