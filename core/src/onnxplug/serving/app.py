@@ -60,6 +60,7 @@ def create_app(
     uvicorn sends only when the client goes away (servers that send it early should pass False).
     """
     from starlette.applications import Starlette
+    from starlette.requests import ClientDisconnect
     from starlette.responses import Response
     from starlette.routing import Route
 
@@ -121,6 +122,8 @@ def create_app(
             body = await _read_body(request, max_body_bytes)
             parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH), signature)
             future = scheduler.submit(parsed.feeds, parsed.outputs, timeout_s=parsed.timeout_s)
+        except ClientDisconnect:  # gone while sending its body: nobody to answer
+            return error(499, "the client closed the connection while sending the request", "cancelled")
         except ProtocolError as failure:
             return error(failure.status, failure.message, "body_too_large" if failure.status == 413 else "bad_request")
         except InvalidArgument as failure:
