@@ -85,3 +85,11 @@ def portability(session: nox.Session) -> None:
     _install_project(session)
     session.run("npm", "ci", "--prefix", "plugins/wasm/js", "--no-audit", "--no-fund", external=True)
     session.run("pytest", "plugins/wasm/tests/test_portability.py", "-m", "portability", "-q", *session.posargs)
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """The Ray tests (tests/serving/test_ray.py): a local cluster started by the tests, two Ray Serve
+    replicas answering v2 requests and a Ray Data job; skipped by a plain ``pytest`` run."""
+    _install_project(session)
+    session.run("pytest", "tests/serving/test_ray.py", "-m", "ray", "-q", "-rs", *session.posargs)

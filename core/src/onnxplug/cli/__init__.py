@@ -1,5 +1,5 @@
 """The ``onnxplug`` command: ``run`` (the demo, or any model), ``bench``, ``plugins``, ``partition``,
-``optimize``, ``inspect``, ``quantize`` and ``validate``."""
+``optimize``, ``inspect``, ``quantize``, ``validate`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     _optimize.add_parser(commands)
     for tool in (_inspect, _quantize, _validate):  # model tools (quant)
         tool.add_parser(commands)
+    from . import _serve  # serving: its own line, so merges with other commands stay trivial
+
+    _serve.add_parser(commands)
     return parser
 
 
