@@ -71,6 +71,12 @@ def attention(
 ):
     """``_sliding_window`` (opset 25's window sizes) is declined at claim time unless unset."""
     xp = namespace(q, k, v)
+    dtype = q.dtype  # float16 computes in float32 throughout, cast back at the end
+    q, k, v = wide_float(xp, q), wide_float(xp, k), wide_float(xp, v)
+    if past_key is not None and past_value is not None:
+        past_key, past_value = wide_float(xp, past_key), wide_float(xp, past_value)
+    if attn_mask is not None and attn_mask.dtype != xp.bool:
+        attn_mask = wide_float(xp, attn_mask)
     if not q.ndim == k.ndim == v.ndim and q.ndim in (3, 4):
         raise InvalidArgument(f"Attention: Q, K and V must all be 3-D or 4-D, got {q.shape}, {k.shape}, {v.shape}")
     three_d = q.ndim == 3
@@ -85,7 +91,7 @@ def attention(
         past = past_key.shape[2]
         k = xp.concat([past_key, k], axis=2)
         v = xp.concat([past_value, v], axis=2)
-    present_key, present_value = k, v
+    present_key, present_value = xp.astype(k, dtype), xp.astype(v, dtype)
     heads, kv_heads = q.shape[1], k.shape[1]
     if heads != kv_heads:
         if heads % kv_heads:
@@ -116,7 +122,7 @@ def attention(
     if three_d:
         y = xp.permute_dims(y, (0, 2, 1, 3))
         y = xp.reshape(y, (y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
-    return y, present_key, present_value, xp.astype(debug, q.dtype)
+    return xp.astype(y, dtype), present_key, present_value, xp.astype(debug, dtype)
 
 
 @declines("Attention")

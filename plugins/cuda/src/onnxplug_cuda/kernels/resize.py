@@ -26,8 +26,9 @@ def _source(mode: str, size_in: int, size_out: int, scale: float) -> np.ndarray:
     x = np.arange(size_out, dtype=np.float64)
     if mode == "asymmetric":
         return x / scale
-    if mode == "align_corners":
-        return np.zeros_like(x) if size_out == 1 else x * (size_in - 1) / (size_out - 1)
+    if mode == "align_corners":  # the unrounded output length, as the standard writes it
+        length = size_in * scale
+        return np.zeros_like(x) if length == 1 else x * (size_in - 1) / (length - 1)
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if size_out > 1 else np.zeros_like(x)
     if mode == "half_pixel_symmetric":
