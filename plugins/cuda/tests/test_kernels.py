@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnxplug
 from onnxplug_cuda.kernels import registry
@@ -163,3 +163,46 @@ def test_the_registry_covers_the_issue_op_list():
     }  # fmt: skip
     assert wanted <= ops
     assert not {"Shape", "Size"} & ops  # host metadata: left to the CPU provider on purpose
+
+
+def test_an_opset_9_cnn_runs_entirely_on_the_cuda_kernels_and_matches_the_cpu():
+    """The onnx wheel's light models are opset 9: Conv-1, MaxPool-8, AveragePool-7, Gemm-9,
+    Reshape-5, Dropout-7, Unsqueeze-1, Transpose-1 must be claimed, not only the newest versions."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        "scale": rng.random(4).astype(np.float32) + 0.5,
+        "bias": rng.standard_normal(4).astype(np.float32),
+        "mean": rng.standard_normal(4).astype(np.float32),
+        "var": rng.random(4).astype(np.float32) + 0.5,
+        "shape": np.array([1, -1], dtype=np.int64),
+        "fc": rng.standard_normal((5, 16)).astype(np.float32),
+        "fcb": rng.standard_normal(5).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"], name="bn"),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["m"], name="maxpool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["m"], ["a"], name="avgpool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Transpose", ["a"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+        helper.make_node("Reshape", ["t", "shape"], ["flat"], name="reshape"),
+        helper.make_node("Dropout", ["flat"], ["d"], name="dropout", ratio=0.3),
+        helper.make_node("Gemm", ["d", "fc", "fcb"], ["g"], name="gemm", transB=1),
+        helper.make_node("Unsqueeze", ["g"], ["u"], name="unsqueeze", axes=[0]),
+        helper.make_node("Softmax", ["u"], ["y"], name="softmax", axis=2),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn9",
+        [_info("x", F, [1, 3, 8, 8])],
+        [_info("y", F, [1, 1, 5])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)]).SerializeToString()
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    environment = environment_for("array_api_strict")
+    cuda = onnxplug.InferenceSession(data, providers=[CUDA, "CPUExecutionProvider"], environment=environment)
+    assert set(_placement(cuda).values()) == {CUDA}
+    cpu = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"], environment=environment)
+    np.testing.assert_allclose(cuda.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ from ._windows import geometry, pad_spatial, taps
 _T = {"T": FLOATS}
 
 
-@registry.kernel("MatMul", since=(9, 13), types=_T)
+@registry.kernel("MatMul", since=(1, 9, 13), types=_T)
 def matmul(a, b):
     xp = namespace(a, b)
     if a.ndim == 1 and b.ndim == 1:
@@ -21,7 +21,7 @@ def matmul(a, b):
         raise Fail(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
 
 
-@registry.kernel("Gemm", since=(11, 13), types=_T)
+@registry.kernel("Gemm", since=(7, 9, 11, 13), types=_T)  # 7 and 9: C required, same maths
 def gemm(a, b, c=None, *, alpha, beta, transA, transB):
     xp = namespace(a, b)
     if a.ndim != 2 or b.ndim != 2:
@@ -36,7 +36,7 @@ def gemm(a, b, c=None, *, alpha, beta, transA, transB):
     return y
 
 
-@registry.kernel("Conv", since=(11, 22), types=_T)
+@registry.kernel("Conv", since=(1, 11, 22), types=_T)
 def conv(x, w, b=None, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     """N-d convolution as a sum over the kernel window of ``matmul``s of strided slices (an
     im2col buffer is the same products with a copy the standard cannot avoid); groups are

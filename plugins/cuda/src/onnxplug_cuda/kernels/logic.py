@@ -54,9 +54,16 @@ def cast(x, *, to, **_float8_options):
     return xp.astype(x, dtype)
 
 
-@registry.kernel("Identity", since=(13, 14, 16, 19, 21, 23, 24, 25), types={"V": ALL})
+@registry.kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), types={"V": ALL, "T": ALL})
 def identity(x):
     return x
+
+
+@registry.kernel("Dropout", since=(7,), types={"T": NUMBERS[:3]})
+def dropout_7(data, *, ratio):
+    """Opset 7's mask has the data's type."""
+    xp = namespace(data)
+    return data, xp.ones(data.shape, dtype=data.dtype)
 
 
 @registry.kernel("Dropout", since=(10,), types={"T": NUMBERS[:3], "T1": BOOL})

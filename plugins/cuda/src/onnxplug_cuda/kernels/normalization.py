@@ -80,7 +80,9 @@ def _per_channel(xp, value, like):
     return xp.reshape(value, (1, value.shape[0]) + (1,) * (like.ndim - 2))
 
 
-@registry.kernel("BatchNormalization", since=(9, 14, 15), types={"T": FLOATS, "T1": FLOATS, "T2": FLOATS, "U": FLOATS})
+@registry.kernel(
+    "BatchNormalization", since=(7, 9, 14, 15), types={"T": FLOATS, "T1": FLOATS, "T2": FLOATS, "U": FLOATS}
+)
 def batch_norm(x, scale, bias, mean, var, *, epsilon, **_training):
     """Inference: the running statistics normalise (momentum is a training attribute); training
     mode is declined at claim time."""
@@ -93,6 +95,8 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon, **_training):
 
 @declines("BatchNormalization")
 def _inference_only(node):
+    if node.attributes.get("spatial", 1) != 1:
+        return "BatchNormalization-7 with spatial=0 (per-element statistics) runs on the CPU provider"
     if node.attributes.get("training_mode", 0):
         return "training_mode=1 (batch statistics and running-mean outputs) runs on the CPU provider"
     if len([o for o in node.outputs if o]) > 1:

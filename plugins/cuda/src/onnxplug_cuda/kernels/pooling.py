@@ -116,12 +116,25 @@ def average_pool(
     return _average(xp, x, kernel, begin, end, out, strides, dilations, count_include_pad, explicit)
 
 
-@registry.kernel("AveragePool", since=(11,), types=_T)
+@registry.kernel("AveragePool", since=(10, 11), types=_T)
 def average_pool_11(x, *, auto_pad, ceil_mode, count_include_pad, kernel_shape=None, pads=None, strides=None):
     return average_pool(
         x,
         auto_pad=auto_pad,
         ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+
+
+@registry.kernel("AveragePool", since=(7,), types=_T)
+def average_pool_7(x, *, auto_pad, count_include_pad, kernel_shape=None, pads=None, strides=None):
+    return average_pool_11(
+        x,
+        auto_pad=auto_pad,
+        ceil_mode=0,
         count_include_pad=count_include_pad,
         kernel_shape=kernel_shape,
         pads=pads,

@@ -7,6 +7,9 @@ device; Gather's indices too (the standard's ``take``).
 
 Shape and Size are not claimed: their outputs are host data that the next shape op reads on the
 host anyway, and the CPU provider answers them from the value's shape without touching it.
+ConstantOfShape is not claimed either: it has no device input to take a namespace from (a
+kernel does not know its provider's backend), so it runs on the CPU and the core copies its
+output to the device where a claimed node reads it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def _axis(op: str, axis: int, rank: int) -> int:
     return axis % rank
 
 
-@registry.kernel("Transpose", since=_LATEST, types=_T)
+@registry.kernel("Transpose", since=(1, *_LATEST), types=_T)
 def transpose(x, *, perm=None):
     xp = namespace(x)
     order = tuple(reversed(range(x.ndim))) if perm is None else tuple(int(p) for p in perm)
@@ -57,7 +60,12 @@ def reshape(x, shape, *, allowzero):
     return xp.reshape(x, tuple(target))
 
 
-@registry.kernel("Flatten", since=(9, 11, *_LATEST), types=_T)
+@registry.kernel("Reshape", since=(5, 13), host_inputs=(1,), types=_T)
+def reshape_5(x, shape):
+    return reshape(x, shape, allowzero=0)
+
+
+@registry.kernel("Flatten", since=(1, 9, 11, *_LATEST), types=_T)
 def flatten(x, *, axis):
     xp = namespace(x)
     start = axis + x.ndim if axis < 0 else axis
@@ -86,7 +94,7 @@ def _unsqueeze(x, axes):
     return xp.reshape(x, tuple(1 if i in placed else next(dims) for i in range(rank)))
 
 
-@registry.kernel("Squeeze", since=(11,), types=_T)
+@registry.kernel("Squeeze", since=(1, 11), types=_T)
 def squeeze_11(data, *, axes=None):
     return _squeeze(data, list(axes or ()))
 
@@ -96,7 +104,7 @@ def squeeze(data, axes=None):
     return _squeeze(data, host_ints(axes, "Squeeze: axes"))
 
 
-@registry.kernel("Unsqueeze", since=(11,), types=_T)
+@registry.kernel("Unsqueeze", since=(1, 11), types=_T)
 def unsqueeze_11(data, *, axes):
     return _unsqueeze(data, list(axes))
 
@@ -196,7 +204,7 @@ def tile(x, repeats):
     return namespace(x).tile(x, tuple(counts))
 
 
-@registry.kernel("Gather", since=(11, 13), types={"T": ALL, "Tind": ("tensor(int32)", "tensor(int64)")})
+@registry.kernel("Gather", since=(1, 11, 13), types={"T": ALL, "Tind": ("tensor(int32)", "tensor(int64)")})
 def gather(data, indices, *, axis):
     """Negative indices are wrapped on the device; range checking would need a host sync."""
     xp = namespace(data, indices)
