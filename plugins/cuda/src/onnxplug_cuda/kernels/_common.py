@@ -27,6 +27,7 @@ __all__ = [
     "FLOATS",
     "INTS",
     "NUMBERS",
+    "SIGNED_INTS",
     "DECLINES",
     "declines",
     "host_ints",
@@ -103,7 +104,3 @@ def wide_float(xp: Any, x: Any) -> Any:
     and numpy have it), other dtypes unchanged."""
     half = getattr(xp, "float16", None)
     return xp.astype(x, xp.float32) if half is not None and x.dtype == half else x
-
-
-def is_float(xp: Any, x: Any) -> bool:
-    return xp.isdtype(x.dtype, "real floating")
