@@ -83,7 +83,7 @@ def elu(x, *, alpha):
     return xp.where(x < 0, alpha * xp.expm1(x), x)
 
 
-@registry.kernel("Celu", since=(12,), types=_F)
+@registry.kernel("Celu", since=(12, 28), types=_F)
 def celu(x, *, alpha):
     xp = namespace(x)
     return xp.maximum(x, xp.zeros_like(x)) + xp.minimum(xp.zeros_like(x), alpha * xp.expm1(x / alpha))

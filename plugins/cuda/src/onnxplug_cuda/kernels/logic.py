@@ -44,7 +44,7 @@ def where(condition, x, y):
     return xp.where(condition, x, y)
 
 
-@registry.kernel("Cast", since=(6, 9, 13, 19, 21, 23, 24, 25), types={"T1": ALL, "T2": ALL})
+@registry.kernel("Cast", since=(6, 9, 13, 19, 21, 23, 24, 25, 28), types={"T1": ALL, "T2": ALL})
 def cast(x, *, to, **_float8_options):
     """``saturate`` and ``round_mode`` only concern float8/float4 targets, which are not claimed."""
     xp = namespace(x)
@@ -52,6 +52,13 @@ def cast(x, *, to, **_float8_options):
     if dtype is None:
         raise InvalidArgument(f"Cast: target type {to} has no dtype in {xp.__name__}")
     return xp.astype(x, dtype)
+
+
+@registry.kernel("CastLike", since=(15, 19, 21, 23, 24, 25), types={"T1": ALL, "T2": ALL})
+def cast_like(x, like, **_float8_options):
+    """Cast to ``like``'s dtype; the options only concern float8/float4, which are not claimed."""
+    xp = namespace(x, like)
+    return x if x.dtype == like.dtype else xp.astype(x, like.dtype)
 
 
 @registry.kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), types={"V": ALL, "T": ALL})

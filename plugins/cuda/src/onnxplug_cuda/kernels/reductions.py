@@ -53,6 +53,7 @@ _VERSIONS = {
     "ReduceSum": ((1, 11), (13,)),
     "ReduceMax": ((1, 11, 12, 13), (18, 20)),
     "ReduceMin": ((1, 11, 12, 13), (18, 20)),
+    "ReduceLogSumExp": ((1, 11, 13), (18, 28)),
 }
 
 

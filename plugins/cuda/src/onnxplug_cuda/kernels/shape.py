@@ -215,6 +215,21 @@ def gather(data, indices, *, axis):
     return xp.reshape(taken, (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]))
 
 
+@registry.kernel("GatherElements", since=(11, 13), types={"T": ALL, "Tind": ("tensor(int32)", "tensor(int64)")})
+def gather_elements(data, indices, *, axis):
+    """The standard's ``take_along_axis``; ONNX lets the index tensor be smaller than the data on
+    the other axes, so the data is first cut to the index tensor's extent there."""
+    xp = namespace(data, indices)
+    if data.ndim != indices.ndim:
+        raise InvalidArgument(f"GatherElements: data {data.shape} and indices {indices.shape} differ in rank")
+    axis = _axis("GatherElements", axis, data.ndim)
+    if any(i > d for k, (i, d) in enumerate(zip(indices.shape, data.shape)) if k != axis):
+        raise InvalidArgument(f"GatherElements: indices {indices.shape} exceed data {data.shape} off axis {axis}")
+    region = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))
+    wrapped = xp.where(indices < 0, indices + data.shape[axis], indices)
+    return xp.take_along_axis(data[region], wrapped, axis=axis)
+
+
 def _pad_axis(xp, x, axis, before, after, mode, value):
     if before < 0 or after < 0:  # negative pads crop
         where = [slice(None)] * x.ndim
