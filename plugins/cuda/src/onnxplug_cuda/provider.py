@@ -13,7 +13,7 @@ from typing import Any
 from onnxplug.api import Device, KernelProvider, ProviderContext, ProviderFactory
 from onnxplug.errors import InvalidArgument
 
-from .kernels import FLOATS
+from .kernels import decline_reason
 from .memory import ArrayMemory, backend_named
 
 __all__ = ["CUDAProvider", "CUDAProviderFactory"]
@@ -34,7 +34,7 @@ class CUDAProvider(KernelProvider):
         kept = []
         for claim in super().capability(graph, kernels):
             node = graph.node(claim.node)
-            reason = _decline_reason(node, has_half)
+            reason = decline_reason(node, has_half)
             if reason is None:
                 kept.append(claim)
             else:
@@ -131,23 +131,6 @@ class CUDAProviderFactory(ProviderFactory):
             with cupy.cuda.Device(device_id):
                 cupy.get_default_memory_pool().set_limit(size=limit)
         return CUDAProvider(self, devices[device_id], self.memory(devices[device_id]))
-
-
-def _decline_reason(node: Any, has_half: bool) -> str | None:
-    """Why the kernels cannot take a node their registry has (checked on types, shapes, attributes)."""
-    data = node.input_types[0] if node.input_types else None
-    if data not in FLOATS:
-        return f"input type {data or 'unknown'}: the CUDA kernels take float tensors of known type"
-    if not has_half and "tensor(float16)" in (*node.input_types, *node.output_types):
-        return "the array API standard has no float16 (array-api-strict refuses it; CuPy has it)"
-    if node.op_type == "Conv":
-        shape = node.input_shapes[0]
-        attributes = node.attributes
-        if shape is None or len(shape) != 4:
-            return "only 2-D convolutions (rank-4 input) run on the CUDA kernels"
-        if attributes.get("group", 1) != 1 or attributes.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
-            return "only group-1 convolutions with explicit pads run on the CUDA kernels"
-    return None
 
 
 def _int_option(options: Mapping[str, str], key: str, default: int) -> int:
