@@ -1,5 +1,5 @@
-"""A progress bar for long commands (calibration, validation over samples, benchmarks): tqdm when it is
-installed and stderr is a terminal, otherwise nothing — output piped to a file stays clean."""
+"""A progress bar for long commands (calibration, validation over samples, benchmarks): tqdm (a
+core dependency) when stderr is a terminal, otherwise nothing — output piped to a file stays clean."""
 
 from __future__ import annotations
 
