@@ -169,7 +169,7 @@ def test_values_round_trip_and_numpy_refuses_device_tensors():
 
 def test_a_kernel_trap_is_a_fail_not_a_crash():
     memory = LinearMemory(1 << 20)
-    from onnxplug_wasm._common import K_MATMUL
+    from onnxplug_wasm.memory import K_MATMUL
 
     with pytest.raises(onnxplug.Fail, match="trapped"):
         memory.call(K_MATMUL, 1, 64, 64, 64, 0x7FFF0000, 0, 0x7FFF0000, 0, 0x7FFF0000)  # far outside memory

@@ -9,12 +9,23 @@ from collections.abc import Sequence
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import KernelRegistry
 
-from .memory import PARAMS_ARG, LinearMemory, WasmTensor
+from .memory import (  # noqa: F401 - the kernel numbers, re-exported for the kernel modules
+    K_BATCHNORM,
+    K_BINARY,
+    K_CONV2D,
+    K_COPY,
+    K_LAYERNORM,
+    K_MATMUL,
+    K_MATMUL_NT,
+    K_POOL2D,
+    K_SOFTMAX,
+    K_UNARY,
+    PARAMS_ARG,
+    LinearMemory,
+    WasmTensor,
+)
 
 registry = KernelRegistry("wasm")
-
-# Kernel numbers of dispatch.c.
-K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM, K_MATMUL_NT = range(10)
 #: Most axes a strided kernel takes (after collapsing).
 MAX_DIMS = 8
 

@@ -26,7 +26,26 @@ import numpy as np
 from onnxplug.api import DataTransfer
 from onnxplug.errors import Fail, InvalidArgument
 
-__all__ = ["DEFAULT_LIMIT", "KERNELS", "PARAMS_ARG", "LinearMemory", "WasmTensor"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "KERNELS",
+    "K_BATCHNORM",
+    "K_BINARY",
+    "K_CONV2D",
+    "K_COPY",
+    "K_LAYERNORM",
+    "K_MATMUL",
+    "K_MATMUL_NT",
+    "K_POOL2D",
+    "K_SOFTMAX",
+    "K_UNARY",
+    "PARAMS_ARG",
+    "LinearMemory",
+    "WasmTensor",
+]
+
+#: The kernel numbers ``dispatch.c`` switches on: the first argument of :meth:`LinearMemory.call`.
+K_MATMUL, K_CONV2D, K_POOL2D, K_BATCHNORM, K_BINARY, K_COPY, K_UNARY, K_SOFTMAX, K_LAYERNORM, K_MATMUL_NT = range(10)
 
 #: The provider's kernel module, built from ``csrc`` by ``python -m onnxplug_wasm.build``.
 KERNELS = Path(__file__).resolve().parent / "kernels.wasm"
