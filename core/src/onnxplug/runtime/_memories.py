@@ -9,6 +9,7 @@ kept, so that values made through it and sessions created later agree on which o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from .._plugins import Environment
     from ..api import DataTransfer
 
-__all__ = ["DeviceMemory", "environment_memories", "find_memory", "owner_of"]
+__all__ = ["DeviceMemory", "environment_memories", "find_memory", "move", "owner_of"]
 
 # onnxruntime's device names that exist in its API; other names are "Unsupported device type".
 _ORT_DEVICE_NAMES = frozenset({"cuda", "gpu", "dml", "npu", "cann", "webgpu", "fpga"})
@@ -80,3 +81,22 @@ def owner_of(memories: Any, value: Any) -> DataTransfer | None:
         if memory.owns(value):
             return memory
     return None
+
+
+def move(
+    value: Any, source: DataTransfer | None, target: DataTransfer | None, wait: Callable[[], None] | None = None
+) -> Any:
+    """``value``, held in ``source`` (``None``: host memory), copied into ``target`` (``None``:
+    host): directly through DLPack where the target imports it, else through host memory.
+    ``wait`` (default: the source memory's ``synchronize``) runs first, so the copy reads
+    finished data."""
+    if source is target:
+        return value
+    if source is None:
+        return target.to_device(value)
+    (wait or source.synchronize)()
+    if target is None:
+        return source.to_host(value)
+    if target.accepts_dlpack:
+        return target.from_dlpack(value)
+    return target.to_device(source.to_host(value))

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..api import Provider
+from ._memories import move
 from ._steps import DROP_SLOT, NONE_SLOT, Step
 from .report import ReportCopy
 
@@ -73,17 +74,9 @@ def _free_copy(target: Provider | None, devices: Sequence[Provider]) -> Callable
             return None
         if not isinstance(value, np.ndarray):
             for provider, owner in owners:
-                if not owner.owns(value):
-                    continue
-                if owner is memory:
-                    return value
-                provider.synchronize()
-                if memory is None:
-                    return owner.to_host(value)
-                if memory.accepts_dlpack:
-                    return memory.from_dlpack(value)
-                return memory.to_device(owner.to_host(value))
-        return value if memory is None else memory.to_device(value)
+                if owner.owns(value):
+                    return move(value, owner, memory, provider.synchronize)
+        return move(value, None, memory)
 
     return copy
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..graph import np_dtype
+from ._memories import move
 from .ortvalue import OrtValue, OrtValueVector, device_memory
 
 if TYPE_CHECKING:
@@ -49,14 +50,9 @@ def _array_at(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.nd
     return np.frombuffer(buffer, dtype=dtype, count=count).reshape(tuple(shape))
 
 
-def _moved(value: Any, memory: Any, target: Any) -> Any:
-    """``value`` (in ``memory``, ``None`` for the host) copied into the memory ``target``."""
-    if memory is None:
-        return target.to_device(np.ascontiguousarray(value))
-    memory.synchronize()
-    if target.accepts_dlpack:
-        return target.from_dlpack(value)
-    return target.to_device(memory.to_host(value))
+def _contiguous(value: Any, memory: Any) -> Any:
+    """A host value as ``to_device`` takes it (device values are the memory's business)."""
+    return np.ascontiguousarray(value) if memory is None else value
 
 
 def _on_device(bound: Any) -> bool:
@@ -170,12 +166,12 @@ class IOBinding:
         bound = self._outputs[name]
         if not isinstance(bound, OrtValue):
             if bound is not None and memory is not bound:  # bound to a device, computed elsewhere
-                value, memory = _moved(value, memory, bound), bound
+                value, memory = move(_contiguous(value, memory), memory, bound), bound
             return OrtValue(value, memory) if memory is not None else OrtValue(value)
         target, target_memory = bound._onnxplug_value(), bound._onnxplug_memory()
         if target_memory is not None:
             if memory is not target_memory:
-                value = _moved(value, memory, target_memory)
+                value = move(_contiguous(value, memory), memory, target_memory)
             got, want = target_memory.shape_and_type(value), target_memory.shape_and_type(target)
             if got != want:
                 raise _mismatch(name, f"{want[1]}{list(want[0])}", f"{got[1]}{list(got[0])}")

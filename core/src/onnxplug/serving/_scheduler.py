@@ -232,8 +232,11 @@ class BatchScheduler:
         """Fail requests whose deadline passed, also while every worker is busy running."""
         while True:
             with self._cond:
-                if self._closed and not self._pending and not self._running and not any(
-                    t.is_alive() for t in self._threads
+                if (
+                    self._closed
+                    and not self._pending
+                    and not self._running
+                    and not any(t.is_alive() for t in self._threads)
                 ):
                     return
                 now = time.monotonic()
@@ -341,7 +344,10 @@ class BatchScheduler:
             if np.ndim(value) < 1 or np.shape(value)[0] != total:
                 _log.warning(
                     "output %r has shape %s for a batch of %d rows: it is not batch-major, so these requests "
-                    "run one at a time", name, list(np.shape(value)), total,
+                    "run one at a time",
+                    name,
+                    list(np.shape(value)),
+                    total,
                 )
                 return [self._run_one(r) for r in batch]
         results = []

@@ -61,9 +61,7 @@ class InputSpec:
         if self.dtype is None:
             raise InvalidArgument(f"input {self.name!r} has type {self.type}, which the serving layer cannot carry")
         if value.dtype != self.dtype and not (self.dtype == np.object_ and value.dtype.kind in "USO"):
-            raise InvalidArgument(
-                f"input {self.name!r}: expected dtype {self.dtype} ({self.type}), got {value.dtype}"
-            )
+            raise InvalidArgument(f"input {self.name!r}: expected dtype {self.dtype} ({self.type}), got {value.dtype}")
         if self.shape is None:
             return
         if value.ndim != len(self.shape):
