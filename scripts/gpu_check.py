@@ -13,6 +13,9 @@
 3. Latency of a few light models (onnx wheel: resnet50, squeezenet) with the CUDA provider,
    against the CPU provider and, when importable, onnxruntime-gpu's CUDAExecutionProvider
    (medians of 20 runs after 5 warm-ups).
+4. ``enable_cuda_graph``: the same models through IOBinding with preallocated device values,
+   recorded once and replayed (the contract kit's capture check runs in the pytest line of
+   ``plugins/cuda/tests/test_contract.py``), against the same binding without the graph.
 
 It needs CuPy and a GPU; without them it says why and exits 2.  It installs nothing and is
 meant to finish in under 8 minutes.  Not run in CI, and not run yet at all (no GPU was lent
@@ -214,6 +217,39 @@ def models() -> None:
         print(f"{row[0]}: onnxplug CUDA {row[1]:.2f} ms, CPU {row[2]:.2f} ms{extra}, max rel diff {row[3]:.1e}")
 
 
+def cuda_graphs() -> None:
+    from bench_families import load_family
+
+    import onnxplug
+
+    for model in (m for m in load_family("cnn") if m.name in ("resnet50", "squeezenet")):
+        data, feeds = model.build()
+        timings = {}
+        outputs = {}
+        for graph in ("0", "1"):
+            try:
+                session = _session(data, [(CUDA, {"enable_cuda_graph": graph})])
+            except onnxplug.InvalidArgument as error:
+                print(f"{model.name}: enable_cuda_graph={graph} refused: {error}")
+                break
+            binding = session.io_binding()
+            name, value = next(iter(feeds.items()))
+            x = onnxplug.OrtValue.ortvalue_from_numpy(value, "cuda", 0)
+            first = session.run(None, feeds)[0]
+            y = onnxplug.OrtValue.ortvalue_from_shape_and_type(first.shape, first.dtype, "cuda", 0)
+            binding.bind_ortvalue_input(name, x)
+            binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
+            run = functools.partial(lambda s, b, _: s.run_with_iobinding(b), session, binding)
+            timings[graph] = _median_ms(run, None)
+            outputs[graph] = y.numpy()
+        if len(timings) == 2:
+            diff = float(np.abs(outputs["1"] - outputs["0"]).max())
+            print(
+                f"{model.name}: IOBinding {timings['0']:.2f} ms, with CUDA graph {timings['1']:.2f} ms "
+                f"(max abs diff {diff:.1e})"
+            )
+
+
 def main() -> int:
     global ENVIRONMENT
     from onnxplug_cuda.provider import CUDAProviderFactory
@@ -233,6 +269,8 @@ def main() -> int:
     node_cases(budget)
     kernels()
     models()
+    if ENVIRONMENT is None:  # the test backends have no streams to capture
+        cuda_graphs()
     return 0
 
 

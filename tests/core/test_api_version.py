@@ -29,11 +29,11 @@ def _plugin(version):
     return Plugin()
 
 
-def test_the_core_speaks_1_1():
-    assert API_VERSION == (1, 1)
+def test_the_core_speaks_1_2():
+    assert API_VERSION == (1, 2)
 
 
-@pytest.mark.parametrize("version", [1, (1, 0), (1, 1)])
+@pytest.mark.parametrize("version", [1, (1, 0), (1, 1), (1, 2)])
 def test_factories_written_for_this_or_an_older_minor_load(version):
     environment = onnxplug.Environment(autoload=False, entry_points=[])
     environment.register(_plugin(version), name="versioned")
@@ -43,7 +43,7 @@ def test_factories_written_for_this_or_an_older_minor_load(version):
 @pytest.mark.parametrize(
     "version, reason",
     [
-        ((1, 2), "newer than this onnxplug's 1.1"),
+        ((1, 3), "newer than this onnxplug's 1.2"),
         (2, "this onnxplug speaks 1.x"),
         ((2, 0), "speaks 1.x"),
         ("1", "must be"),

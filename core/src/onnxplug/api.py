@@ -56,6 +56,7 @@ import onnx
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from .capture import RunCapture
     from .graph import GraphView, NodeView
     from .kernels import KernelDef
 
@@ -79,8 +80,9 @@ __all__ = [
 #: defaults, optional arguments), so a factory built for ``(1, 0)`` (or the plain ``1`` of
 #: onnxplug 0.1) keeps working with a ``(1, 1)`` core; a factory declaring a newer minor, or
 #: another major, is refused with the reason in ``onnxplug plugins``.  1.1 added device memory
-#: (DataTransfer's memory methods, ProviderFactory.memory, Provider.synchronize) and ProviderContext.
-API_VERSION = (1, 1)
+#: (DataTransfer's memory methods, ProviderFactory.memory, Provider.synchronize) and ProviderContext;
+#: 1.2 added Provider.run_capture (whole-run capture, :mod:`onnxplug.capture`).
+API_VERSION = (1, 2)
 
 
 def api_version_problem(declared: Any) -> str | None:
@@ -468,6 +470,15 @@ class Provider:
 
         .. versionadded:: 0.2
         """
+
+    def run_capture(self) -> RunCapture | None:
+        """A recorder of whole runs (:mod:`onnxplug.capture`), or ``None`` (the default): asked
+        once per session; a provider returns one when its options ask for it
+        (``enable_cuda_graph``).
+
+        .. versionadded:: 0.3 (API 1.2)
+        """
+        return None
 
     def close(self) -> None:
         """Release device resources.  Called when the session is closed or collected."""

@@ -12,6 +12,7 @@ from onnxplug_cuda.testing import environment_for
 
 class CudaRequirements(Requirements):
     transfer = True
+    capture_options = {"enable_cuda_graph": "1"}  # CUDA graphs: CuPy's stream capture
 
 
 class TestCudaContract(ProviderContract):
@@ -23,6 +24,7 @@ class TestCudaContract(ProviderContract):
 
 class ArrayApiStrictRequirements(CudaRequirements):
     float16 = False  # the standard's reference arrays have no float16 (CuPy has it)
+    capture_options = None  # no streams to capture off a GPU
 
 
 class TestCudaContractOnArrayApiStrict(ProviderContract):

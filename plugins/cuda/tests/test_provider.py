@@ -67,7 +67,7 @@ def test_claimed_nodes_run_on_device_arrays_and_the_rest_on_the_cpu():
         ({"gpu_mem_limit": "-1"}, ">= 0"),
         ({"arena_extend_strategy": "kBig"}, "arena_extend_strategy must be one of"),
         ({"do_copy_in_default_stream": "yes"}, "must be 0 or 1"),
-        ({"enable_cuda_graph": "1"}, "not supported"),
+        ({"enable_cuda_graph": "1"}, "test backend has none"),
         ({"cudnn_conv_algo_search": "EXHAUSTIVE"}, "unknown provider option"),
     ],
 )
@@ -89,3 +89,11 @@ def test_memory_describes_and_exports_device_values():
     np.testing.assert_array_equal(memory.to_host(memory.from_dlpack(np.ones(3))), np.ones(3))
     assert memory.shape_and_type(memory.empty((4,), np.float64)) == ((4,), np.dtype(np.float64))
     assert memory.device_name == "cuda"
+
+
+def test_memory_fills_preallocated_values_in_place():
+    factory = CUDAProviderFactory(backend="array_api_strict")
+    memory = factory.memory(factory.devices()[0])
+    target = memory.empty((2, 3), np.float32)
+    memory.copy_into(target, memory.to_device(np.arange(6, dtype=np.float32)))
+    np.testing.assert_array_equal(memory.to_host(target), np.arange(6).reshape(2, 3))

@@ -34,8 +34,11 @@ def run_on_devices(
     feeds: dict[str, Any],
     keep: Sequence[bool],
     run_options: Any,
+    synchronize: bool = True,
 ) -> list[tuple[Any, Any]]:
-    """Run ``plan``; returns ``(value, memory or None)`` per requested output."""
+    """Run ``plan``; returns ``(value, memory or None)`` per requested output.  ``synchronize``
+    is false while a provider records the run (:mod:`onnxplug.capture`): waiting is not
+    recordable, and the replay waits instead."""
     indices = session._output_indices(output_names)
     specs = {spec.name: spec for spec in session._input_specs}
     host_feeds: dict[str, Any] = {}
@@ -69,7 +72,7 @@ def run_on_devices(
             results = plan.execute_on_devices(inputs, wanted)
     finally:
         leave_run(token)
-    for provider in session._providers:
+    for provider in session._providers if synchronize else ():
         provider.synchronize()  # the end of the run: every provider's queued work is done
     # Host outputs get run()'s guarantees (fresh, writable, no aliasing); device ones are new.
     host = iter(fresh_outputs([value for value, memory in results if memory is None]))

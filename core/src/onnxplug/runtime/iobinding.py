@@ -154,11 +154,22 @@ class IOBinding:
             raise RuntimeError("Error in execution: At least one output should be requested.")
         names = list(self._outputs)
         keep = [_on_device(self._outputs[n]) for n in names]
-        try:
-            values = self._session._run_on_devices(names, dict(self._inputs), keep, run_options)
-        except Exception as error:
-            raise RuntimeError(f"Error in execution: {error}") from error
-        self._results = [self._fill(name, value, memory) for name, (value, memory) in zip(names, values)]
+
+        def once(recording: bool) -> list[OrtValue]:
+            try:
+                values = self._session._run_on_devices(
+                    names, dict(self._inputs), keep, run_options, synchronize=not recording
+                )
+            except Exception as error:
+                raise RuntimeError(f"Error in execution: {error}") from error
+            return [self._fill(name, value, memory) for name, (value, memory) in zip(names, values)]
+
+        capture = self._session._run_capture
+        key = None if capture is None else capture.binding_key(self._inputs, self._outputs, run_options)
+        if key is None:
+            self._results = once(False)
+        else:  # enable_cuda_graph: warm up, record, then replay this binding (onnxplug.capture)
+            self._results = capture.run(key, once, [self._outputs[n] for n in names])
 
     def _fill(self, name: str, value: Any, memory: Any) -> OrtValue:
         """The OrtValue for one output: a new one (host, or the memory it was computed in), or the

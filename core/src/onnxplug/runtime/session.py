@@ -28,6 +28,7 @@ from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
 from ._blas_threads import BlasThreads
+from ._capture import SessionCapture
 from ._device_run import run_on_devices
 from ._evaluate import KernelEvaluator
 from ._executors import ParallelExecutor
@@ -121,6 +122,7 @@ class InferenceSession:
         self._partitioned: PartitionedModel | None = None
         self._optimized_cache: dict[tuple[str, ...], OptimizedModel] = {}
         self._parallel: ParallelExecutor | None = None
+        self._run_capture: SessionCapture | None = None
         start = time.perf_counter_ns()
         self._create(parse_providers(providers, provider_options))
         if self._profiler is not None:
@@ -166,6 +168,7 @@ class InferenceSession:
             start = time.perf_counter()
             self._plan = build_plan(self._partitioned, slots, fallback=self._fallback)
             self._logger.info("planned in %.2f s (kernels built, partitions compiled)", time.perf_counter() - start)
+            self._run_capture = SessionCapture.for_session(providers, self._plan.order)
         except BaseException:
             for provider in providers:
                 provider.close()
@@ -353,11 +356,16 @@ class InferenceSession:
         return fresh_outputs([results[i] for i in indices])
 
     def _run_on_devices(
-        self, output_names: Sequence[str], feeds: dict[str, Any], keep: Sequence[bool], run_options: RunOptions | None
+        self,
+        output_names: Sequence[str],
+        feeds: dict[str, Any],
+        keep: Sequence[bool],
+        run_options: RunOptions | None,
+        synchronize: bool = True,
     ) -> list[tuple[Any, Any]]:
         """IOBinding's run: device feeds in, outputs flagged in ``keep`` left on their device
         (see :func:`._device_run.run_on_devices`)."""
-        return run_on_devices(self, self._require_plan(), output_names, feeds, keep, run_options)
+        return run_on_devices(self, self._require_plan(), output_names, feeds, keep, run_options, synchronize)
 
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
         # NaN, infinities and integer wrap-around are ONNX results, never warnings: one errstate
@@ -474,6 +482,7 @@ class InferenceSession:
         self._providers = []
         self._plan = None
         self._partitioned = None
+        self._run_capture = None
 
     @property
     def _model_proto(self) -> onnx.ModelProto:

@@ -43,6 +43,9 @@ class Requirements:
     :cvar float64: runs the same ops on float64.
     :cvar transfer: owns device memory, so ``transfer()`` returns a DataTransfer.
     :cvar fuse: answers with FuseClaims and compiles partitions (closed: never answers with one).
+    :cvar capture_options: the provider options that turn on whole-run capture
+        (:mod:`onnxplug.capture`; ``{"enable_cuda_graph": "1"}`` for a CUDA provider), or ``None``
+        when the provider cannot record runs.
     """
 
     float32: ClassVar[bool] = True
@@ -50,6 +53,7 @@ class Requirements:
     float64: ClassVar[bool] = True
     transfer: ClassVar[bool] = False
     fuse: ClassVar[bool] = False
+    capture_options: ClassVar[dict[str, str] | None] = None
 
 
 def _requires(name: str):
@@ -324,6 +328,43 @@ class ProviderContract:
         (y,) = binding.get_outputs()
         assert y.device_name() == transfer.device_name, f"output left on '{y.device_name()}'"
         np.testing.assert_allclose(y.numpy(), _reference_values(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+    def test_recorded_runs_replay_with_new_inputs(self, factory: ProviderFactory, environment: Environment) -> None:
+        """With capture on, a binding of preallocated device values runs four times (warm-up,
+        recording, two replays), its input refreshed in place each time: every run's output
+        matches the reference for that run's input."""
+        options = self.requirements.capture_options
+        if options is None:
+            pytest.skip(f"requirement 'capture_options' is closed for provider '{self.provider}'")
+        _requires("transfer")(self)
+        devices = factory.devices()
+        if not devices:
+            pytest.skip(f"provider '{self.provider}' has no device here: {factory.unavailable_reason()}")
+        created = factory.create(devices[0], {**self.provider_options, **options})
+        try:
+            assert created.run_capture() is not None, f"the options {options} did not turn on run_capture()"
+            transfer = created.transfer()
+        finally:
+            created.close()
+        model = _graph_model(TensorProto.FLOAT)
+        session = InferenceSession(
+            model.SerializeToString(),
+            providers=[(self._ort_name(environment), {**self.provider_options, **options})],
+            environment=environment,
+        )
+        x = OrtValue(transfer.to_device(_x()), transfer)
+        y = OrtValue(transfer.empty((3, 5), np.dtype(np.float32)), transfer)
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("x", x)
+        binding.bind_ortvalue_output("y", y)
+        rng = np.random.default_rng(11)
+        for _ in range(4):
+            fresh = rng.standard_normal((3, 4)).astype(np.float32)
+            x.update_inplace(fresh)
+            session.run_with_iobinding(binding)
+            binding.synchronize_outputs()
+            expected = _reference_values(model, {"x": fresh})["y"]
+            np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
 
     def test_transfer_round_trip_is_identity(self, created: Provider) -> None:
         _requires("transfer")(self)

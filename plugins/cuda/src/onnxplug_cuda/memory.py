@@ -39,6 +39,9 @@ class Backend:
     def data_ptr(self, value: Any) -> int:
         raise NotImplementedError(f"{self.name} arrays have no device address")
 
+    def from_pointer(self, pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        raise NotImplementedError(f"{self.name} arrays cannot wrap a raw device address")
+
     def synchronize(self) -> None:
         """Wait for queued work (nothing is asynchronous off a GPU)."""
 
@@ -90,6 +93,13 @@ class CupyBackend(Backend):
 
     def data_ptr(self, value: Any) -> int:
         return int(value.data.ptr)
+
+    def from_pointer(self, pointer: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        import cupy
+
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        memory = cupy.cuda.UnownedMemory(int(pointer), size, owner=None, device_id=self.device_id)
+        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
     def synchronize(self) -> None:
         import cupy
@@ -156,6 +166,13 @@ class ArrayMemory(DataTransfer):
 
     def to_dlpack(self, value: Any) -> Any:
         return value  # CuPy and array-api-strict arrays implement __dlpack__ themselves
+
+    def copy_into(self, target: Any, value: Any) -> None:
+        # a device-side copy on the current stream (recordable into a CUDA graph)
+        target[...] = self.backend.namespace().reshape(value, tuple(target.shape))
+
+    def from_pointer(self, pointer: int, shape: Sequence[int], dtype: Any) -> Any:
+        return self.backend.from_pointer(pointer, tuple(int(d) for d in shape), np.dtype(dtype))
 
     def synchronize(self) -> None:
         self.backend.synchronize()

@@ -25,9 +25,10 @@ _STRATEGIES = ("kNextPowerOfTwo", "kSameAsRequested")
 class CUDAProvider(KernelProvider):
     """Runs the nodes its array-API kernels claim on device arrays (CuPy's, or the test backend's)."""
 
-    def __init__(self, factory: ProviderFactory, device: Device, memory: ArrayMemory) -> None:
+    def __init__(self, factory: ProviderFactory, device: Device, memory: ArrayMemory, cuda_graph: bool = False) -> None:
         super().__init__(factory, device)
         self.memory = memory
+        self.cuda_graph = cuda_graph
 
     def capability(self, graph, kernels):
         has_half = hasattr(self.memory.backend.namespace(), "float16")
@@ -47,6 +48,15 @@ class CUDAProvider(KernelProvider):
 
     def synchronize(self) -> None:
         self.memory.synchronize()
+
+    def run_capture(self):
+        """``enable_cuda_graph=1``: runs bound with IOBinding are recorded as CUDA graphs
+        (:mod:`onnxplug.capture`).  Only CuPy records; the test backends have no streams."""
+        if not self.cuda_graph:
+            return None
+        from .capture import CupyRunCapture
+
+        return CupyRunCapture(self.device.id)
 
 
 class CUDAProviderFactory(ProviderFactory):
@@ -123,14 +133,17 @@ class CUDAProviderFactory(ProviderFactory):
                 f"{self.ort_name}: arena_extend_strategy must be one of {_STRATEGIES}, got {strategy!r}"
             )
         _flag(options, "do_copy_in_default_stream")  # every copy is on the default stream already
-        if _flag(options, "enable_cuda_graph"):
-            raise InvalidArgument(f"{self.ort_name}: enable_cuda_graph is not supported by onnxplug-cuda yet")
+        cuda_graph = _flag(options, "enable_cuda_graph")
+        if cuda_graph and self.backend != "cupy":
+            raise InvalidArgument(
+                f"{self.ort_name}: enable_cuda_graph needs CUDA streams; the {self.backend} test backend has none"
+            )
         if self.backend == "cupy" and limit:
             import cupy
 
             with cupy.cuda.Device(device_id):
                 cupy.get_default_memory_pool().set_limit(size=limit)
-        return CUDAProvider(self, devices[device_id], self.memory(devices[device_id]))
+        return CUDAProvider(self, devices[device_id], self.memory(devices[device_id]), cuda_graph)
 
 
 def _int_option(options: Mapping[str, str], key: str, default: int) -> int:
