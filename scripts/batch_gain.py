@@ -1,0 +1,69 @@
+"""What batching can gain at most: the per-image time of light_resnet50 at batch 1 and batch N.
+
+Dynamic batching raises a server's throughput only as far as one run of N images costs less than
+N runs of one.  This prints that ratio for onnxplug's CPU provider and for onnxruntime's CPU
+provider (a test-time oracle), interleaved in one process, at the same intra-op thread count:
+
+    python scripts/batch_gain.py [--batch 8] [--rounds 6] [--threads 2]
+
+It is the ceiling for ``scripts/load_test.py``'s batched/unbatched ratio on the same machine
+(the HTTP work and the load generator's own CPU only lower it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import numpy as np
+from load_test import light_resnet50_with_batch
+
+import onnxplug
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    path = light_resnet50_with_batch(tempfile.mkdtemp())
+    sessions = {}
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    sessions["onnxplug"] = onnxplug.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    try:
+        import onnxruntime
+
+        ort_options = onnxruntime.SessionOptions()
+        ort_options.intra_op_num_threads = args.threads
+        ort_options.log_severity_level = 3
+        sessions["onnxruntime"] = onnxruntime.InferenceSession(path, ort_options, providers=["CPUExecutionProvider"])
+    except ImportError:
+        print("onnxruntime is not installed: onnxplug only")
+    name = sessions["onnxplug"].get_inputs()[0].name
+    rng = np.random.default_rng(0)
+    images = {size: rng.random((size, 3, 224, 224), dtype=np.float32) for size in (1, args.batch)}
+    per_image: dict[tuple[str, int], list[float]] = {}
+    for session in sessions.values():
+        for batch in images.values():
+            session.run(None, {name: batch})  # warm-up
+    for _ in range(args.rounds):
+        for runtime, session in sessions.items():
+            for size, batch in images.items():
+                start = time.perf_counter()
+                session.run(None, {name: batch})
+                per_image.setdefault((runtime, size), []).append((time.perf_counter() - start) / size)
+    for runtime in sessions:
+        one = statistics.median(per_image[(runtime, 1)]) * 1e3
+        many = statistics.median(per_image[(runtime, args.batch)]) * 1e3
+        print(
+            f"{runtime}: {one:.1f} ms per image at batch 1, {many:.1f} ms at batch {args.batch}: "
+            f"batching gains at most {one / many:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
