@@ -1,8 +1,9 @@
 """The tree-ensemble engine's leaf search against a plain per-sample traversal.
 
-``Forest.leaves`` takes one of two routes (fixed-depth walks for small batches, the shrinking
-active set for large ones); both must reach the same leaves for every comparison mode, with NaN
-inputs and missing-value tracks, on unbalanced trees.
+``Forest.leaves`` takes one of three routes: the compiled walk (numba, where installed), or with
+numpy fixed-depth walks for small batches and the shrinking active set for large ones; all must
+reach the same leaves for every comparison mode, with NaN inputs and missing-value tracks, on
+unbalanced trees, and sum, average, min and max the same weights.
 """
 
 from __future__ import annotations
@@ -10,8 +11,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxplug_cpu.kernels import ml_forest
+from onnxplug_cpu.kernels import _forest_jit, ml_forest
 from onnxplug_cpu.kernels.ml_forest import Forest
+
+ENGINES = ["numpy-walk", "numpy-active-set", "compiled"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request, monkeypatch):
+    """Which route Forests built in the test take."""
+    if request.param == "compiled":
+        if _forest_jit.compiled() is None:
+            pytest.skip("numba is not installed (or ONNXPLUG_CPU_JIT=0): the compiled walk is not available")
+    else:
+        monkeypatch.setattr(ml_forest, "compiled", lambda: None)
+        monkeypatch.setattr(ml_forest, "_WALK_LIMIT", 1 << 16 if request.param == "numpy-walk" else 0)
+    return request.param
+
 
 _OPS = (
     lambda v, t: v <= t,
@@ -74,9 +90,7 @@ def _reference(forest, x):
 
 
 @pytest.mark.parametrize("mode", range(6))
-@pytest.mark.parametrize("walk_limit", [1 << 16, 0], ids=["walk", "active-set"])
-def test_leaves_match_a_plain_traversal(mode, walk_limit, monkeypatch):
-    monkeypatch.setattr(ml_forest, "_WALK_LIMIT", walk_limit)
+def test_leaves_match_a_plain_traversal(mode, engine):
     rng = np.random.default_rng(mode)
     forest = _random_forest(rng, trees=9, mode=mode, features=4)
     x = rng.normal(size=(13, 4)) if mode < 4 else rng.integers(-2, 3, size=(13, 4)).astype(np.float64)
@@ -85,7 +99,7 @@ def test_leaves_match_a_plain_traversal(mode, walk_limit, monkeypatch):
 
 
 @pytest.mark.parametrize("how", [0, 1, 2, 3])
-def test_aggregates_follow_the_reached_leaves(how):
+def test_aggregates_follow_the_reached_leaves(how, engine):
     rng = np.random.default_rng(7)
     forest = _random_forest(rng, trees=5, mode=0, features=3)
     forest.leaf_has[rng.random(forest.leaf_has.shape) < 0.3] = False
@@ -98,3 +112,23 @@ def test_aggregates_follow_the_reached_leaves(how):
         masked = np.where(has, weights, np.inf if how == 2 else -np.inf)
         expected = np.where(has.any(axis=1), masked.min(axis=1) if how == 2 else masked.max(axis=1), 0)
     np.testing.assert_allclose(forest.aggregate(x, how), expected, rtol=1e-6)
+
+
+def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
+    """BRANCH_MEMBER (TreeEnsemble 5): one node per tree tests set membership, NaN never a member."""
+    sets = np.array([[1.0, 3.0, np.nan], [2.0, np.nan, np.nan]])
+    forest = Forest(
+        feature=[0, 1],
+        threshold=[0.0, 0.0],
+        mode=[6, 6],
+        missing_true=[False, True],
+        true_next=[-1, -3],
+        false_next=[-2, -4],
+        roots=[0, 1],
+        leaf_values=np.arange(8, dtype=np.float32).reshape(4, 2),
+        leaf_has=np.ones((4, 2), bool),
+        member_sets=sets,
+        member_row=np.array([0, 1]),
+    )
+    x = np.array([[1.0, 2.0], [2.0, 3.0], [3.0, np.nan], [np.nan, 2.0]])
+    np.testing.assert_array_equal(forest.leaves(x), [[0, 2], [1, 3], [0, 2], [1, 2]])

@@ -5,6 +5,9 @@ Every tree op is converted once, when the session is created, into one flat :cla
 walks every (sample, tree) pair one level per step, so the Python loop runs over tree depth (and
 over trees when summing leaf weights), never over samples.
 
+Where numba is installed, walks and weight sums run compiled instead (``_forest_jit``: one loop
+per (sample, tree), the same numerics); the numpy walk is the fallback.
+
 This module registers no kernels.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
+
+from ._forest_jit import compiled
 
 MODES = {
     "BRANCH_LEQ": 0,
@@ -85,6 +90,28 @@ class Forest:
             raise Fail("BRANCH_MEMBER nodes need membership_values")
         self.depth = self._depth()
         self._walk_tables()
+        self._jit = compiled()
+        if self._jit is not None:
+            self._jit_tables()
+
+    def _jit_tables(self) -> None:
+        """Contiguous arrays for the compiled walk, which is run once here on one sample so that
+        the first ``run`` finds it compiled (or loaded from numba's cache)."""
+        sets = self.member_sets if self.member_sets is not None else np.full((1, 1), np.nan)
+        rows = self.member_row if self.member_row is not None else np.full(self.feature.size, -1, np.int64)
+        self._jit_args = (
+            np.ascontiguousarray(self.feature),
+            np.ascontiguousarray(self.threshold),
+            np.ascontiguousarray(self.mode),
+            np.ascontiguousarray(self.missing_true),
+            np.ascontiguousarray(self.true_next),
+            np.ascontiguousarray(self.false_next),
+            np.ascontiguousarray(self.roots),
+            np.ascontiguousarray(sets, np.float64),
+            np.ascontiguousarray(rows, np.int64),
+        )
+        width = int(self.feature.max()) + 1 if self.feature.size else 1
+        self._aggregate_jit(np.zeros((1, width)), 1)
 
     def _depth(self) -> int:
         """The longest root-to-leaf path (interior nodes on it); a cycle is refused."""
@@ -148,16 +175,38 @@ class Forest:
                 go_true[chosen] = _COMPARISONS[code](v[chosen], t[chosen])
         return go_true
 
-    def leaves(self, x):
-        """The leaf reached by every sample in every tree, ``[N, trees]``."""
+    def _values(self, x):
+        """The input checked and converted to the float64 values the walks compare."""
         if x.ndim != 2:
             raise InvalidArgument(f"tree ensembles expect [N, F] input, got shape {x.shape}")
         if self.feature.size and self.feature.max() >= x.shape[1]:
             raise InvalidArgument(f"feature id {int(self.feature.max())} is out of range for {x.shape[1]} features")
-        width = x.shape[1]
         if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
             x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
-        values = x.astype(np.float64).reshape(-1)
+        return np.ascontiguousarray(x, np.float64)
+
+    def _leaves_jit(self, values):
+        leaves, finished = self._jit.walk(values, *self._jit_args)
+        if not finished:
+            raise Fail("tree ensemble has a cycle")
+        return leaves
+
+    def _aggregate_jit(self, values, how):
+        leaves = self._leaves_jit(values)
+        n, targets = values.shape[0], self.leaf_values.shape[1]
+        result = np.zeros((n, targets), self.leaf_values.dtype)
+        present = np.zeros((n, targets), bool)
+        zero = self.leaf_values.dtype.type(0)
+        self._jit.gather(leaves, self.leaf_values, self.leaf_has, how, zero, result, present)
+        return result, present
+
+    def leaves(self, x):
+        """The leaf reached by every sample in every tree, ``[N, trees]``."""
+        values = self._values(x)
+        if self._jit is not None:
+            return self._leaves_jit(values)
+        width = x.shape[1]
+        values = values.reshape(-1)
         if self.single_mode is not None and self.single_mode < 6 and x.shape[0] * self.roots.size <= _WALK_LIMIT:
             return self._walk(values, x.shape[0], width)
         current = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
@@ -188,6 +237,11 @@ class Forest:
         """
         if how not in (0, 1, 2, 3):
             raise Fail(f"unknown aggregate_function {how}")
+        if self._jit is not None:
+            result, present = self._aggregate_jit(self._values(x), how)
+            if how == 0:
+                result /= result.dtype.type(max(self.roots.size, 1))
+            return (result, present) if with_presence else result
         n, targets = x.shape[0], self.leaf_values.shape[1]
         result = np.zeros((n, targets), self.leaf_values.dtype)
         present = np.zeros((n, targets), bool)
