@@ -29,8 +29,8 @@ __all__ = ["compiled"]
 
 @functools.cache
 def compiled() -> Any | None:
-    """The compiled kernels (a namespace with ``walk`` and ``gather``), or ``None`` when numba
-    is unavailable or disabled."""
+    """The compiled kernels (a namespace with ``walk``, ``gather`` and ``aggregate``), or
+    ``None`` when numba is unavailable or disabled."""
     if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
         return None
     try:
@@ -111,10 +111,24 @@ def _build(numba: Any) -> Any:
                 result[n, t] = acc
                 present[n, t] = has
 
+    @jit
+    def aggregate(
+        values, feature, threshold, mode, missing_true, true_next, false_next, roots, member_sets, member_row,
+        leaf_values, leaf_has, how, zero, result, present,
+    ):  # fmt: skip
+        """``walk`` then ``gather`` in one call (a small batch pays the call overhead once)."""
+        leaves, finished = walk(
+            values, feature, threshold, mode, missing_true, true_next, false_next, roots, member_sets, member_row
+        )
+        if finished:
+            gather(leaves, leaf_values, leaf_has, how, zero, result, present)
+        return finished
+
     class Kernels:
         pass
 
     kernels = Kernels()
     kernels.walk = walk
     kernels.gather = gather
+    kernels.aggregate = aggregate
     return kernels

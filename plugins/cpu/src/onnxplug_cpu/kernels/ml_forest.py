@@ -192,12 +192,13 @@ class Forest:
         return leaves
 
     def _aggregate_jit(self, values, how):
-        leaves = self._leaves_jit(values)
         n, targets = values.shape[0], self.leaf_values.shape[1]
-        result = np.zeros((n, targets), self.leaf_values.dtype)
-        present = np.zeros((n, targets), bool)
+        result = np.empty((n, targets), self.leaf_values.dtype)
+        present = np.empty((n, targets), bool)
         zero = self.leaf_values.dtype.type(0)
-        self._jit.gather(leaves, self.leaf_values, self.leaf_has, how, zero, result, present)
+        weights = (self.leaf_values, self.leaf_has)
+        if not self._jit.aggregate(values, *self._jit_args, *weights, how, zero, result, present):
+            raise Fail("tree ensemble has a cycle")
         return result, present
 
     def leaves(self, x):
