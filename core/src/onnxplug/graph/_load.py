@@ -21,6 +21,7 @@ from ._external import check_external_data
 from ._external_memory import InMemoryData, inline_in_memory_data
 from ._infer import infer_types, weightless_copy
 from ._normalize import prepare_for_ir
+from ._own_data import own_tensor_data
 from ._validate import merged_opsets, validate_model
 
 __all__ = ["LoadedModel", "load_model", "MAX_PROTO_BYTES"]
@@ -125,6 +126,7 @@ def load_model(
         model = _deserialize(prepare_for_ir(proto, in_place=True))
     except Exception as error:
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
+    own_tensor_data(model)  # the IR owns the weights' arrays: the parsed protobuf is freed
     proto = described
     _sort(model)
     if base_dir is not None:

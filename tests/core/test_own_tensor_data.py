@@ -1,0 +1,92 @@
+"""The loader moves embedded weights out of the parsed protobuf (``graph/_own_data.py``), so a
+session holds them once: every tensor of the loaded IR, in every graph, is array-backed and
+equal to what onnx reads from the file."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxplug
+from onnxplug.graph import load_model
+
+
+def _model() -> bytes:
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((64, 32)).astype(np.float32)
+    half = rng.standard_normal(32).astype(np.float16)
+    bf16 = helper.make_tensor(
+        "bf", TensorProto.BFLOAT16, [4], np.array([1, -2, 3.5, 0.25], ml_dtypes.bfloat16).view(np.uint16).tolist()
+    )
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["y", "inner"], ["z"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 32])],
+        [numpy_helper.from_array(np.full(32, 0.5, np.float32), "inner")],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["y"], ["z2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("z2", TensorProto.FLOAT, [2, 32])],
+    )
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(half, "c_value")),
+        helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["m", "cf"], ["y"]),
+        helper.make_node("ReduceSum", ["y"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["flag"]),
+        helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=other),
+        helper.make_node("Cast", ["bf"], ["bf32"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 32]),
+            helper.make_tensor_value_info("bf32", TensorProto.FLOAT, [4]),
+        ],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.float32(-1e9), "zero"), bf16],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _all_tensors(model: ir.Model):
+    for graph in [model.graph, *model.graph.subgraphs()]:
+        for value in graph.initializers.values():
+            yield value.name, value.const_value
+        for node in graph:
+            for attribute in node.attributes.values():
+                if attribute.type is ir.AttributeType.TENSOR:
+                    yield f"{node.name}.{attribute.name}", attribute.value
+
+
+def test_every_tensor_is_array_backed_and_unchanged():
+    data = _model()
+    loaded = load_model(data)
+    reference = ir.serde.deserialize_model(__import__("onnx").load_from_string(data))
+    expected = {name: tensor.numpy() for name, tensor in _all_tensors(reference)}
+    seen = {}
+    for name, tensor in _all_tensors(loaded.model):
+        assert not isinstance(tensor, ir.serde.TensorProtoTensor), f"{name} still reads from the protobuf"
+        seen[name] = tensor.numpy()
+    assert seen.keys() == expected.keys()
+    for name, array in expected.items():
+        assert seen[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(seen[name], array, err_msg=name)
+
+
+def test_a_session_on_the_model_computes_as_before():
+    data = _model()
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    out, bf = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    import onnx.reference
+
+    want_out, want_bf = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})
+    np.testing.assert_allclose(out, want_out, rtol=1e-5)
+    np.testing.assert_array_equal(bf, want_bf)
