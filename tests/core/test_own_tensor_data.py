@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnx
+import onnx.reference
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
@@ -69,7 +71,7 @@ def _all_tensors(model: ir.Model):
 def test_every_tensor_is_array_backed_and_unchanged():
     data = _model()
     loaded = load_model(data)
-    reference = ir.serde.deserialize_model(__import__("onnx").load_from_string(data))
+    reference = ir.serde.deserialize_model(onnx.load_from_string(data))
     expected = {name: tensor.numpy() for name, tensor in _all_tensors(reference)}
     seen = {}
     for name, tensor in _all_tensors(loaded.model):
@@ -85,8 +87,6 @@ def test_a_session_on_the_model_computes_as_before():
     data = _model()
     x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
     out, bf = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    import onnx.reference
-
     want_out, want_bf = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})
     np.testing.assert_allclose(out, want_out, rtol=1e-5)
     np.testing.assert_array_equal(bf, want_bf)
