@@ -17,6 +17,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from ._detach import Detached, read_detached
 from ._external import check_external_data
 from ._external_memory import InMemoryData, inline_in_memory_data
 from ._infer import infer_types, weightless_copy
@@ -53,7 +54,25 @@ class LoadedModel:
         return {("" if d == "ai.onnx" else d): v for d, v in self.model.opset_imports.items()}
 
 
-def _read_bytes(path_or_bytes: Any) -> tuple[bytes, str | None]:
+#: Files from this size on are read with their large weights detached (see ``_detach``).
+DETACH_FROM_BYTES = 16 << 20
+
+
+def _read_model_bytes(path_or_bytes: Any, in_memory: InMemoryData | None) -> tuple[bytes, str | None, dict]:
+    """The bytes to parse, the path they came from, and the initializers read out of them."""
+    data, path = _read_bytes(path_or_bytes, read=False)
+    if path is not None and data is None:
+        detached = None
+        if os.path.getsize(path) >= DETACH_FROM_BYTES and not (in_memory and in_memory.initializers):
+            detached = read_detached(path)
+        if detached is not None:
+            return detached[0], path, detached[1]
+        with open(path, "rb") as handle:
+            data = handle.read()
+    return data, path, {}
+
+
+def _read_bytes(path_or_bytes: Any, read: bool = True) -> tuple[bytes | None, str | None]:
     if isinstance(path_or_bytes, bytes):
         return path_or_bytes, None
     if isinstance(path_or_bytes, (str, os.PathLike)):
@@ -70,6 +89,8 @@ def _read_bytes(path_or_bytes: Any) -> tuple[bytes, str | None]:
                 f"Load model {path} failed: the file has {size} bytes; an ONNX protobuf must be under "
                 "2 GiB (save large weights as external data)"
             )
+        if not read:
+            return None, path
         with open(path, "rb") as handle:
             return handle.read(), path
     raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
@@ -96,7 +117,7 @@ def load_model(
     :raises InvalidArgument: empty bytes.
     :raises InvalidGraph, Fail: structural faults (see :func:`validate_model`).
     """
-    data, path = _read_bytes(path_or_bytes)
+    data, path, detached = _read_model_bytes(path_or_bytes, in_memory)
     if not data:
         raise InvalidArgument("No graph was found in the protobuf.")
     if len(data) > MAX_PROTO_BYTES:
@@ -111,7 +132,7 @@ def load_model(
     if not proto.HasField("graph"):
         raise InvalidArgument("No graph was found in the protobuf.")
     inline_in_memory_data(proto, in_memory)
-    validate_model(proto)
+    validate_model(proto, detached=frozenset(detached))
     _dedupe_opsets(proto)
     if path is not None:
         base_dir: str | None = os.path.dirname(os.path.abspath(path))
@@ -126,12 +147,21 @@ def load_model(
         model = _deserialize(prepare_for_ir(proto, in_place=True))
     except Exception as error:
         raise InvalidGraph(f"the model cannot be represented: {_root_cause(error)}") from error
+    _attach(model, detached)
     own_tensor_data(model)  # the IR owns the weights' arrays: the parsed protobuf is freed
     proto = described
     _sort(model)
     if base_dir is not None:
         ir.external_data.set_base_dir(model.graph, base_dir)
     return LoadedModel(proto=proto, model=model, base_dir=base_dir, from_path=path is not None)
+
+
+def _attach(model: ir.Model, detached: dict[str, Detached]) -> None:
+    """The initializers read out of the file become their values' tensors."""
+    for name, item in detached.items():
+        value = model.graph.initializers.get(name)
+        if value is not None:
+            value.const_value = ir.Tensor(item.array, name=name)
 
 
 def _dedupe_opsets(proto: onnx.ModelProto) -> None:

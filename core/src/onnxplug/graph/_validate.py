@@ -37,14 +37,16 @@ def _check_payload_type(tensor: onnx.TensorProto, where: str) -> None:
         raise Fail(f"{where} '{tensor.name}': string tensor can not have raw data (strings go in string_data)")
 
 
-def _check_tensor(tensor: onnx.TensorProto, where: str) -> None:
+def _check_tensor(tensor: onnx.TensorProto, where: str, detached: bool = False) -> None:
+    """``detached``: the loader read the tensor's data out of the file (its size was checked
+    there), so the message has none."""
     if any(d < 0 for d in tensor.dims):
         raise InvalidGraph(f"{where} '{tensor.name}' has a negative dimension {list(tensor.dims)}")
     count = math.prod(tensor.dims)
     if count > _MAX_ELEMENTS:
         raise InvalidGraph(f"{where} '{tensor.name}' has {count} elements, past any possible size")
     _check_payload_type(tensor, where)
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or detached:
         return
     if tensor.HasField("raw_data"):
         expected = tensor_nbytes(tensor)
@@ -71,7 +73,12 @@ def _check_tensor(tensor: onnx.TensorProto, where: str) -> None:
 
 
 def _check_graph(
-    graph: onnx.GraphProto, outer: frozenset[str], pending: list, schemas: SchemaChecker, main: bool
+    graph: onnx.GraphProto,
+    outer: frozenset[str],
+    pending: list,
+    schemas: SchemaChecker,
+    main: bool,
+    detached: frozenset[str] = frozenset(),
 ) -> None:
     """Check one graph; queue its subgraphs on ``pending`` with their visible scope."""
     label = f"graph '{graph.name}'" if graph.name else "the main graph"
@@ -84,7 +91,7 @@ def _check_graph(
         defined.add(value.name)
     initializers: set[str] = set()
     for tensor in graph.initializer:
-        _check_tensor(tensor, "initializer")
+        _check_tensor(tensor, "initializer", main and tensor.name in detached)
         if tensor.name in initializers:
             raise InvalidGraph(
                 f"{label}: initializer '{tensor.name}' is defined twice (onnxruntime would silently use "
@@ -176,8 +183,10 @@ def merged_opsets(opset_imports: Sequence[onnx.OperatorSetIdProto], where: str =
     return versions
 
 
-def validate_model(model: onnx.ModelProto) -> None:
+def validate_model(model: onnx.ModelProto, detached: frozenset[str] = frozenset()) -> None:
     """Raise an onnxplug exception for any structural fault in ``model``.
+
+    ``detached`` names top-level initializers whose data the loader read out of the file.
 
     Checked: IR and opset versions (at least one import, one version per domain), unique value
     and initializer names, typed graph inputs, every node input defined (scoping into
@@ -205,5 +214,5 @@ def validate_model(model: onnx.ModelProto) -> None:
     main = True
     while pending:
         graph, outer = pending.pop()
-        _check_graph(graph, outer, pending, schemas, main)
+        _check_graph(graph, outer, pending, schemas, main, detached)
         main = False
