@@ -342,7 +342,8 @@ def translate(
     for name in inputs:
         if name not in by_name:
             raise Untranslatable(name, "is not an input of the partition")
-        input_indices.append(ctx.seed_input(by_name[name], name))
+        value = by_name[name]
+        input_indices.append(ctx.seed_input(value, next(iter(value.consumers()), name)))
     for node in nodes:
         _convert(ctx, node)
     output_indices: list[int] = []
