@@ -168,7 +168,7 @@ class _Builder:
                 raise Untranslatable(
                     node, f"'{value.name}' of shape {list(shape)} does not broadcast to {list(target)}"
                 )
-            strides = tuple(0 if s == 1 and t != 1 else st for s, t, st in zip(desc.sizes, target, desc.strides))
+            strides = tuple(0 if s == 1 else st for s, st in zip(desc.sizes, desc.strides))  # size-1: repeated
             desc = TensorDesc(data_type, target, strides)
         return self.source(value, node), desc
 
