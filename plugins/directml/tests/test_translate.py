@@ -17,8 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxplug
 from onnxplug.api import CompiledPartition, Device, Provider, ProviderFactory
-from onnxplug.partition.targets import table_claims
+from onnxplug.partition.targets import plan_for_target, table_claims
 from onnxplug_directml.graph import OPERATORS, DmlGraph
+from onnxplug_directml.provider import DmlProvider, DmlProviderFactory
 from onnxplug_directml.table import TABLE
 from onnxplug_directml.translate import SUPPORTED, Untranslatable, declines, translate, translate_partition
 
@@ -330,3 +331,61 @@ def test_light_model_partitions_translate_whole(name):
         assert {node.node for node in graph.nodes} == set(partition.nodes)
         assert graph.input_names == partition.inputs and graph.output_names == partition.outputs
         assert len([g for g in graph.inputs if g.value is None]) == len(partition.inputs)
+
+
+class _ClaimingFactory(DmlProviderFactory):
+    """The real DirectML provider's capability(), with a device as on Windows; compile() records
+    the partitions instead of creating a D3D12 device (this checks the claim, not an execution)."""
+
+    name = "directml_claims"
+
+    def devices(self):
+        return [Device("gpu", 0, name="claims only")]
+
+    def create(self, device, options):
+        return _RecordingDml(self, device)
+
+
+class _RecordingDml(DmlProvider):
+    def compile(self, partition):
+        _Recorder.partitions.append(partition)
+        return CompiledPartition(partition.inputs, partition.outputs, lambda *values: [])
+
+
+class _ClaimingPlugin:
+    @onnxplug.hookimpl
+    def onnxplug_provider_factories(self):
+        return [_ClaimingFactory()]
+
+
+def test_the_provider_claims_only_the_subset_at_run_time():
+    """Relu → Erf → Relu: the table takes Erf, the execution path's subset does not, so the
+    provider declines it with that reason (planning would still put it on DirectML)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="first"),
+            helper.make_node("Erf", ["a"], ["b"], name="erf"),
+            helper.make_node("Relu", ["b"], ["y"], name="last"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+    )
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    _Recorder.partitions = []
+    environment = onnxplug.Environment(only=["cpu"])
+    environment.register(_ClaimingPlugin(), name="claims")
+    session = onnxplug.InferenceSession(
+        built, providers=["DmlExecutionProvider", "CPUExecutionProvider"], environment=environment
+    )
+    report = session.get_partition_report()
+    assert {n.name: n.provider for n in report.nodes} == {
+        "first": "DmlExecutionProvider",
+        "erf": "CPUExecutionProvider",
+        "last": "DmlExecutionProvider",
+    }
+    assert any(
+        "the DirectML execution path does not run it" in r for r in report.declined["DmlExecutionProvider"]["erf"]
+    )
+    assert sorted(p.nodes for p in _Recorder.partitions) == [("first",), ("last",)]
+    assert plan_for_target(built, "directml", environment=environment).claimed == ("first", "erf", "last")

@@ -19,6 +19,7 @@ import onnxplug
 from onnxplug.api import CompiledPartition, Device, Provider, ProviderFactory
 from onnxplug.partition.targets import table_claims
 from onnxplug_nnapi.program import OPERAND, Program
+from onnxplug_nnapi.provider import NnapiProvider, NnapiProviderFactory, parse_flags
 from onnxplug_nnapi.table import TABLE
 from onnxplug_nnapi.translate import Untranslatable, converters, declines, translate, translate_partition
 
@@ -578,3 +579,62 @@ def _folded(partition):
 
 def test_light_models_are_in_the_checkout():
     assert len(glob.glob(os.path.join(LIGHT, "light_*.onnx"))) >= 4
+
+
+class _ClaimingFactory(NnapiProviderFactory):
+    """The real NNAPI provider's capability(), with a device as on a phone; compile() records the
+    partitions instead of loading libneuralnetworks.so (this checks the claim, not an execution)."""
+
+    name = "nnapi_claims"
+
+    def devices(self):
+        return [Device("npu", 0, name="claims only")]
+
+    def create(self, device, options):
+        provider = _RecordingNnapi(self, device, parse_flags(options.get("nnapi_flags", "")))
+        return provider
+
+
+class _RecordingNnapi(NnapiProvider):
+    def compile(self, partition):
+        _Recorder.partitions.append(partition)
+        return CompiledPartition(partition.inputs, partition.outputs, lambda *values: [])
+
+
+class _ClaimingPlugin:
+    @onnxplug.hookimpl
+    def onnxplug_provider_factories(self):
+        return [_ClaimingFactory()]
+
+
+def test_the_provider_claims_only_what_the_translator_expresses():
+    """Relu → Resize(cubic) → Relu: the table takes all three (rank-4 Resize), the translator has
+    no cubic Resize, so the provider declines it with the translator's reason and claims the rest."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="first"),
+            helper.make_node("Resize", ["a", "", "scales"], ["b"], name="resize", mode="cubic"),
+            helper.make_node("Relu", ["b"], ["y"], name="last"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 8, 8])],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")],
+    )
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _Recorder.partitions = []
+    environment = onnxplug.Environment(only=["cpu"])
+    environment.register(_ClaimingPlugin(), name="claims")
+    session = onnxplug.InferenceSession(
+        built.SerializeToString(), providers=["NnapiExecutionProvider", "CPUExecutionProvider"], environment=environment
+    )
+    report = session.get_partition_report()
+    placed = {n.name: n.provider for n in report.nodes}
+    assert placed == {
+        "first": "NnapiExecutionProvider",
+        "resize": "CPUExecutionProvider",
+        "last": "NnapiExecutionProvider",
+    }
+    reasons = report.declined["NnapiExecutionProvider"]["resize"]
+    assert any("the NNAPI translator cannot express it: mode 'cubic'" in r for r in reasons)
+    assert sorted(p.nodes for p in _Recorder.partitions) == [("first",), ("last",)]
