@@ -67,6 +67,66 @@ def scalars(prog: Program, operation, start: int = 1):
     return [prog.operand(i).scalar() for i in operation.inputs[start:] if prog.operand(i).is_scalar]
 
 
+#: Each operation's inputs as NeuralNetworks.h documents them (explicit-padding forms, with the
+#: API 29 layout flag and dilations): T a tensor, I an INT32 scalar, F a FLOAT32 scalar, B a BOOL
+#: scalar; "T*" any number of tensors first (CONCATENATION).
+SIGNATURES = {
+    **dict.fromkeys(["ADD", "SUB", "MUL", "DIV"], "TTI"),
+    "CONV_2D": "TTTIIIIIIIBII",
+    "DEPTHWISE_CONV_2D": "TTTIIIIIIIIBII",
+    "GROUPED_CONV_2D": "TTTIIIIIIIIB",
+    **dict.fromkeys(["AVERAGE_POOL_2D", "MAX_POOL_2D"], "TIIIIIIIIIB"),
+    **dict.fromkeys(["RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"], "TIIBBB"),
+    "DEPTH_TO_SPACE": "TIB",
+    "LOCAL_RESPONSE_NORMALIZATION": "TIFFFI",
+    "SOFTMAX": "TFI",
+    "CONCATENATION": "T*I",
+    "SPLIT": "TII",
+    "MEAN": "TTI",
+    "PAD": "TT",
+    "PAD_V2": "TTF",
+    "STRIDED_SLICE": "TTTTIII",
+    "GATHER": "TIT",
+    **dict.fromkeys(["TRANSPOSE", "RESHAPE", "PRELU", "MAXIMUM", "MINIMUM", "POW"], "TT"),
+    "FULLY_CONNECTED": "TTTI",
+    "BATCH_MATMUL": "TTBB",
+    "ELU": "TF",
+    **dict.fromkeys(
+        [
+            "ABS",
+            "EXP",
+            "FLOOR",
+            "LOG",
+            "NEG",
+            "RELU",
+            "RELU1",
+            "RELU6",
+            "LOGISTIC",
+            "SIN",
+            "SQRT",
+            "TANH",
+            "CAST",
+            "QUANTIZE",
+            "DEQUANTIZE",
+        ],
+        "T",
+    ),
+}
+_KIND = {OPERAND["INT32"]: "I", OPERAND["FLOAT32"]: "F", OPERAND["BOOL"]: "B"}
+
+
+def check_signatures(prog: Program) -> None:
+    """Every operation has the inputs its NeuralNetworks.h entry lists; scalars are constants."""
+    for operation in prog.operations:
+        kinds = "".join(_KIND.get(prog.operand(i).code, "T") for i in operation.inputs)
+        expected = SIGNATURES[operation.name]
+        if expected.startswith("T*"):
+            assert set(kinds[:-1]) == {"T"} and kinds[-1] == expected[-1], (operation, kinds)
+        else:
+            assert kinds == expected, (operation.name, operation.node, kinds, expected)
+        assert all(prog.operand(i).value is not None for i in operation.inputs if prog.operand(i).is_scalar)
+
+
 X4 = ("x", F, [1, 4, 6, 6])
 Y4 = ("y", F, [1, 4, 6, 6])
 rng = np.random.default_rng(0)
@@ -329,6 +389,7 @@ def test_each_claimed_op_translates(op):
     written = [o for op_ in prog.operations for o in op_.outputs]
     assert len(written) == len(set(written))
     assert all(i < len(prog.operands) for op_ in prog.operations for i in op_.inputs + op_.outputs)
+    check_signatures(prog)
     assert not declines(built)
 
 
@@ -350,6 +411,7 @@ def test_conv_filter_padding_strides_and_layout():
     conv = main(nchw, "CONV_2D")
     assert nchw.ops() == ["CONV_2D"] and scalars(nchw, conv, 3)[7] is True  # the layout flag
     assert nchw.operand(conv.inputs[0]).dims == (1, 4, 6, 6)
+    check_signatures(nchw)
 
 
 def test_depthwise_and_grouped_convolutions():
@@ -361,6 +423,8 @@ def test_depthwise_and_grouped_convolutions():
     assert scalars(prog, conv, 3)[6] == 2  # depth_multiplier
     w = rng.normal(size=(4, 2, 1, 1)).astype(np.float32)
     grouped = program(model("Conv", [X4, ("w", F, [4, 2, 1, 1])], [Y4], {"w": w}, group=2))
+    check_signatures(prog)
+    check_signatures(grouped)
     conv = main(grouped, "GROUPED_CONV_2D")
     assert grouped.operand(conv.inputs[1]).dims == (4, 1, 1, 2) and scalars(grouped, conv, 3)[6] == 2
 
@@ -441,6 +505,7 @@ def test_quantized_operands_carry_scale_and_zero_point():
     assert w.type_name == "TENSOR_QUANT8_SYMM_PER_CHANNEL" and w.channel_quant[0] == 0
     assert w.channel_quant[1] == pytest.approx(np.linspace(0.1, 0.8, 8).tolist()) and b.scale == 0.0
     assert prog.operand(prog.inputs[0]).type_name == "TENSOR_QUANT8_ASYMM_SIGNED"
+    check_signatures(prog)
 
 
 def test_nhwc_values_stay_nhwc_between_spatial_ops():
@@ -563,6 +628,7 @@ def test_light_model_partitions_translate(name):
     assert partitions
     for partition in partitions:
         prog = translate_partition(partition)
+        check_signatures(prog)
         assert prog.input_names == partition.inputs and prog.output_names == partition.outputs
         nodes = {op.node for op in prog.operations}
         assert set(partition.nodes) <= nodes | _folded(partition)  # every node became operations
