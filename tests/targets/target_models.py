@@ -137,3 +137,41 @@ def qoperator_convnet(seed=0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def table_partitions(model, table):
+    """The Partitions a session hands to ``compile()`` when ``table`` decides what its provider
+    claims: a recording provider under the table's onnxruntime name, for the translators' tests."""
+    import onnxplug
+    from onnxplug.api import CompiledPartition, Device, Provider, ProviderFactory
+    from onnxplug.partition.targets import table_claims
+
+    recorded = []
+
+    class Recorder(Provider):
+        def capability(self, graph, kernels):
+            return table_claims(table, graph)
+
+        def compile(self, partition):
+            recorded.append(partition)
+            return CompiledPartition(partition.inputs, partition.outputs, lambda *values: [])
+
+    class Factory(ProviderFactory):
+        name, ort_name, priority = f"{table.target}_recorder", table.provider, -1
+
+        def devices(self):
+            return [Device("recorder", 0)]
+
+        def create(self, device, options):
+            return Recorder(self, device)
+
+    class Plugin:
+        @onnxplug.hookimpl
+        def onnxplug_provider_factories(self):
+            return [Factory()]
+
+    environment = onnxplug.Environment(only=["cpu"])
+    environment.register(Plugin(), name="recorder")
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+    onnxplug.InferenceSession(data, providers=[table.provider, "CPUExecutionProvider"], environment=environment)
+    return recorded

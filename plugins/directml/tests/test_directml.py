@@ -68,3 +68,30 @@ def test_the_factory_hands_out_its_table():
     assert find_table("directml", _environment()) is TABLE
     assert TABLE.memory == "dml"
     assert all(onnx.defs.has(op, domain) for domain, op in TABLE.ops if domain == "")
+
+
+@pytest.mark.skipif(sys.maxsize < 2**32, reason="the expected sizes are those of a 64-bit ABI")
+def test_the_com_layer_declares_the_c_layouts_and_loads_nothing():
+    """The ctypes structures have the sizes of their d3d12.h / DirectML.h declarations on a
+    64-bit ABI, IIDs parse to their GUID fields, and importing the layer loads no library."""
+    import ctypes
+
+    from onnxplug_directml import _com, d3d12
+
+    sizes = {
+        "RESOURCE_DESC": 56,
+        "HEAP_PROPERTIES": 20,
+        "BUFFER_TENSOR_DESC": 48,
+        "BINDING_PROPERTIES": 24,
+        "BINDING_TABLE_DESC": 32,
+        "GRAPH_DESC": 72,
+        "INTERMEDIATE_EDGE": 24,
+    }
+    assert {name: ctypes.sizeof(getattr(_com, name)) for name in sizes} == sizes
+    assert ctypes.sizeof(_com.OPERATOR_STRUCTS["CONVOLUTION"]) == 104
+    assert ctypes.sizeof(_com.OPERATOR_STRUCTS["GEMM"]) == 56
+    iid = _com.IID["IDMLDevice1"]
+    assert (iid.Data1, iid.Data2, iid.Data3, bytes(iid.Data4).hex()) == (0xA0884F9A, 0xD2BE, 0x4355, "aa5d5901281ad1d2")
+    assert (
+        d3d12.DmlCompiledGraph
+    )  # the platform layer imported here, off Windows/WSL2: it loads DirectML only in DmlDevice()

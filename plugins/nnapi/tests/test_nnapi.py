@@ -65,3 +65,36 @@ def test_the_factory_hands_out_its_table():
     assert TABLE.source.startswith("onnxruntime 1.32.0 nnapi_supported_ops.md")
     assert onnx.defs.has("Relu")  # the rows name real ops
     assert all(onnx.defs.has(op, domain) for domain, op in TABLE.ops if domain == "")
+
+
+def test_nnapi_flags_follow_onnxruntimes_bits():
+    from onnxplug_nnapi.provider import Settings, parse_flags
+
+    assert parse_flags("") == Settings()
+    assert parse_flags("3") == Settings(fp16=True, layout="nchw")
+    assert parse_flags("NNAPI_FLAG_CPU_DISABLED|NNAPI_FLAG_USE_FP16") == Settings(
+        fp16=True, device_filter="cpu_disabled"
+    )
+    assert parse_flags("0x8").device_filter == "cpu_only"
+    with pytest.raises(InvalidArgument, match="unknown nnapi_flags entry 'FAST'"):
+        parse_flags("FAST")
+    with pytest.raises(InvalidArgument, match="exclude each other"):
+        parse_flags("12")
+    with pytest.raises(InvalidArgument, match="unknown bits 0x10"):
+        parse_flags("16")
+
+
+def test_the_platform_layer_loads_nothing_on_import():
+    """ndk.py is plain ctypes declarations until load_library() runs (only on Android, in compile())."""
+    from onnxplug_nnapi import ndk
+
+    assert ndk._LIBRARY is None
+    assert ctypes_size_of_operand_type() == 24  # int32, uint32, pointer, float, int32 on a 64-bit ABI
+
+
+def ctypes_size_of_operand_type() -> int:
+    import ctypes
+
+    from onnxplug_nnapi.ndk import OperandType
+
+    return ctypes.sizeof(OperandType)

@@ -116,3 +116,15 @@ def test_the_factory_hands_out_its_table():
     assert find_table("TensorrtExecutionProvider", _environment()) is TABLE
     assert TABLE.opsets == {"": (9, 24)} and TABLE.memory == "cuda"
     assert all(onnx.defs.has(op, domain) for domain, op in TABLE.ops if domain == "")
+
+
+def test_engines_are_shared_only_across_the_shapes_a_profile_covers():
+    from onnxplug_tensorrt._engine import engine_signature
+
+    profiles = parse_settings(
+        {"trt_profile_min_shapes": "x:1x3", "trt_profile_opt_shapes": "x:4x3", "trt_profile_max_shapes": "x:8x3"}, "TRT"
+    ).profiles
+    one = engine_signature({"x": (2, 3), "mask": (2, 5)}, profiles)
+    assert engine_signature({"x": (7, 3), "mask": (2, 5)}, profiles) == one  # x varies inside its profile
+    assert engine_signature({"x": (2, 3), "mask": (3, 5)}, profiles) != one  # mask has no profile: its own engine
+    assert engine_signature({"x": (2, 3)}, {}) != engine_signature({"x": (3, 3)}, {})
