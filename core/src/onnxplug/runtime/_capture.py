@@ -34,8 +34,6 @@ class SessionCapture:
         self._entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._warned_uncaptured = False
-        #: How runs went, for tests and reports: warm-ups, recordings, replays, uncaptured runs.
-        self.counts = collections.Counter()
 
     @classmethod
     def for_session(cls, providers: Sequence[Any], order: Sequence[tuple[Any, str, Any]]) -> SessionCapture | None:
@@ -66,14 +64,12 @@ class SessionCapture:
         """What identifies a recording of this binding, or ``None`` when it cannot be recorded
         (a value on the host, an output without a preallocated buffer, ``gpu_graph_id`` -1)."""
         if run_options is not None and run_options.get_run_config_entry("gpu_graph_id") == "-1":
-            self.counts["uncaptured"] += 1  # onnxruntime's way of asking for one run without the graph
-            return None
+            return None  # onnxruntime's way of asking for one run without the graph
         key = []
         for kind, bound in (("input", inputs), ("output", outputs)):
             for name, value in bound.items():
                 if not isinstance(value, OrtValue) or value._onnxplug_memory() is not self.memory:
                     self._warn_uncaptured(kind, name)
-                    self.counts["uncaptured"] += 1
                     return None
                 array = value._onnxplug_value()
                 key.append((kind, name, self._address(array), *self.memory.shape_and_type(array)))
@@ -88,14 +84,11 @@ class SessionCapture:
                 self._entries.move_to_end(key)
             if callable(entry):
                 entry()
-                self.counts["replays"] += 1
                 return bound
             if entry is None:
                 self._remember(key, _WARMED)
-                self.counts["warm-ups"] += 1
                 return once(False)
             if entry == _REFUSED:
-                self.counts["uncaptured"] += 1
                 return once(False)
             return self._record(key, once)
 
@@ -113,14 +106,12 @@ class SessionCapture:
                 RuntimeWarning,
                 stacklevel=5,
             )
-            self.counts["uncaptured"] += 1
             return once(False)
         except BaseException:
             self.recorder.abort()
             raise
         replay()  # what was recorded has not necessarily run: the replay produces the results
         self._entries[key] = replay
-        self.counts["recordings"] += 1
         return results
 
     def _remember(self, key: tuple, entry: Any) -> None:
