@@ -21,8 +21,9 @@ import onnx_ir as ir
 
 from ..errors import EPFail, Fail
 from ..graph import GraphView, execution_order, node_reads, order_units, subgraphs
+from ..kernels import current_run
 from ..partition import Assignment, PartitionedModel, PartitionResult, ProviderSlot, build_partition, node_opsets
-from ._loop import load_values, run_sequential
+from ._loop import StraightLine, load_values, run_sequential
 from ._placement import Copy, place
 from ._slots import SlotTable
 from ._steps import DROP_SLOT, NONE_SLOT, Step, fused_step, kernel_step
@@ -57,11 +58,19 @@ class GraphPlan:
     _input_readers: dict[str, tuple[tuple[str, str], ...]] | None = dataclasses.field(
         default=None, init=False, repr=False, compare=False
     )
+    _straight: StraightLine | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = (), profiler: Any = None) -> list[Any]:
         """Run the plan.  ``inputs`` align with ``input_slots``, ``outer`` with ``outer_slots``."""
         values = load_values(self.template, self.input_slots, inputs, self.outer_slots, outer)
-        run_sequential(self.steps, values, profiler)
+        if profiler is None:
+            straight = self._straight
+            if straight is None:
+                straight = self._straight = StraightLine(self.steps)
+            state = current_run()
+            straight(values, None if state is None else state.run_options)
+        else:
+            run_sequential(self.steps, values, profiler)
         return [values[slot] for slot in self.output_slots]
 
     def input_readers(self, name: str) -> tuple[tuple[str, str], ...]:

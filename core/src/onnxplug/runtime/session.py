@@ -33,7 +33,7 @@ from ._device_run import run_on_devices
 from ._evaluate import KernelEvaluator
 from ._executors import ParallelExecutor
 from ._global_threads import apply_global_threads
-from ._io import ModelMetadata, NodeArg, check_feeds, fresh_outputs, input_specs, output_args
+from ._io import FeedChecker, ModelMetadata, NodeArg, fresh_outputs, input_specs, output_args
 from ._model_config import apply_model_config
 from ._plan import GraphPlan, build_plan
 from ._profiler import Profiler
@@ -145,6 +145,7 @@ class InferenceSession:
         self._input_specs, self._inputs, self._overridable = input_specs(
             proto.graph, overrides, denotations, overridable_initializers=proto.ir_version >= 4
         )
+        self._check_feeds = FeedChecker(self._input_specs)
         inferred = {v.name: v for v in proto.graph.value_info}
         self._outputs = output_args(proto.graph, inferred)
         self._meta = ModelMetadata.from_proto(proto)
@@ -335,7 +336,7 @@ class InferenceSession:
         plan = self._require_plan()
         indices = self._output_indices(output_names)
         input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
-        feeds = check_feeds(self._input_specs, input_feed)
+        feeds = self._check_feeds(input_feed)
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
         profiler = self._profiler
         start = profiler.now() if profiler is not None else 0
@@ -436,7 +437,7 @@ class InferenceSession:
         Missing inputs are reported at once (as onnxruntime does); any other failure reaches the
         callback with ``results == []`` and the message in ``error_message``.
         """
-        check_feeds(self._input_specs, input_feed)
+        self._check_feeds(input_feed)
         self._output_indices(output_names)
 
         def work() -> None:

@@ -54,7 +54,9 @@ def _register_binary(op, fn, *, modern, legacy):
 
 def _arith(op, ufunc):
     def compute(a, b):
-        if a.dtype != b.dtype:
+        # Identity first: numpy shares one dtype object per builtin type, and the equality
+        # test alone costs a tenth of a small add.
+        if a.dtype is not b.dtype and a.dtype != b.dtype:
             _same_dtype(op, a, b)
         # Integer wrap-around and IEEE specials are results: sessions run kernels under
         # np.errstate(all="ignore") (one per run; a context per call would cost more than the add).
@@ -151,16 +153,27 @@ def _variadic(op, inputs, combine, *, mean=False):
     return as_dtype(result, dtype)
 
 
-def maximum(*inputs):
-    return _variadic("Max", inputs, np.maximum)
+def _pairwise_first(op, name, combine):
+    """The variadic kernel with the two-input case of one wide dtype checked inline: most Max,
+    Min and Sum nodes have two inputs, and on small tensors the general path's checks cost
+    as much as numpy's call."""
+
+    def variadic(*inputs):
+        if len(inputs) == 2:
+            a, b = inputs
+            dtype = a.dtype
+            if (dtype is b.dtype or dtype == b.dtype) and dtype.kind in "fiu" and dtype.itemsize >= 4:
+                result = combine(a, b)
+                return result if type(result) is np.ndarray else as_dtype(result, dtype)
+        return _variadic(op, inputs, combine)
+
+    variadic.__qualname__ = variadic.__name__ = name
+    return variadic
 
 
-def minimum(*inputs):
-    return _variadic("Min", inputs, np.minimum)
-
-
-def total(*inputs):
-    return _variadic("Sum", inputs, np.add)
+maximum = _pairwise_first("Max", "maximum", np.maximum)
+minimum = _pairwise_first("Min", "minimum", np.minimum)
+total = _pairwise_first("Sum", "total", np.add)
 
 
 def mean(*inputs):
