@@ -335,16 +335,22 @@ def one_hot_encoder(ctx, *, cats_int64s=None, cats_strings=None, zeros):
     return run
 
 
-@kernel("Scaler", since=(1,), domain=ML)
-def scaler(x, *, offset=None, scale=None):
-    table = x.astype(np.float32)
-    width = table.shape[-1] if table.ndim else 1
+@kernel("Scaler", since=(1,), domain=ML, factory=True)
+def scaler(ctx, *, offset=None, scale=None):
+    # The attribute arrays are made once: converting them on every call was most of a
+    # single-row run.
     shift = np.asarray(offset if offset else (0.0,), np.float32)
     factor = np.asarray(scale if scale else (1.0,), np.float32)
-    for name, values in (("offset", shift), ("scale", factor)):
-        if values.size not in (1, width):
-            raise InvalidArgument(f"{name} has {values.size} values for {width} features")
-    return (table - shift) * factor
+
+    def run(x):
+        table = x.astype(np.float32)
+        width = table.shape[-1] if table.ndim else 1
+        for name, values in (("offset", shift), ("scale", factor)):
+            if values.size not in (1, width):
+                raise InvalidArgument(f"{name} has {values.size} values for {width} features")
+        return (table - shift) * factor
+
+    return run
 
 
 @kernel("ZipMap", since=(1,), domain=ML, factory=True)

@@ -65,6 +65,9 @@ class Forest:
     ):
         self.threshold_dtype = np.dtype(threshold_dtype)
         self.feature = np.asarray(feature, np.int64)
+        # The input width the trees need, found once: the max over every node cost a single-row
+        # run a quarter of its time.
+        self.width_needed = int(self.feature.max()) + 1 if self.feature.size else 0
         self.threshold = np.asarray(threshold, np.float64)
         self.mode = np.asarray(mode, np.int64)
         self.missing_true = np.asarray(missing_true, bool)
@@ -179,8 +182,8 @@ class Forest:
         """The input checked and converted to the float64 values the walks compare."""
         if x.ndim != 2:
             raise InvalidArgument(f"tree ensembles expect [N, F] input, got shape {x.shape}")
-        if self.feature.size and self.feature.max() >= x.shape[1]:
-            raise InvalidArgument(f"feature id {int(self.feature.max())} is out of range for {x.shape[1]} features")
+        if self.width_needed > x.shape[1]:
+            raise InvalidArgument(f"feature id {self.width_needed - 1} is out of range for {x.shape[1]} features")
         if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
             x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
         return np.ascontiguousarray(x, np.float64)
