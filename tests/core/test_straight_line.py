@@ -1,7 +1,8 @@
 """The straight-line runner (runtime._loop.StraightLine) that plain sequential runs go through.
 
-A long chain crosses the runner's function boundaries (``StraightLine.CHUNK`` steps each); the
-checks are the loop's contract: results equal the profiled (interpreted) loop's, an error names
+A long chain crosses the runner's function boundaries (``StraightLine.CHUNK`` steps each). A plan's
+first run is interpreted and later ones compiled, so every check runs twice; the checks are the
+loop's contract: results equal the profiled (interpreted) loop's, an error names
 the failing node wherever it sits, ``RunOptions.terminate`` stops the run, multi-output nodes
 store every output, and values are freed after their last reader.
 """
@@ -43,13 +44,16 @@ def _expected(x: np.ndarray, count: int) -> np.ndarray:
 def test_a_chain_longer_than_several_chunks_computes_what_the_ops_say():
     x = np.array([[0.5, -0.75, 0.9, 0.25]], np.float32)
     session = onnxplug.InferenceSession(_chain(COUNT))
-    (y,) = session.run(None, {"x": x})
-    np.testing.assert_allclose(y, _expected(x, COUNT), rtol=1e-5)
+    for _ in range(2):
+        (y,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(y, _expected(x, COUNT), rtol=1e-5)
 
 
 def test_results_equal_the_profiled_loop():
     x = np.array([[0.1, 0.2, -0.3, 0.4]], np.float32)
-    plain = onnxplug.InferenceSession(_chain(COUNT)).run(None, {"x": x})[0]
+    session = onnxplug.InferenceSession(_chain(COUNT))
+    session.run(None, {"x": x})
+    plain = session.run(None, {"x": x})[0]
     options = onnxplug.SessionOptions()
     options.enable_profiling = True
     profiled_session = onnxplug.InferenceSession(_chain(COUNT), options)
@@ -62,18 +66,20 @@ def test_an_error_in_a_later_chunk_names_its_node():
     bad = StraightLine.CHUNK + 5
     session = onnxplug.InferenceSession(_chain(COUNT, bad_at=bad))
     feeds = {"x": np.ones((1, 4), np.float32), "wrong": np.ones(3, np.float32)}
-    with pytest.raises(onnxplug.Fail, match=f"Name:'n{bad}'"):
-        session.run(None, feeds)
+    for _ in range(2):
+        with pytest.raises(onnxplug.Fail, match=f"Name:'n{bad}'"):
+            session.run(None, feeds)
 
 
 def test_terminate_stops_the_run():
     session = onnxplug.InferenceSession(_chain(COUNT))
     run_options = onnxplug.RunOptions()
-    run_options.terminate = True
-    with pytest.raises(onnxplug.Fail, match="terminate"):
-        session.run(None, {"x": np.ones((1, 4), np.float32)}, run_options)
-    run_options.terminate = False
-    assert session.run(None, {"x": np.ones((1, 4), np.float32)}, run_options)[0].shape == (1, 4)
+    for _ in range(2):
+        run_options.terminate = True
+        with pytest.raises(onnxplug.Fail, match="terminate"):
+            session.run(None, {"x": np.ones((1, 4), np.float32)}, run_options)
+        run_options.terminate = False
+        assert session.run(None, {"x": np.ones((1, 4), np.float32)}, run_options)[0].shape == (1, 4)
 
 
 def test_multi_output_nodes_store_every_output():
@@ -88,8 +94,10 @@ def test_multi_output_nodes_store_every_output():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    (y,) = onnxplug.InferenceSession(model.SerializeToString()).run(None, {"x": np.array([[5, 7, 1, 2]], np.float32)})
-    np.testing.assert_array_equal(y, [[4, 5]])
+    session = onnxplug.InferenceSession(model.SerializeToString())
+    for _ in range(2):
+        (y,) = session.run(None, {"x": np.array([[5, 7, 1, 2]], np.float32)})
+        np.testing.assert_array_equal(y, [[4, 5]])
 
 
 def test_values_are_freed_after_their_last_reader():
@@ -97,8 +105,23 @@ def test_values_are_freed_after_their_last_reader():
     # does: after a run only the outputs' slots still hold arrays.
     session = onnxplug.InferenceSession(_chain(8))
     plan = session._plan
-    values = plan.template.copy()
-    values[plan.input_slots[0]] = np.ones((1, 4), np.float32)
-    StraightLine(plan.steps)(values, None)
-    held = [slot for slot, value in enumerate(values) if isinstance(value, np.ndarray) and slot not in plan.input_slots]
-    assert held == list(plan.output_slots)
+    runner = StraightLine(plan.steps)
+    for _ in range(2):
+        values = plan.template.copy()
+        values[plan.input_slots[0]] = np.ones((1, 4), np.float32)
+        runner(values, None)
+        held = [
+            slot for slot, value in enumerate(values) if isinstance(value, np.ndarray) and slot not in plan.input_slots
+        ]
+        assert held == list(plan.output_slots)
+
+
+def test_the_second_run_is_compiled_and_the_first_is_not():
+    session = onnxplug.InferenceSession(_chain(8))
+    runner = StraightLine(session._plan.steps)
+    values = session._plan.template.copy()
+    values[session._plan.input_slots[0]] = np.ones((1, 4), np.float32)
+    runner(values.copy(), None)
+    assert runner._plain == ()  # interpreted, nothing compiled
+    runner(values.copy(), None)
+    assert runner._plain and all(chunk.__code__.co_filename == "<onnxplug plan>" for chunk in runner._plain)

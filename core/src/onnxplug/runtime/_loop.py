@@ -104,7 +104,7 @@ def _run_fast(steps: Sequence[Step], values: list[Any], options: Any) -> None:
 
 
 class StraightLine:
-    """A plan's steps compiled to straight-line Python functions, built on first use.
+    """A plan's steps compiled to straight-line Python functions, from the second run on.
 
     Each step becomes one line, ``values[o] = c17(values[i], values[j])``, followed by the stores
     that free its inputs' last uses, so a run does no per-step attribute lookups, length tests or
@@ -112,10 +112,14 @@ class StraightLine:
     about as much as the numpy calls).  The generated source holds only integers and names of
     the form ``cN``: the callables and steps are bound through the function's namespace, never
     written into the text, so nothing from a model reaches the compiler.  Steps are split into
-    functions of :data:`CHUNK` so compile time stays linear for very large graphs.  A line
-    number marker (``at = N``) names the failing step in errors, through :func:`attribute_error`
-    as in the interpreted loop; with run options the ``terminate`` flag is tested before every
-    step, as there.
+    functions of :data:`CHUNK` so compile time stays linear for very large graphs.  An error is
+    attributed to its step by the line it was raised from (each line belongs to one step), through
+    :func:`attribute_error` as in the interpreted loop; with run options the ``terminate`` flag is
+    tested before every step, as there.
+
+    Compiling costs tens of microseconds per step, more than an interpreted run of small nodes,
+    so the first run of each kind (with and without run options) is interpreted and only a plan
+    that runs again is compiled: a session that runs once never pays for it.
     """
 
     #: Steps per generated function.
@@ -125,15 +129,22 @@ class StraightLine:
 
     def __init__(self, steps: Sequence[Step]) -> None:
         self._steps = tuple(steps)
+        # None: not run yet; (): run once, interpreted; else the compiled functions.
         self._plain: tuple[Any, ...] | None = None
         self._checked: tuple[Any, ...] | None = None
 
     def __call__(self, values: list[Any], options: Any) -> None:
         """Run every step on ``values``; ``options``: the run's RunOptions or ``None``."""
-        if options is None:
-            chunks = self._plain if self._plain is not None else self._build(checked=False)
-        else:
-            chunks = self._checked if self._checked is not None else self._build(checked=True)
+        chunks = self._plain if options is None else self._checked
+        if not chunks:
+            if chunks is None:
+                if options is None:
+                    self._plain = ()
+                else:
+                    self._checked = ()
+                _run_fast(self._steps, values, options)
+                return
+            chunks = self._build(checked=options is not None)
         for chunk in chunks:
             chunk(values, options)
 
@@ -150,9 +161,11 @@ class StraightLine:
 
 
 def _compile_chunk(steps: Sequence[Step], checked: bool) -> Any:
-    lines = ["def chunk(values, options):", "    at = 0", "    try:"]
+    lines = ["def chunk(values, options):", "    try:"]
+    step_of_line: dict[int, Step] = {}
     namespace: dict[str, Any] = {
         "steps": tuple(steps),
+        "step_of_line": step_of_line,
         "attribute_error": attribute_error,
         "store_outputs": _store_outputs,
         "RunTerminated": RunTerminated,
@@ -160,7 +173,7 @@ def _compile_chunk(steps: Sequence[Step], checked: bool) -> Any:
     for index, step in enumerate(steps):
         namespace[f"c{index}"] = step.call
         arguments = ", ".join(f"values[{int(slot)}]" for slot in step.inputs)
-        lines.append(f"        at = {index}")
+        first = len(lines)
         if checked:
             lines.append("        if options.terminate: raise RunTerminated()")
         if step.single:
@@ -168,9 +181,14 @@ def _compile_chunk(steps: Sequence[Step], checked: bool) -> Any:
         else:
             lines.append(f"        store_outputs(steps[{index}], c{index}({arguments}), values)")
         lines.extend(f"        values[{int(slot)}] = None" for slot in step.free)
+        for line in range(first + 1, len(lines) + 1):  # line numbers count from 1
+            step_of_line[line] = step
     if not steps:
         lines.append("        pass")
-    lines += ["    except Exception as error:", "        raise attribute_error(error, steps[at]) from error"]
+    lines += [
+        "    except Exception as error:",
+        "        raise attribute_error(error, step_of_line[error.__traceback__.tb_lineno]) from error",
+    ]
     exec(compile("\n".join(lines), "<onnxplug plan>", "exec"), namespace)
     return namespace["chunk"]
 
