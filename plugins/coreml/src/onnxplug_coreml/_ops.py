@@ -51,6 +51,14 @@ def _x(ctx, node, index=0):
     return ctx.var(node.input[index], node)
 
 
+def _gathering(ctx, node, gather):
+    """Run ``gather(x)`` on the data input; MIL's gathers take no bool, so bool goes through int32."""
+    x = _x(ctx, node)
+    if ctx.mil_dtype(node.input[0], node) != "bool":
+        return gather(x)
+    return ctx.mb.cast(x=gather(ctx.mb.cast(x=x, dtype="int32")), dtype="bool")
+
+
 def _out(ctx, node, var, index=0):
     ctx.set(node.output[index], var)
 
@@ -324,7 +332,7 @@ def _gather(ctx, node):
         index_var = ctx.mb.const(val=indices.astype(np.int32))
     else:
         index_var = _x(ctx, node, 1)  # run-time indices: Core ML reads them as they come (non-negative)
-    _out(ctx, node, ctx.mb.gather(x=_x(ctx, node), indices=index_var, axis=axis))
+    _out(ctx, node, _gathering(ctx, node, lambda x: ctx.mb.gather(x=x, indices=index_var, axis=axis)))
 
 
 @converts("Shape", "Size")
@@ -421,3 +429,30 @@ def _depth_to_space(ctx, node):
     x = ctx.mb.reshape(x=_x(ctx, node), shape=np.array(parts, np.int32))
     x = ctx.mb.transpose(x=x, perm=perm)
     _out(ctx, node, ctx.mb.reshape(x=x, shape=np.array([n, c // (b * b), h * b, w * b], np.int32)))
+
+
+@converts("Range")
+def _range(ctx, node):
+    start, limit, delta = (ctx.required_const(node, i, what) for i, what in enumerate(("start", "limit", "delta")))
+    ctx.folded[node.output[0]] = np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+
+
+@converts("GatherElements")
+def _gather_elements(ctx, node):
+    rank = ctx.rank(node.input[0], node)
+    axis = _positive_axis(attr(node, "axis", 0), rank, node)
+    indices = ctx.const(node.input[1])
+    if indices is not None:
+        size = ctx.shape(node.input[0], node)[axis]
+        index_var = ctx.mb.const(val=np.where(indices < 0, indices + size, indices).astype(np.int32))
+    else:
+        index_var = _x(ctx, node, 1)
+    _out(ctx, node, _gathering(ctx, node, lambda x: ctx.mb.gather_along_axis(x=x, indices=index_var, axis=axis)))
+
+
+@converts("GatherND")
+def _gather_nd(ctx, node):
+    if attr(node, "batch_dims", 0):
+        raise Untranslatable(node, "batch_dims must be 0")
+    indices = _x(ctx, node, 1)
+    _out(ctx, node, _gathering(ctx, node, lambda x: ctx.mb.gather_nd(x=x, indices=indices)))

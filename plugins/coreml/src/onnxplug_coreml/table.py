@@ -3,7 +3,7 @@
 Source: onnxruntime's CoreML ML Program support table, ``coreml_supported_mlprogram_ops.md`` as
 shipped in the onnxruntime 1.32.0 wheel (``onnxruntime/tools/mobile_helpers/``): its notes are
 transcribed as checks below.  Rows it lists that onnxplug's MIL translator does not express yet
-(GridSample, GatherND, GroupNormalization, com.microsoft FusedConv/QuickGelu) are declined with
+(GridSample, GroupNormalization, com.microsoft FusedConv/QuickGelu) are declined with
 that reason.  Rows it does not list but the translator expresses (BatchNormalization, Gather,
 Pad, the other reductions, Flatten, ...) are marked ``translator``; their checks are the
 translator's own conditions.  onnxplug's translator builds fixed-shape programs (onnxruntime's
@@ -114,7 +114,7 @@ ROWS = [
     _row("Elu"),
     _row("Erf"),
     _row("Exp"),
-    _row("GatherND", checks=[NotTranslated()]),
+    _row("GatherND", types=ANY, checks=[AttributeIn("batch_dims", (0,), 0, "batch_dims must be 0")]),
     _row("Gemm", checks=[ConstantInput(1, "Input B")]),
     _row("Gelu"),
     _row("GlobalAveragePool", checks=[InputRank(0, (4,), _POOL)]),
@@ -189,6 +189,8 @@ ROWS = [
     _row("Flatten", types=ANY),
     _row("Floor"),
     _row("Gather", types=ANY),
+    _row("GatherElements", types=ANY),
+    _row("Range", types=NUMERIC, checks=[ConstantInput(i, f"{w} ({_CONST}: shapes are static)") for i, w in enumerate(("start", "limit", "delta"))]),
     _row("Greater", types=NUMERIC),
     _row("GreaterOrEqual", types=NUMERIC),
     _row("Less", types=NUMERIC),

@@ -260,6 +260,63 @@ def infer(model: onnx.ModelProto | bytes) -> onnx.ModelProto:
     return proto
 
 
+def prepare(model: onnx.ModelProto | bytes, rounds: int = 8) -> onnx.ModelProto:
+    """The model with inferred shapes and its constant subgraphs folded into initializers.
+
+    Exporters compute shapes at run time (``Shape`` → ``Gather`` → ``Range`` → ``Expand``...);
+    with static input shapes all of that is constant, but ONNX shape inference does not see
+    through every op.  So nodes whose inputs are all constant are computed (by MIL's value
+    inference, or from the static shapes) and become initializers, and shapes are inferred
+    again, until nothing more folds.
+    """
+    proto = infer(model)
+    for position, node in enumerate(proto.graph.node):
+        node.name = node_label(node, position)
+    for _ in range(rounds):
+        folded = _fold_once(proto)
+        if not folded:
+            break
+        graph = proto.graph
+        kept = [node for node in graph.node if not all(not o or o in folded for o in node.output)]
+        del graph.node[:]
+        graph.node.extend(kept)
+        used = {name for node in kept for name in node.input} | {o.name for o in graph.output}
+        existing = {t.name for t in graph.initializer}
+        for name, value in folded.items():
+            if name in used and name not in existing:
+                graph.initializer.append(onnx.numpy_helper.from_array(value, name))
+        del graph.value_info[:]
+        proto = infer(proto)
+    return proto
+
+
+def _fold_once(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Output name → value, for the nodes computable now (all inputs constant), in their ONNX types."""
+    mb, Function, _, targets = mil()
+    ctx = Context(proto)
+    folded: dict[str, np.ndarray] = {}
+    with Function({}, opset_version=targets.iOS15):
+        for node in proto.graph.node:
+            shape_only = node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx")
+            if not shape_only and not all(not name or ctx.const(name) is not None for name in node.input):
+                continue
+            try:
+                _convert(ctx, node)
+            except Exception:  # noqa: BLE001 - not foldable here: the node is translated (or refused) later
+                continue
+            for name in node.output:
+                if name and name in ctx.folded:
+                    value = ctx.folded[name]
+                    info = ctx.infos.get(name)
+                    elem = info.type.tensor_type.elem_type if info is not None else 0
+                    if elem:
+                        value = value.astype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+                    elif value.dtype == np.int32:
+                        value = value.astype(np.int64)  # MIL narrows; ONNX's shape tensors are int64
+                    folded[name] = value
+    return folded
+
+
 def node_label(node: onnx.NodeProto, position: int) -> str:
     """The node's name, or ``OpType#position`` for an unnamed one (so every refusal names a node)."""
     return node.name or f"{node.op_type}#{position}"
@@ -326,7 +383,7 @@ def translate(
     :raises Untranslatable: a node with no MIL form, naming it and the reason.
     """
     converters()
-    proto = infer(model)
+    proto = prepare(model)
     graph = proto.graph
     if inputs is None:
         inputs = [v.name for v in graph.input]
@@ -398,29 +455,18 @@ def declines(
     inferred shapes, so the answer does not depend on how the nodes are later grouped.
     """
     converters()
-    proto = infer(model)
+    proto = prepare(model)
     mb, Function, _, targets = mil()
     opset = getattr(targets, target)
     wanted = None if names is None else set(names)
     refused: dict[str, str] = {}
-    base = Context(proto)
-    with Function({}, opset_version=opset):
-        for node in proto.graph.node:  # what constants compute is constant for the nodes after
-            if all(not name or base.const(name) is not None for name in node.input):
-                try:
-                    _convert(base, node)
-                except Exception:  # noqa: BLE001 - not foldable: the node is judged on its own below
-                    pass
-    for position, node in enumerate(proto.graph.node):
-        label = node_label(node, position)
+    for node in proto.graph.node:
+        label = node.name  # prepare() named the unnamed ones
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             continue
-        if all(name in base.folded for name in node.output if name):
-            continue  # folded: it computes nothing at run time
         if wanted is not None and label not in wanted:
             continue
         ctx = Context(proto)
-        ctx.folded = base.folded
         try:
             placeholders = {}
             for name in node.input:
