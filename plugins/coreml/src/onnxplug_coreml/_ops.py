@@ -212,7 +212,11 @@ def _layer_norm(ctx, node):
     bias = ctx.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     normalized = tuple(shape[axis:])
     has_bias = len(node.input) > 2 and bool(node.input[2])
-    if scale is not None and scale.shape == normalized and (not has_bias or (bias is not None and bias.shape == normalized)):
+    if (
+        scale is not None
+        and scale.shape == normalized
+        and (not has_bias or (bias is not None and bias.shape == normalized))
+    ):
         gamma = np.asarray(scale, np.float32)
         beta = np.asarray(bias, np.float32) if bias is not None else np.zeros(normalized, np.float32)
         _out(ctx, node, ctx.mb.layer_norm(x=_x(ctx, node), axes=axes, gamma=gamma, beta=beta, epsilon=epsilon))

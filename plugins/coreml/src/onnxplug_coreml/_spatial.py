@@ -210,7 +210,9 @@ def resize_form(node, rank: int, in_shape, out_shape) -> tuple[str, dict] | str:
             return f"nearest Resize needs asymmetric/floor or half_pixel/round_prefer_floor, not {transform}/{nearest}"
         if any(f < 1 or f != int(f) for f in factors):
             return f"nearest Resize needs integer upscaling factors, not {factors}"
-        return "upsample_nearest_neighbor", dict(scale_factor_height=int(factors[0]), scale_factor_width=int(factors[1]))
+        return "upsample_nearest_neighbor", dict(
+            scale_factor_height=int(factors[0]), scale_factor_width=int(factors[1])
+        )
     if mode == "linear":
         if transform in ("half_pixel", "pytorch_half_pixel") and all(o > 1 for o in out_shape[2:]):
             align = False

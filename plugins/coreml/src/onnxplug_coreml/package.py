@@ -167,7 +167,10 @@ def _unzip(data: bytes, folder: str) -> None:
 
 def package_key(model_bytes: bytes, inputs: Sequence[str], outputs: Sequence[str], settings: Settings) -> str:
     return CompileCache.key(
-        provider="coreml", content=model_bytes, options=settings.package_options(), extra=(tuple(inputs), tuple(outputs))
+        provider="coreml",
+        content=model_bytes,
+        options=settings.package_options(),
+        extra=(tuple(inputs), tuple(outputs)),
     )
 
 
@@ -191,7 +194,9 @@ def build_package(partition: Any, settings: Settings, cache: CompileCache, folde
                 blob = _zip(written)
                 if settings.model_cache_dir:
                     os.makedirs(settings.model_cache_dir, exist_ok=True)
-                    shutil.copytree(written, os.path.join(settings.model_cache_dir, key + ".mlpackage"), dirs_exist_ok=True)
+                    shutil.copytree(
+                        written, os.path.join(settings.model_cache_dir, key + ".mlpackage"), dirs_exist_ok=True
+                    )
             cache.store_bytes(key, blob)
         return blob
 
@@ -220,4 +225,3 @@ def convert_model(model: str | bytes | onnx.ModelProto, out: str, settings: Sett
             f"{len(refused)} node{'s' if len(refused) != 1 else ''}", f"the model cannot be converted whole ({listed})"
         )
     return save(convert(translate(model, target=settings.target), settings), out)
-

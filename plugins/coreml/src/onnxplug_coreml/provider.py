@@ -30,7 +30,10 @@ __all__ = ["CoremlProvider", "CoremlProviderFactory", "detect"]
 def detect() -> str:
     """``""`` when Core ML can predict here, else the reason it cannot."""
     if sys.platform != "darwin":
-        return f"CoreML prediction needs macOS (this is {sys.platform}); plan with --target coreml, convert with onnxplug convert"
+        return (
+            f"CoreML prediction needs macOS (this is {sys.platform}); "
+            "plan with --target coreml, convert with onnxplug convert"
+        )
     if importlib.util.find_spec("coremltools") is None:
         return "coremltools is not installed (pip install onnxplug[coreml])"
     release = platform.mac_ver()[0]

@@ -42,6 +42,6 @@ class Runner:
         with self._lock:
             try:
                 found = self.model.predict(feeds)
-            except Exception as error:  # noqa: BLE001 - Core ML's errors, with the package named
+            except Exception as error:
                 raise EPFail(f"CoreML prediction failed: {type(error).__name__}: {error}") from error
         return [np.asarray(found[spec.mil_name]).reshape(spec.shape).astype(spec.numpy_dtype) for spec in self.outputs]

@@ -90,7 +90,9 @@ ROWS = [
     _row("And", types=types("BOOL"), checks=[InputTypes(1, types("BOOL"), "Both inputs must be bool")]),
     _row("ArgMax", checks=[AttributeIn("select_last_index", (0,), 0, "select_last_index must be 0")]),
     _row("AveragePool", checks=[InputRank(0, (4,), _POOL), _DILATIONS_1]),
-    _row("Cast", types=ANY, checks=[AttributeIn("to", (1, 10, 6, 7, 9), 1, "Cast to float, float16, int32, int64, bool")]),
+    _row(
+        "Cast", types=ANY, checks=[AttributeIn("to", (1, 10, 6, 7, 9), 1, "Cast to float, float16, int32, int64, bool")]
+    ),
     _row("Clip", checks=[ConstantInput(1, f"min ({_CONST})"), ConstantInput(2, f"max ({_CONST})")]),
     _row("Concat", types=ANY),
     _row("Conv", checks=[InputRank(0, (3, 4), "Only 1D/2D Conv is supported"), ConstantInput(2, "Bias")]),
@@ -100,7 +102,9 @@ ROWS = [
             InputRank(0, (3, 4), "only 1-D/2-D ConvTranspose (translator)"),
             ConstantInput(1, "Weight"),
             ConstantInput(2, "bias"),
-            AttributeIn("auto_pad", ("NOTSET", "VALID"), "NOTSET", "padding_type of SAME_UPPER/SAME_LOWER is not supported"),
+            AttributeIn(
+                "auto_pad", ("NOTSET", "VALID"), "NOTSET", "padding_type of SAME_UPPER/SAME_LOWER is not supported"
+            ),
             AttributeTest("output_shape", lambda v: v is None, None, "output_shape is not supported"),
             AttributeTest(
                 "output_padding", lambda v: not v or not any(v), None, "output_padding must have default values"
@@ -144,7 +148,10 @@ ROWS = [
     ),
     _row("Max", types=NUMERIC),
     _row("Mul", types=NUMERIC),
-    _row("Pow", checks=[InputTypes(0, types("FP32"), "both inputs fp32"), InputTypes(1, types("FP32"), "both inputs fp32")]),
+    _row(
+        "Pow",
+        checks=[InputTypes(0, types("FP32"), "both inputs fp32"), InputTypes(1, types("FP32"), "both inputs fp32")],
+    ),
     _row("PRelu"),
     _row("Reciprocal"),
     _row("ReduceSum", types=NUMERIC, checks=[ConstantInput(1, f"axes ({_CONST})")]),
@@ -159,8 +166,10 @@ ROWS = [
     _row(
         "Slice",
         types=ANY,
-        checks=[ConstantInput(i, f"{what} must be constant initializers") for i, what in
-                ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))],
+        checks=[
+            ConstantInput(i, f"{what} must be constant initializers")
+            for i, what in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))
+        ],
     ),
     _row("Softplus"),
     _row("Split", types=ANY, checks=[ConstantInput(1, "If provided, splits")]),
@@ -190,7 +199,13 @@ ROWS = [
     _row("Floor"),
     _row("Gather", types=ANY),
     _row("GatherElements", types=ANY),
-    _row("Range", types=NUMERIC, checks=[ConstantInput(i, f"{w} ({_CONST}: shapes are static)") for i, w in enumerate(("start", "limit", "delta"))]),
+    _row(
+        "Range",
+        types=NUMERIC,
+        checks=[
+            ConstantInput(i, f"{w} ({_CONST}: shapes are static)") for i, w in enumerate(("start", "limit", "delta"))
+        ],
+    ),
     _row("Greater", types=NUMERIC),
     _row("GreaterOrEqual", types=NUMERIC),
     _row("Less", types=NUMERIC),
@@ -218,6 +233,14 @@ ROWS = [
     _row("ReduceSumSquare", checks=[ConstantInput(1, f"axes ({_CONST})")]),
     _row("ReduceLogSumExp", checks=[ConstantInput(1, f"axes ({_CONST})")]),
     _row("Sum", types=NUMERIC),
+    _row("Mean"),
+    _row("ArgMin", checks=[AttributeIn("select_last_index", (0,), 0, "select_last_index must be 0")]),
+    _row("Xor", types=types("BOOL")),
+    _row(
+        "ConstantOfShape", types=types("INT64"), checks=[ConstantInput(0, f"input shape ({_CONST}: shapes are static)")]
+    ),
+    _row("Size", types=ANY),
+    _row("ReduceL1", checks=[ConstantInput(1, f"axes ({_CONST})")]),
 ]
 
 TABLE = CapabilityTable(
@@ -230,6 +253,6 @@ TABLE = CapabilityTable(
     notes=(
         "onnxplug's CoreML translator builds fixed-shape ML Programs: fix free dimensions first (--dim)",
         "Core ML computes in fp32/fp16 and int32: int64 values are narrowed, float64 is declined",
-        "Core ML decides per op whether the Neural Engine, the GPU or the CPU runs it (MLComputeUnits limits the choice)",
+        "Core ML decides per op whether the Neural Engine, GPU or CPU runs it (MLComputeUnits limits the choice)",
     ),
 )

@@ -488,4 +488,3 @@ def declines(
         except Exception as error:  # noqa: BLE001 - MIL's own type checks: a refusal with its words
             refused[label] = f"the MIL builder refused it: {type(error).__name__}: {error}"
     return refused
-
