@@ -238,7 +238,7 @@ CASES = [
         "BatchNormalization",
         {"x": f32(4, 3)},
         consts={"s": f32(3), "b": f32(3), "m": f32(3), "v": f32(3, low=0.5)},
-        id="BatchNormalization-2d",
+        case_id="BatchNormalization-2d",
     ),
     case("InstanceNormalization", {"x": X4}, consts={"s": f32(3), "b": f32(3)}, mil="instance_norm"),
     case("LRN", {"x": X4}, attrs={"size": 3}, mil="local_response_norm"),
