@@ -163,3 +163,26 @@ def test_resize_rows_share_the_translators_conditions():
     assert "nearest Resize needs integer upscaling factors" in declined
     declined = plan_for_target(resize([1, 1, 2, 2], "cubic"), "coreml").declined["resize"][0]
     assert "mode='cubic' has no MIL form" in declined
+
+
+@off_macos
+def test_the_execution_path_up_to_predict_with_detection_forced(monkeypatch, tmp_path):
+    """With detection forced, a session claims, translates, packages and loads each partition
+    here too; only Core ML's predict is missing, and the run fails with its reason."""
+    pytest.importorskip("coremltools", reason="the execution path builds packages with coremltools")
+    import onnxplug_coreml.provider as provider
+
+    monkeypatch.setattr(provider, "detect", lambda: "")
+    options = onnxplug.SessionOptions()
+    options.add_session_config_entry("session.compile_cache_dir", str(tmp_path))
+    session = onnxplug.InferenceSession(
+        _conv_model(bias_computed=False).SerializeToString(),
+        options,
+        providers=["CoreMLExecutionProvider", "CPUExecutionProvider"],
+        environment=_environment(),
+    )
+    report = session.get_partition_report()
+    assert report.counts == {"CoreMLExecutionProvider": 3, "CPUExecutionProvider": 1}
+    assert any(name.endswith(".bin") for name in os.listdir(tmp_path))  # the package, in the compile cache
+    with pytest.raises(Exception, match="only supported on macOS"):
+        session.run(None, {"x": np.ones((1, 3, 4, 4), np.float32)})

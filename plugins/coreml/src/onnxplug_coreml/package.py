@@ -150,6 +150,8 @@ def _zip(folder: str) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for root, _, files in os.walk(folder):
+            if root != folder:  # empty folders too: the manifest names them (weights/ of a small model)
+                archive.writestr(os.path.relpath(root, folder) + "/", b"")
             for name in sorted(files):
                 full = os.path.join(root, name)
                 archive.write(full, os.path.relpath(full, folder))
