@@ -4,7 +4,9 @@ Numeric where MIL computes values for constant inputs (the inputs are fed as MIL
 the values MIL's ``value_inference`` computes are compared with onnxplug's CPU provider);
 structural where it does not (conv, pooling, batch/instance norm, upsampling, LRN, ...): the
 built program's MIL op types, output shapes and dtypes.  Which ops fall in which group is the
-``STRUCTURAL`` set below; a numeric op whose value MIL does not compute fails.
+cases with a ``mil=`` op below; a numeric case whose value MIL does not compute fails, and so
+does a structural one that gains a value (it must become numeric).  Every case's program also
+converts to an ML Program (coremltools' passes) at each deployment target and precision.
 """
 
 from __future__ import annotations
@@ -267,8 +269,8 @@ CASES = [
     ),
 ]
 
-#: Ops (case ids) MIL's value inference does not compute: checked structurally.
-STRUCTURAL = {c.values[-1] for c in CASES if c.values[-1]}
+#: (minimum_deployment_target, precision) pairs a case's program is converted under, in turn.
+SETTINGS = [("iOS15", "FP32"), ("iOS16", "FP16"), ("iOS17", "FP32"), ("iOS18", "FP16")]
 
 
 def _model(op, inputs, consts, attrs, opset, outputs):
@@ -315,6 +317,24 @@ def test_op(op, inputs, consts, attrs, opset, outputs, mil):
             np.testing.assert_array_equal(got.astype(bool), want)
         else:
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        pytest.param(i, id=c.id, marks=() if c.values[-1] else pytest.mark.slow)  # structural ones always
+        for i, c in enumerate(CASES)
+    ],
+)
+def test_op_converts_to_an_ml_program(index):
+    from onnxplug_coreml.package import Settings, convert
+
+    op, inputs, consts, attrs, opset, outputs, _ = CASES[index].values
+    target, precision = SETTINGS[index % len(SETTINGS)]
+    model = _model(op, inputs, consts, attrs, opset, outputs)
+    spec = convert(translate(model, target=target), Settings(target=target, precision=precision)).get_spec()
+    assert spec.WhichOneof("Type") == "mlProgram"
+    assert len(spec.description.output) == outputs
 
 
 def test_every_converter_has_a_case_and_every_table_row_a_converter():
