@@ -140,6 +140,22 @@ def _partition() -> Partition:
     return Partition("coreml_partition_0", ("mm", "relu"), ("x",), ("y",), model)
 
 
+def _op_types(model) -> list[str]:
+    function = model.get_spec().mlProgram.functions["main"]
+    (block,) = function.block_specializations.values()
+    return [op.type for op in block.operations]
+
+
+def test_precision_fp16_computes_in_fp16_and_fp32_does_not():
+    from onnxplug_coreml.package import convert
+
+    partition = _partition()
+    built = translate(partition.model, partition.inputs, partition.outputs)
+    assert "cast" not in _op_types(convert(built, Settings(precision="FP32")))
+    fp16 = _op_types(convert(built, Settings(precision="FP16")))
+    assert fp16.count("cast") == 2 and fp16.index("cast") < fp16.index("matmul") < fp16.index("relu")
+
+
 def test_packages_are_cached_by_partition_content_and_options(tmp_path):
     partition = _partition()
     cache = CompileCache(cache_dir=str(tmp_path / "cache"))

@@ -84,7 +84,7 @@ def _variadic(ctx, node):
     for name in names[1:]:
         result = fn(x=result, y=ctx.var(name, node))
     if node.op_type == "Mean":
-        result = ctx.mb.real_div(x=result, y=np.float32(len(names)))
+        result = ctx.mb.real_div(x=result, y=ctx.np_type(names[0], node)(len(names)))
     elif len(names) == 1:
         result = ctx.mb.identity(x=result)
     _out(ctx, node, result)
@@ -92,14 +92,13 @@ def _variadic(ctx, node):
 
 @converts("Neg")
 def _neg(ctx, node):
-    minus_one = np.float32(-1) if ctx.mil_dtype(node.input[0], node) == "fp32" else np.int32(-1)
-    _out(ctx, node, ctx.mb.mul(x=_x(ctx, node), y=minus_one))
+    _out(ctx, node, ctx.mb.mul(x=_x(ctx, node), y=ctx.np_type(node.input[0], node)(-1)))
 
 
 @converts("Reciprocal")
 def _reciprocal(ctx, node):
     # real_div(1, x), not MIL's inverse(): that adds an epsilon (1e-4 by default) ONNX does not have
-    _out(ctx, node, ctx.mb.real_div(x=np.float32(1.0), y=_x(ctx, node)))
+    _out(ctx, node, ctx.mb.real_div(x=ctx.np_type(node.input[0], node)(1.0), y=_x(ctx, node)))
 
 
 @converts("LeakyRelu")
@@ -122,7 +121,7 @@ def _hard_sigmoid(ctx, node):
 def _prelu(ctx, node):
     # where(x < 0, x * slope, x): ONNX's slope broadcasts any way; MIL's prelu takes a per-channel vector only
     x, slope = _x(ctx, node, 0), _x(ctx, node, 1)
-    negative = ctx.mb.less(x=x, y=np.float32(0))
+    negative = ctx.mb.less(x=x, y=ctx.np_type(node.input[0], node)(0))
     _out(ctx, node, ctx.mb.select(cond=negative, a=ctx.mb.mul(x=x, y=slope), b=x))
 
 
@@ -142,7 +141,7 @@ def _clip(ctx, node):
         low, high = attr(node, "min"), attr(node, "max")
     else:
         low, high = ctx.required_const(node, 1, "min"), ctx.required_const(node, 2, "max")
-    dtype = np.float32 if ctx.mil_dtype(node.input[0], node) in ("fp32", "fp16") else np.int32
+    dtype = ctx.np_type(node.input[0], node)
     if low is not None:
         x = ctx.mb.maximum(x=x, y=dtype(np.asarray(low).reshape(())))
     if high is not None:
@@ -185,17 +184,18 @@ def _gemm(ctx, node):
         a = ctx.mb.transpose(x=a, perm=[1, 0])
     b = ctx.required_const(node, 1, "input B")
     alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
-    weight = np.asarray(b if attr(node, "transB", 0) else b.T, np.float32) * np.float32(alpha)  # linear: [out, in]
+    dt = ctx.np_type(node.input[0], node)
+    weight = (np.asarray(b if attr(node, "transB", 0) else b.T, np.float32) * np.float32(alpha)).astype(dt)  # [out, in]
     c = ctx.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if c is not None and c.size in (1, weight.shape[0]) and c.ndim <= 1:
-        bias = np.broadcast_to(np.asarray(c, np.float32).reshape(-1) * np.float32(beta), (weight.shape[0],))
+        bias = np.broadcast_to(np.asarray(c, np.float32).reshape(-1) * np.float32(beta), (weight.shape[0],)).astype(dt)
         _out(ctx, node, ctx.mb.linear(x=a, weight=weight, bias=np.ascontiguousarray(bias)))
         return
     result = ctx.mb.linear(x=a, weight=weight)
     if len(node.input) > 2 and node.input[2]:
         c_var = _x(ctx, node, 2)
         if beta != 1.0:
-            c_var = ctx.mb.mul(x=c_var, y=np.float32(beta))
+            c_var = ctx.mb.mul(x=c_var, y=dt(beta))
         result = ctx.mb.add(x=result, y=c_var)
     _out(ctx, node, result)
 
@@ -207,7 +207,7 @@ def _layer_norm(ctx, node):
     shape = ctx.shape(node.input[0], node)
     axis = _positive_axis(attr(node, "axis", -1), len(shape), node)
     axes = list(range(axis, len(shape)))
-    epsilon = float(attr(node, "epsilon", 1e-5))
+    epsilon = ctx.np_type(node.input[0], node)(attr(node, "epsilon", 1e-5))  # MIL: the type of x
     scale = ctx.const(node.input[1])
     bias = ctx.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     normalized = tuple(shape[axis:])
@@ -217,8 +217,9 @@ def _layer_norm(ctx, node):
         and scale.shape == normalized
         and (not has_bias or (bias is not None and bias.shape == normalized))
     ):
-        gamma = np.asarray(scale, np.float32)
-        beta = np.asarray(bias, np.float32) if bias is not None else np.zeros(normalized, np.float32)
+        dt = ctx.np_type(node.input[0], node)
+        gamma = np.asarray(scale, dt)
+        beta = np.asarray(bias, dt) if bias is not None else np.zeros(normalized, dt)
         _out(ctx, node, ctx.mb.layer_norm(x=_x(ctx, node), axes=axes, gamma=gamma, beta=beta, epsilon=epsilon))
         return
     result = ctx.mb.mul(x=ctx.mb.layer_norm(x=_x(ctx, node), axes=axes, epsilon=epsilon), y=_x(ctx, node, 1))

@@ -50,7 +50,7 @@ def _conv(ctx, node):
     if pad_type == "custom":
         kwargs["pad"] = _mil_pads(node, spatial)
     if bias is not None:
-        kwargs["bias"] = np.asarray(bias, np.float32)
+        kwargs["bias"] = np.asarray(bias, ctx.np_type(node.input[0], node))
     ctx.set(node.output[0], ctx.mb.conv(**kwargs))
 
 
@@ -70,7 +70,7 @@ def _conv_transpose(ctx, node):
         raise Untranslatable(node, f"kernel_shape {kernel} must match the weights' {list(weight.shape[2:])}")
     kwargs = dict(
         x=ctx.var(node.input[0], node),
-        weight=np.asarray(weight, np.float32),
+        weight=np.asarray(weight, ctx.np_type(node.input[0], node)),
         strides=[int(s) for s in attr(node, "strides", [1] * spatial)],
         dilations=[int(d) for d in attr(node, "dilations", [1] * spatial)],
         groups=int(attr(node, "group", 1)),
@@ -80,7 +80,7 @@ def _conv_transpose(ctx, node):
     if kwargs["pad_type"] == "custom":
         kwargs["pad"] = _mil_pads(node, spatial)
     if bias is not None:
-        kwargs["bias"] = np.asarray(bias, np.float32)
+        kwargs["bias"] = np.asarray(bias, ctx.np_type(node.input[0], node))
     ctx.set(node.output[0], ctx.mb.conv_transpose(**kwargs))
 
 
@@ -127,20 +127,28 @@ def _channel_params(ctx, node, indices, names):
     return values
 
 
+def _like_input(ctx, node, *arrays):
+    """Arrays in the data input's type (MIL takes fp16 parameters next to fp16 values)."""
+    dt = ctx.np_type(node.input[0], node)
+    return [np.asarray(a).astype(dt) for a in arrays]
+
+
 @converts("BatchNormalization")
 def _batch_norm(ctx, node):
     if attr(node, "training_mode", 0) or any(name for name in node.output[1:]):
         raise Untranslatable(node, "training mode (running mean/var outputs) has no MIL form")
     scale, bias, mean, var = _channel_params(ctx, node, (1, 2, 3, 4), ("scale", "B", "input_mean", "input_var"))
-    epsilon = float(attr(node, "epsilon", 1e-5))
+    epsilon = ctx.np_type(node.input[0], node)(attr(node, "epsilon", 1e-5))  # MIL: the type of x
     x = ctx.var(node.input[0], node)
     rank = ctx.rank(node.input[0], node)
     if 3 <= rank <= 5:
+        mean, var, scale, bias = _like_input(ctx, node, mean, var, scale, bias)
         out = ctx.mb.batch_norm(x=x, mean=mean, variance=var, gamma=scale, beta=bias, epsilon=epsilon)
     else:  # MIL's batch_norm takes ranks 3-5: a rank-2 input is y = x * a + b over its channels
-        a = scale / np.sqrt(var + np.float32(epsilon))
+        a = scale / np.sqrt(var + np.float32(epsilon))  # in float32, then in x's type
         shape = [1, -1] + [1] * (rank - 2)
-        out = ctx.mb.add(x=ctx.mb.mul(x=x, y=a.reshape(shape)), y=(bias - mean * a).reshape(shape))
+        a, b = _like_input(ctx, node, a.reshape(shape), (bias - mean * a).reshape(shape))
+        out = ctx.mb.add(x=ctx.mb.mul(x=x, y=a), y=b)
     ctx.set(node.output[0], out)
 
 
@@ -148,8 +156,9 @@ def _batch_norm(ctx, node):
 def _instance_norm(ctx, node):
     _spatial_rank(ctx, node, (3, 4), "only 1-D/2-D InstanceNormalization is supported")
     scale, bias = _channel_params(ctx, node, (1, 2), ("scale", "B"))
-    epsilon = float(attr(node, "epsilon", 1e-5))
+    epsilon = ctx.np_type(node.input[0], node)(attr(node, "epsilon", 1e-5))  # MIL: the type of x
     x = ctx.var(node.input[0], node)
+    scale, bias = _like_input(ctx, node, scale, bias)
     ctx.set(node.output[0], ctx.mb.instance_norm(x=x, gamma=scale, beta=bias, epsilon=epsilon))
 
 
@@ -182,6 +191,7 @@ def _pad(ctx, node):
         raise Untranslatable(node, f"{mode} padding is only supported on the last two axes")
     mil_pad = [v for a in range(rank) for v in (begin[a], end[a])]
     x = ctx.var(node.input[0], node)
+    value = ctx.np_type(node.input[0], node)(value)
     ctx.set(node.output[0], ctx.mb.pad(x=x, pad=np.array(mil_pad, np.int32), mode=_PAD_MODES[mode], constant_val=value))
 
 

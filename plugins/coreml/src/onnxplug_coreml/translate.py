@@ -198,6 +198,10 @@ class Context:
             raise Untranslatable(node, f"'{name}' is {type_name}, which Core ML has no tensor type for")
         return _MIL_DTYPES[elem]
 
+    def np_type(self, name: str, node: Any) -> type:
+        """The numpy type MIL holds the value in (constants next to it must match: MIL does not promote)."""
+        return {"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}[self.mil_dtype(name, node)]
+
     # --- MIL vars -----------------------------------------------------------------------------
 
     def var(self, name: str, node: Any) -> Any:
