@@ -44,6 +44,7 @@ def _validate(path: str, model: onnx.ModelProto) -> None:
     assert [s.onnx_name for s in described] == [o.name for o in model.graph.output]
     assert [tuple(v.shape) for v in outputs] == [s.shape for s in described]
     assert [i.name for i in spec.description.input] == [s.mil_name for s in inputs]
+    assert [o.name for o in spec.description.output] == [s.mil_name for s in described]  # what the runner reads
 
 
 @pytest.mark.parametrize("name", QUICK + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW])

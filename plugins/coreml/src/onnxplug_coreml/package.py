@@ -202,7 +202,8 @@ def build_package(partition: Any, settings: Settings, cache: CompileCache, folde
             cache.store_bytes(key, blob)
         return blob
 
-    blob = cache.get_or_create(key, make, size=0)
+    blob = cache.get_or_create(key, make)
+    cache.put(key, blob, len(blob))  # its real size, for the cache's byte budget
     path = os.path.join(folder, key + ".mlpackage")
     if not os.path.isdir(path):
         os.makedirs(path)
