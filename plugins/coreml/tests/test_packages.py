@@ -179,6 +179,24 @@ def test_packages_are_cached_by_partition_content_and_options(tmp_path):
     assert os.listdir(store) == [key + ".mlpackage"]  # onnxruntime's ModelCacheDirectory
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the runner where Core ML cannot predict")
+def test_runner_refuses_other_shapes_and_reports_core_mls_own_error(tmp_path):
+    """The runner loads a package here too; it refuses a shape the fixed-shape package was not
+    built for by name, and off macOS the prediction fails with coremltools' reason."""
+    from onnxplug.errors import EPFail, InvalidArgument
+    from onnxplug_coreml.runner import Runner
+
+    path = build_package(_partition(), Settings(), CompileCache(), str(tmp_path))
+    runner = Runner(path, "CPU_ONLY")
+    assert [(s.onnx_name, s.shape) for s in runner.inputs] == [("x", (2, 4))]
+    with pytest.raises(
+        InvalidArgument, match=r"CoreML input 'x': the package was built for shape \[2, 4\], got \[3, 4\]"
+    ):
+        runner.run(np.ones((3, 4), np.float32))
+    with pytest.raises(EPFail, match="only supported on macOS"):
+        runner.run(np.ones((2, 4), np.float32))
+
+
 @MACOS_ONLY
 def test_predict_on_macos_matches_the_cpu_provider(tmp_path):
     """Not exercised in CI (Linux): compile and predict one partition through coremltools."""

@@ -238,9 +238,10 @@ def resize_form(node, rank: int, in_shape, out_shape) -> tuple[str, dict] | str:
 
 @converts("Resize")
 def _resize(ctx, node):
-    for index, what in ((1, "roi"), (2, "scales"), (3, "sizes")):
-        if index < len(node.input) and node.input[index] and not (index == 1 and ctx.opset(node) >= 11):
-            ctx.required_const(node, index, what)
+    # opset 10: (X, scales); from 11: (X, roi, scales, sizes), roi unused by the forms MIL has
+    wanted = ((1, "scales"),) if ctx.opset(node) < 11 else ((2, "scales"), (3, "sizes"))
+    for index, what in wanted:
+        ctx.required_const(node, index, what)
     in_shape, out_shape = ctx.shape(node.input[0], node), ctx.shape(node.output[0], node)
     form = resize_form(node, len(in_shape), in_shape, out_shape)
     if isinstance(form, str):
