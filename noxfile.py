@@ -26,6 +26,7 @@ DISTRIBUTIONS = [
     "./plugins/tensorrt",
     "./plugins/directml",
     "./plugins/nnapi",
+    "./plugins/coreml",
     "./contrib/virtual_device",
     "./contrib/ms_ops",
     "./contrib/example_textops",

@@ -24,7 +24,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
 LIGHT = pathlib.Path(onnx.backend.test.__file__).parent / "data" / "light"
 BERT = HERE.parent / "data" / "transformers" / "bert.torchscript.onnx"
-TARGETS = ("tensorrt", "directml", "nnapi")
+TARGETS = ("tensorrt", "directml", "nnapi", "coreml")
 REGEN = os.environ.get("ONNXPLUG_REGEN_GOLDEN") == "1"
 
 QUICK_LIGHT = ("resnet50", "squeezenet")
@@ -98,8 +98,11 @@ def test_check_model_usability_runs_the_planner(capsys):
     assert check_usability(model, target="nnapi", argv=["--require-all"]) == 1
     squeezenet = str(LIGHT / "light_squeezenet.onnx")
     assert check_usability(squeezenet, target="nnapi", argv=["--require-all"]) == 0
-    assert check_model_usability.main([model, "--target", "coreml"]) == 2  # no CoreML table (issue 15)
-    assert "no capability table for target 'coreml'" in capsys.readouterr().err
+    capsys.readouterr()
+    assert check_model_usability.main([model, "--target", "coreml"]) == 0  # the CoreML plugin's table
+    assert "coreml would run 176 of 176 nodes (100%) in 1 partition" in capsys.readouterr().out
+    assert check_usability(model, target="webgpu") == 2
+    assert "no capability table for target 'webgpu'" in capsys.readouterr().err
 
 
 def test_dims_fix_free_dimensions_for_static_shape_targets(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """The ``onnxplug`` command: ``run`` (the demo, or any model), ``bench``, ``plugins``, ``partition``,
-``optimize``, ``inspect``, ``quantize``, ``validate`` and ``serve``."""
+``optimize``, ``inspect``, ``quantize``, ``validate``, ``serve`` and ``convert``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     from . import _serve  # serving: its own line, so merges with other commands stay trivial
 
     _serve.add_parser(commands)
+    from . import _convert  # target formats (coreml): its own line too
+
+    _convert.add_parser(commands)
     return parser
 
 
