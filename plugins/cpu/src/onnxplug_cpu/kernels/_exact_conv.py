@@ -68,7 +68,7 @@ class ExactConv:
                 block = np.ascontiguousarray(self.w64[:, start:stop].astype(np.float32))
                 self.packed.append((start, stop, block, PackedConv(block, 1, winograd=False)))
             self.sum_bound = float(self.x_bound * taps.sum(axis=1).max(initial=0))
-        self._maps: dict[tuple, np.ndarray] = {}
+        self._maps: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
     @property
@@ -76,8 +76,10 @@ class ExactConv:
         """Whether the float32 path applies (every single input channel respects the bound)."""
         return bool(self.blocks)
 
-    def _correction(self, shape: tuple) -> np.ndarray:
-        """``offset * conv(ones) + bias`` for inputs of ``shape`` (per image), float64 ``(M, *out)``."""
+    def _correction(self, shape: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+        """``offset * conv(ones) + bias`` for inputs of ``shape`` (per image), float64
+        ``(M, *out)``, and the same in float32 when the sums may be added to it in float32
+        (single block, every value below 2**24 in magnitude), else ``None``."""
         key = tuple(shape[1:])
         found = self._maps.get(key)
         if found is not None:
@@ -86,9 +88,11 @@ class ExactConv:
         correction = convolve(ones, self.w64, **self.geometry)[0] * float(self.offset)
         if self.bias is not None:
             correction += self.bias.reshape((-1,) + (1,) * (correction.ndim - 1))
+        single = len(self.packed) == 1 and self.sum_bound + float(np.abs(correction).max(initial=0)) < _EXACT
+        found = (correction, correction.astype(np.float32) if single else None)
         with self._lock:
-            self._maps[key] = correction
-        return correction
+            self._maps[key] = found
+        return found
 
     def sums(self, x: np.ndarray) -> np.ndarray:
         """The exact integer sums ``conv(x - x_zero) [+ bias]``: float32 when every one is below
@@ -103,9 +107,9 @@ class ExactConv:
                 if total.dtype != np.float64:
                     total = total.astype(np.float64)
                 total += part
-        correction = self._correction(x.shape)
-        if total.dtype == np.float32 and self.sum_bound + float(np.abs(correction).max(initial=0)) < _EXACT:
-            total += correction.astype(np.float32)  # exact: integers below 2**24 throughout
+        correction, correction32 = self._correction(x.shape)
+        if correction32 is not None:
+            total += correction32  # exact: integers below 2**24 throughout
             return total
         total = total.astype(np.float64, copy=False)
         total += correction

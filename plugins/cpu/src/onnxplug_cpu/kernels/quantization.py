@@ -17,6 +17,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
 from ..numerics import convolve
+from . import _quant_jit
 from ._exact_conv import ExactConv, type_range
 from ._registry import kernel
 
@@ -311,6 +312,24 @@ def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     return out
 
 
+def _requantize_compiled(acc, multiplier, y_zero):
+    """:func:`_requantize` of ``(N, M, ...)`` sums in one compiled pass (``kernels._quant_jit``),
+    or ``None`` without numba or for a multiplier that is not finite (NaN/inf: numpy's path)."""
+    jit = _quant_jit.compiled()
+    if jit is None or acc.ndim < 2 or not acc.flags.c_contiguous:
+        return None
+    channels = acc.shape[1]
+    factors = np.ascontiguousarray(np.broadcast_to(multiplier.reshape(-1), (channels,)), dtype=np.float32)
+    if not np.isfinite(factors).all():
+        return None
+    low, high = _INT_RANGES[y_zero.dtype]
+    zero = int(y_zero)
+    out = np.empty(acc.shape, dtype=y_zero.dtype)
+    flat = (acc.shape[0], channels, -1)
+    jit.requantize(acc.reshape(flat), factors, np.float32(low - zero), np.float32(high - zero), zero, out.reshape(flat))
+    return out
+
+
 @kernel("QLinearMatMul", since=(10, 21))
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     left = a.astype(np.int64) - _row_zero(a_zero_point, a)
@@ -429,7 +448,12 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         multiplier = x_s * w_s / y_s
         if multiplier.ndim:
             multiplier = multiplier.reshape(channel_shape)
+        y_zero = _scalar(y_zero_point, "y_zero_point")
+        if exact is not None and y_zero.dtype in (np.int8, np.uint8):
+            fast = _requantize_compiled(acc, multiplier, y_zero)
+            if fast is not None:
+                return fast
         # The accumulator is this call's own array (both paths return a fresh one).
-        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"), in_place=True)
+        return _requantize(acc, multiplier, y_zero, in_place=True)
 
     return run
