@@ -84,25 +84,27 @@ def _padded_reference(x, x_zero, w, pads, strides):
 
 
 @pytest.mark.parametrize(
-    "x_dtype, x_zero, pads, strides, channels",
+    "x_dtype, x_zero, pads, strides, channels, kernel",
     [
-        (np.int8, -128, [1, 1, 1, 1], [1, 1], 64),  # onnxruntime's default activations: centre != zero point
-        (np.int8, 17, [2, 0, 1, 2], [2, 1], 130),  # asymmetric pads, strided, several blocks
-        (np.uint8, 0, [1, 2, 1, 0], [1, 2], 200),
-        (np.uint8, 128, [0, 0, 0, 0], [1, 1], 160),  # centre == zero point: only the bias is added
+        (np.int8, -128, [1, 1, 1, 1], [1, 1], 64, 3),  # onnxruntime's default activations: centre != zero point
+        (np.int8, 17, [2, 0, 1, 2], [2, 1], 130, 3),  # asymmetric pads, strided (im2col), several blocks
+        (np.uint8, 0, [1, 2, 1, 0], [1, 2], 200, 3),
+        (np.uint8, 128, [0, 0, 0, 0], [1, 1], 160, 3),  # centre == zero point: only the bias is added
+        (np.int8, -128, [0, 0, 0, 0], [2, 2], 1100, 1),  # strided pointwise: subsampled, two blocks
+        (np.uint8, 7, [1, 1, 1, 1], [1, 1], 1100, 3),  # shifted layout, per-tap bound needs two blocks
     ],
 )
 @pytest.mark.parametrize("extreme", [False, True])
-def test_qlinear_conv_centred_path_is_exact_with_padding(x_dtype, x_zero, pads, strides, channels, extreme):
+def test_qlinear_conv_centred_path_is_exact_with_padding(x_dtype, x_zero, pads, strides, channels, kernel, extreme):
     rng = np.random.default_rng(channels)
     m = 12
     low, high = np.iinfo(x_dtype).min, np.iinfo(x_dtype).max
     if extreme:  # every product at its largest magnitude, one sign: the sums reach past 2**24
         x = np.full((2, channels, 9, 8), low if x_zero > (low + high) / 2 else high, x_dtype)
-        w = np.full((m, channels, 3, 3), -127, np.int8)
+        w = np.full((m, channels, kernel, kernel), -127, np.int8)
     else:
         x = rng.integers(low, high + 1, (2, channels, 9, 8)).astype(x_dtype)
-        w = rng.integers(-127, 128, (m, channels, 3, 3)).astype(np.int8)
+        w = rng.integers(-127, 128, (m, channels, kernel, kernel)).astype(np.int8)
     bias = rng.integers(-(2**22), 2**22, (m,)).astype(np.int32)
     xs, ws, ys = np.float32(0.02), rng.uniform(0.001, 0.004, m).astype(np.float32), np.float32(3.0)
     yz = np.array(-3, np.int8)

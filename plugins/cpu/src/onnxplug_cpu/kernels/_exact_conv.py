@@ -28,7 +28,9 @@ import threading
 
 import numpy as np
 
-from ..numerics import PackedConv, convolve
+from ..numerics import PackedConv, convolve, pool_geometry
+from . import _quant_jit
+from ._shifted import stacked_filters
 
 __all__ = ["ExactConv", "type_range"]
 
@@ -70,6 +72,7 @@ class ExactConv:
             self.sum_bound = float(self.x_bound * taps.sum(axis=1).max(initial=0))
         self._maps: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
+        self.shifted = _Shifted.prepare(w_centred, self.x_bound, self.geometry) if self.blocks else None
 
     @property
     def exact_in_float32(self) -> bool:
@@ -94,9 +97,10 @@ class ExactConv:
             self._maps[key] = found
         return found
 
-    def sums(self, x: np.ndarray) -> np.ndarray:
+    def sums(self, x: np.ndarray, *, corrected: bool = True) -> np.ndarray:
         """The exact integer sums ``conv(x - x_zero) [+ bias]``: float32 when every one is below
-        2**24, else float64; a fresh array."""
+        2**24, else float64; a fresh array.  ``corrected=False``: ``conv(x - centre)`` only (the
+        caller adds the correction map)."""
         v = np.subtract(x, np.float32(self.centre), dtype=np.float32)  # exact: |.| <= 128
         total = None
         for start, stop, block, packed in self.packed:
@@ -107,6 +111,8 @@ class ExactConv:
                 if total.dtype != np.float64:
                     total = total.astype(np.float64)
                 total += part
+        if not corrected:
+            return total
         correction, correction32 = self._correction(x.shape)
         if correction32 is not None:
             total += correction32  # exact: integers below 2**24 throughout
@@ -114,6 +120,96 @@ class ExactConv:
         total = total.astype(np.float64, copy=False)
         total += correction
         return total
+
+    def requantized(self, x: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray) -> np.ndarray | None:
+        """QLinearConv's output from the exact sums in one compiled epilogue pass (bias and
+        correction map added in float64, then ``saturate(rint(float32(sum) * multiplier[m]) + z)``,
+        as ``quantization._requantize``); ``None`` without numba.  ``multiplier``: ``(M,)``
+        finite float32; ``y_zero``: an 8-bit scalar."""
+        jit = _quant_jit.compiled()
+        if jit is None:
+            return None
+        low, high = _RANGES[np.dtype(y_zero.dtype)]
+        zero = int(y_zero)
+        bounds = (np.float32(low - zero), np.float32(high - zero), zero)
+        if self.shifted is not None and x.ndim == 4:
+            return self.shifted.requantized(self, x, multiplier, bounds, y_zero.dtype, jit)
+        acc = self.sums(x, corrected=False)
+        correction = self._correction(x.shape)[0]
+        n, m = acc.shape[:2]
+        out = np.empty(acc.shape, dtype=y_zero.dtype)
+        flat = (n, m, -1)
+        jit.requantize(acc.reshape(flat), correction.reshape(m, -1), multiplier, *bounds, out.reshape(flat))
+        return out
+
+
+class _Shifted:
+    """The stride-1 2-D layers (and 1×1 ones at any stride without padding) in the shifted layout
+    of ``kernels._shifted``: one matmul per input-channel block, ``(k·k·M, C_b) @ (C_b, N·Hp·Wp)``,
+    whose BLAS reductions run over channels only — so the bound is per kernel tap, ``x_bound *
+    sum_c |w[m, c, tap]|``, and 512-channel 3×3 layers need one block — then one compiled pass
+    adds the k·k shifted taps and the blocks in float64 (exact), the correction map, and
+    requantizes."""
+
+    def __init__(self, w_centred: np.ndarray, blocks, dilations, stride):
+        m, c, kh, kw = w_centred.shape
+        stacked = stacked_filters(w_centred.astype(np.float32))  # (k·k·M, C), offset-major
+        self.filters = [np.ascontiguousarray(stacked[:, start:stop]) for start, stop in blocks]
+        self.blocks = blocks
+        self.kernel = (kh, kw)
+        self.dilations = dilations
+        self.stride = stride  # > 1 only for 1×1 kernels: the input is subsampled first
+        self.maps = m
+
+    @classmethod
+    def prepare(cls, w_centred: np.ndarray, x_bound: int, geometry: dict) -> _Shifted | None:
+        if w_centred.ndim != 4:
+            return None
+        strides = tuple(geometry.get("strides") or (1, 1))
+        dilations = tuple(geometry.get("dilations") or (1, 1))
+        pointwise = w_centred.shape[2:] == (1, 1)
+        if any(s != 1 for s in strides):
+            unpadded = not any(geometry.get("pads") or ()) and geometry.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+            if not (pointwise and unpadded):
+                return None
+        m, c = w_centred.shape[:2]
+        rows = np.abs(w_centred.astype(np.float64)).transpose(0, 2, 3, 1).reshape(-1, c)  # (M·taps, C)
+        blocks = _channel_blocks(rows, x_bound)
+        return cls(w_centred, blocks, dilations, strides) if blocks else None
+
+    def requantized(self, conv: ExactConv, x, multiplier, bounds, out_dtype, jit) -> np.ndarray:
+        correction = conv._correction(x.shape)[0]  # (M, OH, OW): subsampling keeps the output grid
+        if any(s != 1 for s in self.stride):
+            x = x[:, :, :: self.stride[0], :: self.stride[1]]
+            geometry = dict(conv.geometry, strides=None)
+        else:
+            geometry = conv.geometry
+        n, c, h, w = x.shape
+        kh, kw = self.kernel
+        dh, dw = self.dilations
+        out_hw, begin, end, _ = pool_geometry(
+            (h, w),
+            self.kernel,
+            None,
+            self.dilations,
+            geometry.get("pads"),
+            geometry.get("auto_pad", "NOTSET"),
+            0,
+            "QLinearConv",
+        )
+        hp, wp = h + begin[0] + end[0], w + begin[1] + end[1]
+        length = n * hp * wp
+        flat = np.zeros((c, length + (kw - 1) * dw), dtype=np.float32)
+        inner = flat[:, :length].reshape(c, n, hp, wp)[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + w]
+        np.subtract(x.transpose(1, 0, 2, 3), np.float32(conv.centre), out=inner, casting="unsafe")
+        taps = self.filters[0].shape[0]
+        z = np.empty((len(self.blocks), taps, flat.shape[1]), dtype=np.float32)
+        for index, ((start, stop), filters) in enumerate(zip(self.blocks, self.filters)):
+            np.matmul(filters, flat[start:stop], out=z[index])
+        offsets = np.array([i * dh * wp + j * dw for i in range(kh) for j in range(kw)], dtype=np.int64)
+        out = np.empty((n, self.maps) + tuple(out_hw), dtype=out_dtype)
+        jit.shifted_requantize(z, offsets, hp, wp, correction, multiplier, *bounds, out)
+        return out
 
 
 def _channel_blocks(taps: np.ndarray, x_bound: int) -> list[tuple[int, int]]:

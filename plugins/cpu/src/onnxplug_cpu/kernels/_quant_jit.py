@@ -64,18 +64,56 @@ def _build(numba: Any) -> Any:
             out[i] = t
 
     @jit
-    def requantize(acc, multiplier, low, high, zero, out):
-        """``acc`` ``(N, M, P)`` exact integer sums, ``multiplier`` ``(M,)`` float32, ``low``/
-        ``high`` the saturation bounds minus ``zero`` (float32), ``out`` ``(N, M, P)`` integers."""
+    def requantize(acc, correction, multiplier, low, high, zero, out):
+        """``acc`` ``(N, M, P)`` exact integer sums (float32 or float64) plus ``correction``
+        ``(M, P)`` (float64: exact), scaled by ``multiplier`` ``(M,)`` float32; ``low``/``high``:
+        the saturation bounds minus ``zero`` (float32); ``out`` ``(N, M, P)`` integers."""
         for n in range(acc.shape[0]):
             for m in range(acc.shape[1]):
                 k = multiplier[m]
                 for p in range(acc.shape[2]):
-                    t = np.rint(np.float32(acc[n, m, p]) * k)
+                    t = np.rint(np.float32(acc[n, m, p] + correction[m, p]) * k)
                     if t < low:
                         t = low
                     elif t > high:
                         t = high
                     out[n, m, p] = np.int32(t) + zero
 
-    return types.SimpleNamespace(fake_quantize_chain=fake_quantize_chain, requantize=requantize)
+    @jit
+    def shifted_requantize(z, offsets, hp, wp, correction, multiplier, low, high, zero, out):
+        """The shifted layout's epilogue: ``z`` ``(B, T·M, L)`` per-block, per-tap products
+        (exact float32 integers), output ``(n, m, y, x)`` = sum over blocks ``b`` and taps ``t``
+        of ``z[b, t·M + m, n·hp·wp + y·wp + x + offsets[t]]`` (in float64: exact), plus
+        ``correction[m, y, x]``, requantized as :func:`requantize`.  The sums run over each
+        image's whole padded span (long contiguous loops), the padding columns then skipped."""
+        maps, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+        span = (oh - 1) * wp + ow
+        row = np.empty(span, dtype=np.float64)
+        for n in range(out.shape[0]):
+            base = n * hp * wp
+            for m in range(maps):
+                k = multiplier[m]
+                first = True
+                for b in range(z.shape[0]):
+                    for t in range(offsets.shape[0]):
+                        source = z[b, t * maps + m]
+                        start = base + offsets[t]
+                        if first:
+                            for i in range(span):
+                                row[i] = source[start + i]
+                            first = False
+                        else:
+                            for i in range(span):
+                                row[i] += source[start + i]
+                for y in range(oh):
+                    for x in range(ow):
+                        v = np.rint(np.float32(row[y * wp + x] + correction[m, y, x]) * k)
+                        if v < low:
+                            v = low
+                        elif v > high:
+                            v = high
+                        out[n, m, y, x] = np.int32(v) + zero
+
+    return types.SimpleNamespace(
+        fake_quantize_chain=fake_quantize_chain, requantize=requantize, shifted_requantize=shifted_requantize
+    )

@@ -17,7 +17,6 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
 from ..numerics import convolve
-from . import _quant_jit
 from ._exact_conv import ExactConv, type_range
 from ._registry import kernel
 
@@ -312,24 +311,6 @@ def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     return out
 
 
-def _requantize_compiled(acc, multiplier, y_zero):
-    """:func:`_requantize` of ``(N, M, ...)`` sums in one compiled pass (``kernels._quant_jit``),
-    or ``None`` without numba or for a multiplier that is not finite (NaN/inf: numpy's path)."""
-    jit = _quant_jit.compiled()
-    if jit is None or acc.ndim < 2 or not acc.flags.c_contiguous:
-        return None
-    channels = acc.shape[1]
-    factors = np.ascontiguousarray(np.broadcast_to(multiplier.reshape(-1), (channels,)), dtype=np.float32)
-    if not np.isfinite(factors).all():
-        return None
-    low, high = _INT_RANGES[y_zero.dtype]
-    zero = int(y_zero)
-    out = np.empty(acc.shape, dtype=y_zero.dtype)
-    flat = (acc.shape[0], channels, -1)
-    jit.requantize(acc.reshape(flat), factors, np.float32(low - zero), np.float32(high - zero), zero, out.reshape(flat))
-    return out
-
-
 @kernel("QLinearMatMul", since=(10, 21))
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     left = a.astype(np.int64) - _row_zero(a_zero_point, a)
@@ -425,6 +406,14 @@ def conv_integer(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
     return run
 
 
+def _multiplier(x_scale, w_scale, y_scale, channels):
+    """QLinearConv's ``x_scale * w_scale / y_scale`` in float32: a scalar or ``(M,)``."""
+    w_s = _per_channel(_as_float(w_scale).astype(np.float32), channels)
+    x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
+    y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
+    return x_s * w_s / y_s
+
+
 @kernel("QLinearConv", since=(10,), factory=True)
 def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
     geometry = dict(
@@ -434,6 +423,14 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
 
     def run(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         x_zero = _scalar(x_zero_point, "x_zero_point")
+        multiplier = _multiplier(x_scale, w_scale, y_scale, w.shape[0])
+        y_zero = _scalar(y_zero_point, "y_zero_point")
+        if exact is not None and x.dtype == exact.x_dtype and y_zero.dtype in (np.int8, np.uint8):
+            factors = np.ascontiguousarray(np.broadcast_to(multiplier.reshape(-1), (w.shape[0],)), dtype=np.float32)
+            if np.isfinite(factors).all():  # NaN or inf scales take numpy's path
+                fast = exact.requantized(x, factors, y_zero)
+                if fast is not None:
+                    return fast
         if exact is not None and x.dtype == exact.x_dtype:
             acc = exact.sums(x)  # the bias included
         else:
@@ -441,18 +438,8 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
             acc = _integer_conv(xi, _centred_weights(w, w_zero_point), **geometry)
             if B is not None:
                 acc += B.reshape((1, -1) + (1,) * (acc.ndim - 2)).astype(np.float64)
-        channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
-        w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
-        x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
-        y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
-        multiplier = x_s * w_s / y_s
         if multiplier.ndim:
-            multiplier = multiplier.reshape(channel_shape)
-        y_zero = _scalar(y_zero_point, "y_zero_point")
-        if exact is not None and y_zero.dtype in (np.int8, np.uint8):
-            fast = _requantize_compiled(acc, multiplier, y_zero)
-            if fast is not None:
-                return fast
+            multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
         # The accumulator is this call's own array (both paths return a fresh one).
         return _requantize(acc, multiplier, y_zero, in_place=True)
 
