@@ -89,12 +89,13 @@ def qdq_pairs(graph: GraphView, claimed: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def fake_quantize(x: np.ndarray, q_scale, q_zero, dq_scale, dq_zero) -> np.ndarray:
+def fake_quantize(x: np.ndarray, q_scale, q_zero, dq_scale, dq_zero, *, out: np.ndarray | None = None) -> np.ndarray:
     """``DequantizeLinear(QuantizeLinear(x, q_scale, q_zero), dq_scale, dq_zero)`` for float32
-    ``x`` and per-tensor parameters, in one fresh float32 array (see the module docstring)."""
+    ``x`` and per-tensor parameters, in one fresh float32 array (see the module docstring), or
+    in ``out`` (``x`` itself when the caller owns it: no allocation at all)."""
     low, high = _NP_RANGES[q_zero.dtype]
     zq = float(q_zero.reshape(()))
-    t = np.divide(x, q_scale.reshape(()).astype(np.float32), dtype=np.float32)
+    t = np.divide(x, q_scale.reshape(()).astype(np.float32), dtype=np.float32, out=out)
     np.rint(t, out=t)
     np.clip(t, np.float32(low - zq), np.float32(high - zq), out=t)
     np.add(t, np.float32(zq - float(dq_zero.reshape(()))), out=t)
