@@ -16,7 +16,9 @@ Two things keep the reductions long, so that most ResNet-50 layers need a single
   convolves ``x - x_zero_point`` with zero padding; with ``v = x - c`` (also zero-padded),
   ``conv(x - zp) = conv(v) + (c - zp) * conv(ones)``, where ``conv(ones)`` — the sum of the
   weights over the taps inside the image — depends only on the output position.  That map, plus
-  the bias, is computed once per input shape in float64 (exact integers) and added to the sums.
+  the bias, is computed once per input shape in float64 (exact integers) and added to the sums
+  (in float32 when that is exact, or, for QLinearConv, when it rounds as the spec's conversion of
+  the int32 sum to float32 does: see :meth:`ExactConv.sums`).
 
 Weights whose bound is too large for one block are split into contiguous input-channel blocks
 that each respect it; block results are added in float64 (exact below 2**53).
@@ -28,9 +30,7 @@ import threading
 
 import numpy as np
 
-from ..numerics import PackedConv, convolve, pool_geometry
-from . import _quant_jit
-from ._shifted import stacked_filters
+from ..numerics import PackedConv, convolve
 
 __all__ = ["ExactConv", "type_range"]
 
@@ -72,17 +72,16 @@ class ExactConv:
             self.sum_bound = float(self.x_bound * taps.sum(axis=1).max(initial=0))
         self._maps: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
-        self.shifted = _Shifted.prepare(w_centred, self.x_bound, self.geometry) if self.blocks else None
 
     @property
     def exact_in_float32(self) -> bool:
         """Whether the float32 path applies (every single input channel respects the bound)."""
         return bool(self.blocks)
 
-    def _correction(self, shape: tuple) -> tuple[np.ndarray, np.ndarray | None]:
-        """``offset * conv(ones) + bias`` for inputs of ``shape`` (per image), float64
-        ``(M, *out)``, and the same in float32 when the sums may be added to it in float32
-        (single block, every value below 2**24 in magnitude), else ``None``."""
+    def _correction(self, shape: tuple) -> tuple[np.ndarray, np.ndarray | None, bool]:
+        """For inputs of ``shape``: ``offset * conv(ones) + bias``, float64 ``(M, *out)``; the
+        same in float32 when every value is a float32 (else ``None``); and whether a single
+        block's sums plus it stay below 2**24 (an exact float32 addition)."""
         key = tuple(shape[1:])
         found = self._maps.get(key)
         if found is not None:
@@ -91,16 +90,23 @@ class ExactConv:
         correction = convolve(ones, self.w64, **self.geometry)[0] * float(self.offset)
         if self.bias is not None:
             correction += self.bias.reshape((-1,) + (1,) * (correction.ndim - 1))
-        single = len(self.packed) == 1 and self.sum_bound + float(np.abs(correction).max(initial=0)) < _EXACT
-        found = (correction, correction.astype(np.float32) if single else None)
+        as_float32 = correction.astype(np.float32)
+        representable = bool(np.array_equal(as_float32, correction))
+        small = self.sum_bound + float(np.abs(correction).max(initial=0)) < _EXACT
+        found = (correction, as_float32 if representable else None, small)
         with self._lock:
             self._maps[key] = found
         return found
 
-    def sums(self, x: np.ndarray, *, corrected: bool = True) -> np.ndarray:
-        """The exact integer sums ``conv(x - x_zero) [+ bias]``: float32 when every one is below
-        2**24, else float64; a fresh array.  ``corrected=False``: ``conv(x - centre)`` only (the
-        caller adds the correction map)."""
+    def sums(self, x: np.ndarray, *, rounded: bool = False) -> np.ndarray:
+        """The integer sums ``conv(x - x_zero) [+ bias]``, a fresh array: exact (float32 when
+        every one is below 2**24, else float64), or with ``rounded=True`` possibly already
+        rounded to float32 — the correctly rounded exact sum, as the int32 → float32
+        conversion that requantization starts with would give.
+
+        Why ``rounded`` is safe: one block's sums are exact float32 integers; when the correction
+        map's values are float32 too, IEEE addition returns the exact sum correctly rounded,
+        the single rounding the spec's float32 conversion of the int32 sum performs."""
         v = np.subtract(x, np.float32(self.centre), dtype=np.float32)  # exact: |.| <= 128
         total = None
         for start, stop, block, packed in self.packed:
@@ -111,105 +117,13 @@ class ExactConv:
                 if total.dtype != np.float64:
                     total = total.astype(np.float64)
                 total += part
-        if not corrected:
-            return total
-        correction, correction32 = self._correction(x.shape)
-        if correction32 is not None:
-            total += correction32  # exact: integers below 2**24 throughout
+        correction, correction32, small = self._correction(x.shape)
+        if total.dtype == np.float32 and correction32 is not None and (small or rounded):
+            total += correction32
             return total
         total = total.astype(np.float64, copy=False)
         total += correction
         return total
-
-    def requantized(self, x: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray) -> np.ndarray | None:
-        """QLinearConv's output from the exact sums in one compiled epilogue pass (bias and
-        correction map added in float64, then ``saturate(rint(float32(sum) * multiplier[m]) + z)``,
-        as ``quantization._requantize``); ``None`` without numba.  ``multiplier``: ``(M,)``
-        finite float32; ``y_zero``: an 8-bit scalar."""
-        jit = _quant_jit.compiled()
-        if jit is None:
-            return None
-        low, high = _RANGES[np.dtype(y_zero.dtype)]
-        zero = int(y_zero)
-        bounds = (np.float32(low - zero), np.float32(high - zero), zero)
-        if self.shifted is not None and x.ndim == 4:
-            return self.shifted.requantized(self, x, multiplier, bounds, y_zero.dtype, jit)
-        acc = self.sums(x, corrected=False)
-        correction = self._correction(x.shape)[0]
-        n, m = acc.shape[:2]
-        out = np.empty(acc.shape, dtype=y_zero.dtype)
-        flat = (n, m, -1)
-        jit.requantize(acc.reshape(flat), correction.reshape(m, -1), multiplier, *bounds, out.reshape(flat))
-        return out
-
-
-class _Shifted:
-    """The stride-1 2-D layers (and 1×1 ones at any stride without padding) in the shifted layout
-    of ``kernels._shifted``: one matmul per input-channel block, ``(k·k·M, C_b) @ (C_b, N·Hp·Wp)``,
-    whose BLAS reductions run over channels only — so the bound is per kernel tap, ``x_bound *
-    sum_c |w[m, c, tap]|``, and 512-channel 3×3 layers need one block — then one compiled pass
-    adds the k·k shifted taps and the blocks in float64 (exact), the correction map, and
-    requantizes."""
-
-    def __init__(self, w_centred: np.ndarray, blocks, dilations, stride):
-        m, c, kh, kw = w_centred.shape
-        stacked = stacked_filters(w_centred.astype(np.float32))  # (k·k·M, C), offset-major
-        self.filters = [np.ascontiguousarray(stacked[:, start:stop]) for start, stop in blocks]
-        self.blocks = blocks
-        self.kernel = (kh, kw)
-        self.dilations = dilations
-        self.stride = stride  # > 1 only for 1×1 kernels: the input is subsampled first
-        self.maps = m
-
-    @classmethod
-    def prepare(cls, w_centred: np.ndarray, x_bound: int, geometry: dict) -> _Shifted | None:
-        if w_centred.ndim != 4:
-            return None
-        strides = tuple(geometry.get("strides") or (1, 1))
-        dilations = tuple(geometry.get("dilations") or (1, 1))
-        pointwise = w_centred.shape[2:] == (1, 1)
-        if any(s != 1 for s in strides):
-            unpadded = not any(geometry.get("pads") or ()) and geometry.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
-            if not (pointwise and unpadded):
-                return None
-        m, c = w_centred.shape[:2]
-        rows = np.abs(w_centred.astype(np.float64)).transpose(0, 2, 3, 1).reshape(-1, c)  # (M·taps, C)
-        blocks = _channel_blocks(rows, x_bound)
-        return cls(w_centred, blocks, dilations, strides) if blocks else None
-
-    def requantized(self, conv: ExactConv, x, multiplier, bounds, out_dtype, jit) -> np.ndarray:
-        correction = conv._correction(x.shape)[0]  # (M, OH, OW): subsampling keeps the output grid
-        if any(s != 1 for s in self.stride):
-            x = x[:, :, :: self.stride[0], :: self.stride[1]]
-            geometry = dict(conv.geometry, strides=None)
-        else:
-            geometry = conv.geometry
-        n, c, h, w = x.shape
-        kh, kw = self.kernel
-        dh, dw = self.dilations
-        out_hw, begin, end, _ = pool_geometry(
-            (h, w),
-            self.kernel,
-            None,
-            self.dilations,
-            geometry.get("pads"),
-            geometry.get("auto_pad", "NOTSET"),
-            0,
-            "QLinearConv",
-        )
-        hp, wp = h + begin[0] + end[0], w + begin[1] + end[1]
-        length = n * hp * wp
-        flat = np.zeros((c, length + (kw - 1) * dw), dtype=np.float32)
-        inner = flat[:, :length].reshape(c, n, hp, wp)[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + w]
-        np.subtract(x.transpose(1, 0, 2, 3), np.float32(conv.centre), out=inner, casting="unsafe")
-        taps = self.filters[0].shape[0]
-        z = np.empty((len(self.blocks), taps, flat.shape[1]), dtype=np.float32)
-        for index, ((start, stop), filters) in enumerate(zip(self.blocks, self.filters)):
-            np.matmul(filters, flat[start:stop], out=z[index])
-        offsets = np.array([i * dh * wp + j * dw for i in range(kh) for j in range(kw)], dtype=np.int64)
-        out = np.empty((n, self.maps) + tuple(out_hw), dtype=out_dtype)
-        jit.shifted_requantize(z, offsets, hp, wp, correction, multiplier, *bounds, out)
-        return out
 
 
 def _channel_blocks(taps: np.ndarray, x_bound: int) -> list[tuple[int, int]]:
