@@ -5,10 +5,9 @@ DequantizeLinear`` (onnxruntime's quantizer drops the Relu after a Conv: the qua
 saturation does its work), and a residual ``Sum`` is followed by ``Q → DQ → Relu → Q → DQ``.
 Run node by node, each stage is another pass over the tensor and another allocation, which is
 where a QDQ ResNet-50 spent its time beyond the float model's.  Fused, the producer (``Conv``,
-``Sum`` or ``Add``) writes a fresh float32 array and every stage (``kernels._qdq.fake_quantize``,
-a Relu) works in place on it, with the bits of the separate kernels.  (A compiled single pass
-was measured: numba's scalar loop took 2.3 ms on a 256×56×56 map where numpy's five vectorised
-in-place passes take 0.4 ms, about what the float model's in-place Relu costs.)
+``Sum`` or ``Add``) writes a fresh float32 array and every stage (a Relu and a Q→DQ pair,
+``kernels._qdq.fake_quantize_into``: one branch-free compiled pass) works in place on it, with
+the bits of the separate kernels.
 The Conv keeps the float model's paths (Winograd included: a QDQ Conv is a float convolution of
 dequantized values, whose weights constant folding has already dequantized).
 
@@ -28,7 +27,7 @@ from onnxplug.api import CompiledPartition, Partition
 from onnxplug.graph import GraphView
 
 from ..numerics import PackedConv, convolve
-from ._qdq import _NP_RANGES, _is_scalar, fake_quantize, qdq_pairs
+from ._qdq import _NP_RANGES, _is_scalar, fake_quantize_into, qdq_pairs
 
 __all__ = ["compile_qdq_chain", "qdq_chains"]
 
@@ -123,17 +122,14 @@ def compile_qdq_chain(partition: Partition, fallback) -> CompiledPartition:
         params = [[fetch(values, name) for name in names] for _, names, _, _ in stages]
         fused = _fits(y, params)
         for (relu_first, _, q_attrs, dq_attrs), (s, z, s2, z2) in zip(stages, params):
-            if relu_first:
-                if owned and y.flags.writeable:
-                    np.maximum(y, y.dtype.type(0), out=y)
-                else:
-                    y, owned = np.maximum(y, y.dtype.type(0)), True
             if fused:  # in place on an array this call made: no allocation
-                y = fake_quantize(y, s, z, s2, z2, out=y if owned and y.flags.writeable else None)
-                owned = True
-            else:
-                y = fallback(y, s, z, s2, z2, q_attrs, dq_attrs)
-                owned = True
+                y = np.ascontiguousarray(y)
+                out = y if owned and y.flags.writeable else np.empty(y.shape, np.float32)
+                y, owned = fake_quantize_into(y, out, s, z, s2, z2, relu=relu_first), True
+                continue
+            if relu_first:
+                y = np.maximum(y, y.dtype.type(0)) if y.dtype.kind == "f" else np.maximum(y, 0)
+            y = fallback(y, s, z, s2, z2, q_attrs, dq_attrs)
         return [y]
 
     return CompiledPartition(partition.inputs, partition.outputs, run)
