@@ -17,6 +17,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
 from ..numerics import convolve
+from . import _requant_jit
 from ._exact_conv import ExactConv, type_range
 from ._registry import kernel
 
@@ -311,6 +312,27 @@ def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     return out
 
 
+def _requantize_compiled(scaled, multiplier, y_zero_point):
+    """:func:`_requantize` of QLinearConv's float32 ``(N, M, ...)`` sums (this call's own array)
+    in one compiled in-place pass (``kernels._requant_jit``) for a scalar 8-bit zero point and a
+    scalar or ``(1, M, 1...)`` multiplier; ``None`` where that does not apply (numpy's path)."""
+    jit = _requant_jit.compiled()
+    if jit is None or scaled.ndim < 2 or not scaled.flags.c_contiguous or not scaled.flags.writeable:
+        return None
+    if y_zero_point.size != 1 or y_zero_point.dtype not in (np.int8, np.uint8):
+        return None
+    channels = scaled.shape[1]
+    factors = multiplier.astype(np.float32).reshape(-1)
+    if factors.size not in (1, channels) or (multiplier.ndim > 1 and multiplier.shape[1] != factors.size):
+        return None
+    factors = np.ascontiguousarray(np.broadcast_to(factors, (channels,)))
+    low, high = _INT_RANGES[y_zero_point.dtype]
+    zero = float(y_zero_point.reshape(()))
+    flat = scaled.reshape(scaled.shape[0], channels, -1)
+    jit(flat, factors, np.float32(low - zero), np.float32(high - zero), np.float32(zero))
+    return scaled.astype(y_zero_point.dtype)  # exact: integers within the type's range
+
+
 @kernel("QLinearMatMul", since=(10, 21))
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     left = a.astype(np.int64) - _row_zero(a_zero_point, a)
@@ -435,6 +457,10 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         if multiplier.ndim:
             multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
         # The accumulator is this call's own array (both paths return a fresh one).
+        if acc.dtype == np.float32:
+            fast = _requantize_compiled(acc, multiplier, y_zero)
+            if fast is not None:
+                return fast
         return _requantize(acc, multiplier, y_zero, in_place=True)
 
     return run
