@@ -59,15 +59,18 @@ class ExactConv:
         self.x_bound = max(self.centre - low, high - self.centre)
         self.offset = self.centre - int(x_zero)
         self.geometry = dict(geometry)
-        self.w64 = w_centred.astype(np.float64)
+        w64 = w_centred.astype(np.float64)
+        # conv(ones) over C channels is conv(ones) over one with the channels' summed weights:
+        # the correction maps need only these (M, 1, *k) sums, not a float64 copy of the weights.
+        self.w_summed = w64.sum(axis=1, keepdims=True)
         self.bias = None if bias is None else bias.astype(np.float64).reshape(-1)
-        taps = np.abs(self.w64).reshape(w_centred.shape[0], w_centred.shape[1], -1).sum(axis=2)  # (M, C)
+        taps = np.abs(w64).reshape(w_centred.shape[0], w_centred.shape[1], -1).sum(axis=2)  # (M, C)
         self.blocks = _channel_blocks(taps, self.x_bound)
         self.packed = []
         self.sum_bound = 0.0  # the largest |sum| of all blocks together
         if self.blocks:
             for start, stop in self.blocks:
-                block = np.ascontiguousarray(self.w64[:, start:stop].astype(np.float32))
+                block = np.ascontiguousarray(w_centred[:, start:stop].astype(np.float32))
                 self.packed.append((start, stop, block, PackedConv(block, 1, winograd=False)))
             self.sum_bound = float(self.x_bound * taps.sum(axis=1).max(initial=0))
         self._maps: dict[tuple, tuple] = {}
@@ -86,8 +89,8 @@ class ExactConv:
         found = self._maps.get(key)
         if found is not None:
             return found
-        ones = np.ones((1,) + key, dtype=np.float64)
-        correction = convolve(ones, self.w64, **self.geometry)[0] * float(self.offset)
+        ones = np.ones((1, 1) + key[1:], dtype=np.float64)
+        correction = convolve(ones, self.w_summed, **self.geometry)[0] * float(self.offset)
         if self.bias is not None:
             correction += self.bias.reshape((-1,) + (1,) * (correction.ndim - 1))
         as_float32 = correction.astype(np.float32)
