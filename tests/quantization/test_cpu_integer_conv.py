@@ -73,6 +73,17 @@ def test_qlinear_conv_blocked_path_matches_int64_requantization():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.fixture(params=["1", "0"], ids=["numba", "numpy"])
+def jit(request, monkeypatch):
+    """The compiled requantization, then numpy's (``ONNXPLUG_CPU_JIT=0``)."""
+    from onnxplug_cpu.kernels import _requant_jit
+
+    monkeypatch.setenv("ONNXPLUG_CPU_JIT", request.param)
+    _requant_jit.compiled.cache_clear()  # the environment is read once per process
+    yield request.param
+    _requant_jit.compiled.cache_clear()
+
+
 def _padded_reference(x, x_zero, w, pads, strides):
     """int64 convolution of ``x - x_zero`` with zero padding (``x_zero`` padding before the
     subtraction, as the spec pads quantized inputs) at the given strides."""
@@ -95,7 +106,9 @@ def _padded_reference(x, x_zero, w, pads, strides):
     ],
 )
 @pytest.mark.parametrize("extreme", [False, True])
-def test_qlinear_conv_centred_path_is_exact_with_padding(x_dtype, x_zero, pads, strides, channels, kernel, extreme):
+def test_qlinear_conv_centred_path_is_exact_with_padding(
+    x_dtype, x_zero, pads, strides, channels, kernel, extreme, jit
+):
     rng = np.random.default_rng(channels)
     m = 12
     low, high = np.iinfo(x_dtype).min, np.iinfo(x_dtype).max
