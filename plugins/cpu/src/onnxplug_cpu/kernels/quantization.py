@@ -457,8 +457,10 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         if multiplier.ndim:
             multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
         # The accumulator is this call's own array (both paths return a fresh one).
-        if acc.dtype == np.float32:
-            fast = _requantize_compiled(acc, multiplier, y_zero)
+        if acc.dtype in (np.float32, np.float64):
+            # float64 sums (several blocks) are exact integers: their float32 rounding is the
+            # int32 -> float32 conversion _requantize starts with.
+            fast = _requantize_compiled(acc.astype(np.float32, copy=False), multiplier, y_zero)
             if fast is not None:
                 return fast
         return _requantize(acc, multiplier, y_zero, in_place=True)
