@@ -4,13 +4,14 @@ Quantizes the model with onnxplug.quantization.quantize_static (QOperator and QD
 calibrated on a few random images), then times float and quantized runs interleaved in one
 process (noisy shared machines: compare ratios, not absolute times).
 
-    python scripts/bench_quant.py [--runs 5] [--samples 4] [--format QOperator]
+    python scripts/bench_quant.py [--runs 5] [--samples 4] [--format QOperator] [--per-channel] [--save DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--format", choices=["QOperator", "QDQ"], default="QOperator")
     parser.add_argument("--per-channel", action="store_true")
+    parser.add_argument("--save", metavar="DIR", help="also keep the prepared float and quantized models in DIR")
     args = parser.parse_args()
     src = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_resnet50.onnx")
     model = onnx.load(src)
@@ -57,6 +59,11 @@ def main() -> None:
             per_channel=args.per_channel,
         )
         print(f"quantize_static ({args.format}, {args.samples} samples): {time.perf_counter() - start:.1f} s")
+        if args.save:
+            os.makedirs(args.save, exist_ok=True)
+            suffix = f"{args.format}{'_per_channel' if args.per_channel else ''}"
+            shutil.copy(src, os.path.join(args.save, "float.onnx"))
+            shutil.copy(out, os.path.join(args.save, f"quant_{suffix}.onnx"))
         float_session = onnxplug.InferenceSession(src, providers=["CPUExecutionProvider"])
         quant_session = onnxplug.InferenceSession(out, providers=["CPUExecutionProvider"])
     feed = {x.name: np.random.default_rng(1).random(shape, dtype=np.float32)}

@@ -71,3 +71,71 @@ def test_qlinear_conv_blocked_path_matches_int64_requantization():
     scaled = np.rint(acc.astype(np.float32) * (xs * ws / ys).reshape(1, -1, 1, 1))
     want = np.clip(scaled + 100, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture(params=["1", "0"], ids=["numba", "numpy"])
+def jit(request, monkeypatch):
+    """The compiled requantization, then numpy's (``ONNXPLUG_CPU_JIT=0``)."""
+    from onnxplug_cpu.kernels import _requant_jit
+
+    monkeypatch.setenv("ONNXPLUG_CPU_JIT", request.param)
+    _requant_jit.compiled.cache_clear()  # the environment is read once per process
+    yield request.param
+    _requant_jit.compiled.cache_clear()
+
+
+def _padded_reference(x, x_zero, w, pads, strides):
+    """int64 convolution of ``x - x_zero`` with zero padding (``x_zero`` padding before the
+    subtraction, as the spec pads quantized inputs) at the given strides."""
+    top, left, bottom, right = pads
+    centred = x.astype(np.int64) - int(x_zero)
+    padded = np.pad(centred, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    full = _exact_conv(padded, w.astype(np.int64))
+    return full[:, :, :: strides[0], :: strides[1]]
+
+
+@pytest.mark.parametrize(
+    "x_dtype, x_zero, pads, strides, channels, kernel",
+    [
+        (np.int8, -128, [1, 1, 1, 1], [1, 1], 64, 3),  # onnxruntime's default activations: centre != zero point
+        (np.int8, 17, [2, 0, 1, 2], [2, 1], 130, 3),  # asymmetric pads, strided (im2col), several blocks
+        (np.uint8, 0, [1, 2, 1, 0], [1, 2], 200, 3),
+        (np.uint8, 128, [0, 0, 0, 0], [1, 1], 160, 3),  # centre == zero point: only the bias is added
+        (np.int8, -128, [0, 0, 0, 0], [2, 2], 1100, 1),  # strided pointwise: subsampled, two blocks
+        (np.uint8, 7, [1, 1, 1, 1], [1, 1], 1100, 3),  # shifted layout, per-tap bound needs two blocks
+    ],
+)
+@pytest.mark.parametrize("extreme", [False, True])
+def test_qlinear_conv_centred_path_is_exact_with_padding(
+    x_dtype, x_zero, pads, strides, channels, kernel, extreme, jit
+):
+    rng = np.random.default_rng(channels)
+    m = 12
+    low, high = np.iinfo(x_dtype).min, np.iinfo(x_dtype).max
+    if extreme:  # every product at its largest magnitude, one sign: the sums reach past 2**24
+        x = np.full((2, channels, 9, 8), low if x_zero > (low + high) / 2 else high, x_dtype)
+        w = np.full((m, channels, kernel, kernel), -127, np.int8)
+    else:
+        x = rng.integers(low, high + 1, (2, channels, 9, 8)).astype(x_dtype)
+        w = rng.integers(-127, 128, (m, channels, kernel, kernel)).astype(np.int8)
+    bias = rng.integers(-(2**22), 2**22, (m,)).astype(np.int32)
+    xs, ws, ys = np.float32(0.02), rng.uniform(0.001, 0.004, m).astype(np.float32), np.float32(3.0)
+    yz = np.array(-3, np.int8)
+    inits = {"xs": np.array(xs), "xz": np.array(x_zero, x_dtype), "w": w, "ws": ws, "wz": np.zeros(m, np.int8)}
+    inits |= {"ys": np.array(ys), "yz": yz, "b": bias}
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=pads, strides=strides
+    )
+    x_type = TensorProto.INT8 if x_dtype == np.int8 else TensorProto.UINT8
+    session = _session(node, inits, x_type, TensorProto.INT8, x.shape)
+    got = session.run(None, {"x": x})[0]
+    acc = _padded_reference(x, x_zero, w, pads, strides) + bias.reshape(1, -1, 1, 1)
+    if extreme:
+        assert np.abs(acc).max() > 2**24
+    scaled = np.rint(acc.astype(np.float32) * (xs * ws / ys).reshape(1, -1, 1, 1))
+    want = np.clip(scaled - 3, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got, want)
+    integer = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=pads, strides=strides)
+    session = _session(integer, {"w": w, "xz": np.array(x_zero, x_dtype)}, x_type, TensorProto.INT32, x.shape)
+    want_int = _padded_reference(x, x_zero, w, pads, strides)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want_int.astype(np.int32))

@@ -95,9 +95,11 @@ class PackedConv:
         may take the shifted path with ``(k·M, C)`` :meth:`stacked_filters`.
     Winograd filters for 3×3 ungrouped weights: F(4×4) ones are computed here, F(2×2) ones on the
     first call that needs them (few layers do); both are kept in :attr:`winograd`.
+    ``winograd=False`` keeps to the paths that only multiply and add the given weights (the
+    exact integer convolutions: Winograd's transforms have fractional coefficients).
     """
 
-    def __init__(self, w: np.ndarray, group: int, op: str = "Conv") -> None:
+    def __init__(self, w: np.ndarray, group: int, op: str = "Conv", *, winograd: bool = True) -> None:
         self.matrix = pack_conv_weights(w, group, op)
         self.group = group
         self.depthwise = None
@@ -114,7 +116,8 @@ class PackedConv:
         self._w = None
         self.winograd: dict[int, np.ndarray] = {}
         if (
-            group == 1
+            winograd
+            and group == 1
             and w.shape[2:] == (3, 3)
             and self.matrix.dtype == np.float32
             and w.shape[1] >= WINOGRAD_MIN_CHANNELS

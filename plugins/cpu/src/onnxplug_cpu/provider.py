@@ -10,26 +10,30 @@ from onnxplug.api import CompiledPartition, Device, FuseClaim, KernelClaim, Kern
 
 
 class CPUProvider(KernelProvider):
-    """Runs every node it has a kernel for, one at a time, on numpy arrays — except
-    QuantizeLinear → DequantizeLinear pairs of QDQ models, fused into one pass
-    (``kernels._qdq``)."""
+    """Runs every node it has a kernel for, one at a time, on numpy arrays — except the
+    QuantizeLinear → DequantizeLinear pairs of QDQ models, fused into one pass (``kernels._qdq``)
+    together with the Conv, Sum or Add that produces them and a following Relu → Q → DQ
+    (``kernels._qdq_chain``)."""
 
     def capability(self, graph, kernels) -> list[KernelClaim | FuseClaim]:
         claims = super().capability(graph, kernels)
-        from .kernels._qdq import qdq_pairs
+        from .kernels._qdq_chain import qdq_chains
 
-        pairs = qdq_pairs(graph, {claim.node for claim in claims if isinstance(claim, KernelClaim)})
-        if not pairs:
+        chains = qdq_chains(graph, {claim.node for claim in claims if isinstance(claim, KernelClaim)})
+        if not chains:
             return claims
-        fused = {name for pair in pairs for name in pair}
+        fused = {name for chain in chains for name in chain}
         kept = [claim for claim in claims if not (isinstance(claim, KernelClaim) and claim.node in fused)]
-        return kept + [FuseClaim(pair, name="qdq") for pair in pairs]
+        return kept + [FuseClaim(chain, name="qdq") for chain in chains]
 
     def compile(self, partition) -> CompiledPartition:
         from .kernels._qdq import compile_qdq_pair
+        from .kernels._qdq_chain import compile_qdq_chain
         from .kernels.quantization import quantize_dequantize
 
-        return compile_qdq_pair(partition, quantize_dequantize)
+        if len(partition.model.graph.node) == 2:
+            return compile_qdq_pair(partition, quantize_dequantize)
+        return compile_qdq_chain(partition, quantize_dequantize)
 
 
 class CPUProviderFactory(ProviderFactory):

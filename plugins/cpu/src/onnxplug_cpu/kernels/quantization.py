@@ -1,8 +1,10 @@
 """Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and the integer
 convolution / matmul family (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul).
 
-Integer results are computed exactly: accumulations of 8/16-bit products run in float64 (exact
-below 2**53, and BLAS-fast) or int64, and are only then cast to int32.  Rounding to integers is
+Integer results are computed exactly: convolutions with constant weights on the float32 paths
+where the sums provably stay below 2**24 (``kernels._exact_conv``), other accumulations of
+8/16-bit products in float64 (exact below 2**53, and BLAS-fast) or int64, and only then cast to
+int32.  Rounding to integers is
 half-to-even (``np.rint``) followed by saturation to the output type's range.
 """
 
@@ -14,7 +16,9 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.graph import np_dtype
 
-from ..numerics import convolve, pack_conv_weights
+from ..numerics import convolve
+from . import _requant_jit
+from ._exact_conv import ExactConv, type_range
 from ._registry import kernel
 
 # Saturation ranges of the integer quantized types, keyed by numpy dtype.
@@ -308,6 +312,27 @@ def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     return out
 
 
+def _requantize_compiled(scaled, multiplier, y_zero_point):
+    """:func:`_requantize` of QLinearConv's float32 ``(N, M, ...)`` sums (this call's own array)
+    in one compiled in-place pass (``kernels._requant_jit``) for a scalar 8-bit zero point and a
+    scalar or ``(1, M, 1...)`` multiplier; ``None`` where that does not apply (numpy's path)."""
+    jit = _requant_jit.compiled()
+    if jit is None or scaled.ndim < 2 or not scaled.flags.c_contiguous or not scaled.flags.writeable:
+        return None
+    if y_zero_point.size != 1 or y_zero_point.dtype not in (np.int8, np.uint8):
+        return None
+    channels = scaled.shape[1]
+    factors = multiplier.astype(np.float32).reshape(-1)
+    if factors.size not in (1, channels) or (multiplier.ndim > 1 and multiplier.shape[1] != factors.size):
+        return None
+    factors = np.ascontiguousarray(np.broadcast_to(factors, (channels,)))
+    low, high = _INT_RANGES[y_zero_point.dtype]
+    zero = float(y_zero_point.reshape(()))
+    flat = scaled.reshape(scaled.shape[0], channels, -1)
+    jit(flat, factors, np.float32(low - zero), np.float32(high - zero), np.float32(zero))
+    return scaled.astype(y_zero_point.dtype)  # exact: integers within the type's range
+
+
 @kernel("QLinearMatMul", since=(10, 21))
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     left = a.astype(np.int64) - _row_zero(a_zero_point, a)
@@ -366,75 +391,24 @@ def _centred_weights(w, w_zero_point):
     return wi - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
 
 
-class _ExactBlocks:
-    """Constant integer Conv weights split into input-channel blocks whose float32 sums are exact.
-
-    Why float32 is exact here: every term of a block's sum is a product of two integers, the
-    centred input ``x - x_zero_point`` (|.| <= ``x_bound``) and the centred weight (|.| <=
-    ``w_bound``, measured on the constant weights).  With ``K`` terms per output value
-    (block channels × kernel size) chosen so that ``K * x_bound * w_bound < 2**24``, every partial
-    sum BLAS can form — in any order, with or without FMA — is an integer of magnitude below
-    2**24, and float32 represents all such integers exactly; so no addition or product rounds,
-    and the block result is the exact integer.  Blocks are then added in float64, exact below 2**53
-    (a 4608-term ResNet-50 reduction of 8-bit products stays below 2**28).  float32 GEMM runs
-    about twice as fast as float64 and the weights are packed once, at session creation.
-    """
-
-    def __init__(self, w_centred: np.ndarray, x_bound: int):
-        w_bound = max(int(np.abs(w_centred).max()) if w_centred.size else 1, 1)
-        per_channel = int(np.prod(w_centred.shape[2:])) or 1
-        terms = max((2**24 - 1) // (x_bound * w_bound), 1)
-        self.step = max(terms // per_channel, 1)
-        # The largest |sum| one block can produce (the bias check in QLinearConv reads it).
-        self.block_bound = self.step * per_channel * x_bound * w_bound
-        if self.step * per_channel * x_bound * w_bound >= 2**24:
-            self.step = 0  # a single channel's kernel could overflow float32: use float64
-        self.blocks = []
-        if self.step:
-            for start in range(0, w_centred.shape[1], self.step):
-                block = w_centred[:, start : start + self.step].astype(np.float32)
-                self.blocks.append((start, block, pack_conv_weights(block, 1)))
-        self.w64 = None if self.step else w_centred.astype(np.float64)
-
-    def convolve(self, xi: np.ndarray, geometry: dict) -> np.ndarray:
-        """Exact sums (float64) of the centred integer input ``xi`` with the weights."""
-        if not self.step:
-            return convolve(xi.astype(np.float64), self.w64, **geometry)
-        x32 = xi if xi.dtype == np.float32 else xi.astype(np.float32)
-        if len(self.blocks) == 1:
-            return convolve(x32, self.blocks[0][1], packed=self.blocks[0][2], **geometry)  # exact integers
-        total = None
-        for start, block, packed in self.blocks:
-            part = convolve(x32[:, start : start + block.shape[1]], block, packed=packed, **geometry)
-            if total is None:
-                total = part.astype(np.float64)
-            else:
-                total += part
-        return total
-
-
-def _centred_float32(x, zero):
-    """``x - zero_point`` of 8-bit integers as float32 (exact: |.| <= 255)."""
-    return np.subtract(x, np.float32(zero), dtype=np.float32)  # one pass: the cast is inside
-
-
-def _x_bound(x_dtype, zero) -> int:
-    """The largest |x - zero_point| an input of ``x_dtype`` can have."""
-    low, high = _INT_RANGES[np.dtype(x_dtype)]
-    return int(max(zero - low, high - zero))
-
-
-def _exact_blocks(ctx, w_slot, x_zero_slot, w_zero_slot, group):
-    """Blocks for an ungrouped Conv whose weights, weight zero point (if any) and input zero point
-    are constants; None otherwise (the kernel then takes the general float64 path)."""
+def _exact_conv(ctx, w_slot, x_zero_slot, w_zero_slot, group, geometry, bias_slot=None):
+    """The exact float32 path (``kernels._exact_conv``) for an ungrouped Conv whose weights,
+    weight zero point (if any), input zero point and bias (if any) are constants; ``None``
+    otherwise (the kernel then takes the general float64 path)."""
     w = ctx.constant(w_slot)
     x_zero = ctx.constant(x_zero_slot)
     w_zero = ctx.constant(w_zero_slot)
     if w is None or x_zero is None or group != 1 or (w_zero is None and w_zero_slot < ctx.num_inputs):
         return None
-    if x_zero.dtype not in _INT_RANGES or x_zero.size != 1 or w.ndim < 3:
+    bias = None if bias_slot is None else ctx.constant(bias_slot)
+    if bias is None and bias_slot is not None and bias_slot < ctx.num_inputs:
+        return None  # a bias computed at run time: the general path adds it
+    if type_range(x_zero.dtype) is None or x_zero.size != 1 or w.ndim < 3:
         return None
-    return _ExactBlocks(_centred_weights(w, w_zero), _x_bound(x_zero.dtype, int(x_zero.reshape(()))))
+    if bias is not None and bias.shape != (w.shape[0],):
+        return None  # the general path reports the bad shape
+    prepared = ExactConv(_centred_weights(w, w_zero), x_zero.dtype, int(x_zero.reshape(())), geometry, bias)
+    return prepared if prepared.exact_in_float32 else None
 
 
 @kernel("ConvInteger", since=(10,), factory=True)
@@ -442,18 +416,24 @@ def conv_integer(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
     geometry = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    blocks = _exact_blocks(ctx, 1, 2, 3, group)
+    exact = _exact_conv(ctx, 1, 2, 3, group, geometry)
 
     def run(x, w, x_zero_point=None, w_zero_point=None):
         x_zero = 0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64)
-        if blocks is not None:
-            # The input's integers minus its zero point fit int16 exactly (8-bit inputs).
-            acc = blocks.convolve(_centred_float32(x, x_zero), geometry)
-        else:
-            acc = _integer_conv(x.astype(np.int64) - x_zero, _centred_weights(w, w_zero_point), **geometry)
+        if exact is not None and x.dtype == exact.x_dtype:
+            return exact.sums(x).astype(np.int32)  # exact integers: the cast does not round
+        acc = _integer_conv(x.astype(np.int64) - x_zero, _centred_weights(w, w_zero_point), **geometry)
         return np.rint(acc).astype(np.int32)
 
     return run
+
+
+def _multiplier(x_scale, w_scale, y_scale, channels):
+    """QLinearConv's ``x_scale * w_scale / y_scale`` in float32: a scalar or ``(M,)``."""
+    w_s = _per_channel(_as_float(w_scale).astype(np.float32), channels)
+    x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
+    y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
+    return x_s * w_s / y_s
 
 
 @kernel("QLinearConv", since=(10,), factory=True)
@@ -461,29 +441,28 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
     geometry = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    blocks = _exact_blocks(ctx, 3, 2, 5, group)
+    exact = _exact_conv(ctx, 3, 2, 5, group, geometry, bias_slot=8)
 
     def run(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         x_zero = _scalar(x_zero_point, "x_zero_point")
-        if blocks is not None and x.dtype.itemsize == 1:
-            acc = blocks.convolve(_centred_float32(x, x_zero), geometry)
+        multiplier = _multiplier(x_scale, w_scale, y_scale, w.shape[0])
+        y_zero = _scalar(y_zero_point, "y_zero_point")
+        if exact is not None and x.dtype == exact.x_dtype:
+            acc = exact.sums(x, rounded=True)  # the bias included
         else:
             xi = x.astype(np.int64) - x_zero.astype(np.int64)
             acc = _integer_conv(xi, _centred_weights(w, w_zero_point), **geometry)
-        channel_shape = (1, -1) + (1,) * (acc.ndim - 2)
-        if B is not None:
-            bias = B.reshape(channel_shape)
-            if acc.dtype == np.float32 and blocks.block_bound + int(np.abs(B).max(initial=0)) < 2**24:
-                acc += bias.astype(np.float32)  # exact: the sum stays an integer below 2**24
-            else:
-                acc = acc + bias.astype(np.float64)
-        w_s = _per_channel(_as_float(w_scale).astype(np.float32), w.shape[0])
-        x_s = _as_float(_scalar(x_scale, "x_scale")).astype(np.float32)
-        y_s = _as_float(_scalar(y_scale, "y_scale")).astype(np.float32)
-        multiplier = x_s * w_s / y_s
+            if B is not None:
+                acc += B.reshape((1, -1) + (1,) * (acc.ndim - 2)).astype(np.float64)
         if multiplier.ndim:
-            multiplier = multiplier.reshape(channel_shape)
-        # The accumulator is this call's own array (convolve returns a fresh one).
-        return _requantize(acc, multiplier, _scalar(y_zero_point, "y_zero_point"), in_place=True)
+            multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
+        # The accumulator is this call's own array (both paths return a fresh one).
+        if acc.dtype in (np.float32, np.float64):
+            # float64 sums (several blocks) are exact integers: their float32 rounding is the
+            # int32 -> float32 conversion _requantize starts with.
+            fast = _requantize_compiled(acc.astype(np.float32, copy=False), multiplier, y_zero)
+            if fast is not None:
+                return fast
+        return _requantize(acc, multiplier, y_zero, in_place=True)
 
     return run

@@ -1,0 +1,41 @@
+"""QLinearConv's requantization as one in-place compiled pass (numba).
+
+``_requantize`` in numpy is four passes over the float32 sums (scale, round, saturate, add the
+zero point while casting).  Here each value becomes ``min(max(rint(acc * k[m]), low - z),
+high - z) + z`` in place — the same float32 operations in the same order, so the same values —
+and one cast writes the 8-bit output.  In place on one array and branch-free, so LLVM vectorises
+the loop (a separate output array it cannot prove distinct keeps it scalar, several times
+slower).  ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``: callers use numpy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+__all__ = ["compiled"]
+
+
+@functools.cache
+def compiled() -> Any | None:
+    """``requantize_in_place(acc, multiplier, low, high, zero)`` for ``acc`` ``(N, M, P)``
+    float32 and ``multiplier`` ``(M,)`` float32, or ``None``."""
+    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+        return None
+    try:
+        import numba
+    except ImportError:
+        return None
+    import numpy as np
+
+    @numba.njit(cache=True, nogil=True)
+    def requantize_in_place(acc, multiplier, low, high, zero):  # pragma: no cover - compiled
+        for n in range(acc.shape[0]):
+            for m in range(acc.shape[1]):
+                k = multiplier[m]
+                row = acc[n, m]
+                for p in range(row.shape[0]):
+                    row[p] = min(max(np.rint(row[p] * k), low), high) + zero
+
+    return requantize_in_place
