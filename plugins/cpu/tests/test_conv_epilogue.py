@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 
 from onnxplug_cpu.kernels import _epilogue
+
+try:  # the compiled loop is used where numba is loaded
+    import numba  # noqa: F401
+except ImportError:
+    pass
 from onnxplug_cpu.numerics import PackedConv, convolve
 
-needs_numba = pytest.mark.skipif(_epilogue._compiled() is None, reason="numba is not installed (or ONNXPLUG_CPU_JIT=0)")
+needs_numba = pytest.mark.skipif(
+    _epilogue._compiled() is None, reason="numba is not installed (or ONNXPLUG_CPU_JIT=0): only numpy passes run"
+)
 
 
 def numpy_passes(y, b, z, relu):

@@ -6,16 +6,20 @@ cost about a tenth of a run.  Compiled, the three are one read and one write of 
 read of ``z``), in the same order of operations, so results are bit-identical to the numpy
 passes: ``((y + b) + z)``, then negatives to 0 (NaN stays NaN, as with ``np.maximum``).
 
-numba is optional: without it (or with ``ONNXPLUG_CPU_JIT=0``) :func:`finish` makes the numpy
-passes.  The loop is compiled once per machine (``cache=True``) and loaded on first use.  It is
-single-threaded: the pass is memory-bound, and a second thread pool next to OpenBLAS's would
-compete with it for the cores.
+The compiled loop is used only where numba is already loaded in the process (by the tree
+kernels, ``_forest_jit``, or by the application): importing numba for this alone costs ~36 MiB
+of peak memory, which on ResNet-50 outweighs the pass it saves against issue 13's memory goal
+(measured: 558 against 522 MiB peak with ``scripts/bench.py --sections memory``).  Otherwise,
+or with ``ONNXPLUG_CPU_JIT=0``, :func:`finish` makes the numpy passes.  The loop is compiled once
+per machine (``cache=True``).  It is single-threaded: the pass is memory-bound, and a second
+thread pool next to OpenBLAS's would compete with it for the cores.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -26,14 +30,16 @@ _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0, 0), dtype=np.float32)
 
 
-@functools.cache
 def _compiled() -> Any | None:
-    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    """The compiled loop, or ``None`` while numba is not loaded (or is disabled)."""
+    if "numba" not in sys.modules or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
         return None
-    try:
-        import numba
-    except ImportError:
-        return None
+    return _build()
+
+
+@functools.cache
+def _build() -> Any:
+    import numba
 
     @numba.njit(cache=True, nogil=True)
     def epilogue(y, b, z, relu):  # y, z: (N, M, P) float32; b: (M,) or empty; z may be empty
