@@ -204,11 +204,14 @@ def convolve(
     n, c = x.shape[:2]
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
+    bias = None if b is None else b.astype(ct, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
-        y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out)
+        y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)
+        bias = None  # added in the final copy
     elif tile:
-        y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out)
+        y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out, bias)
+        bias = None
     elif prepared is not None and prepared.depthwise is not None:
         st = tuple(strides) if strides else (1, 1)
         dl = tuple(dilations) if dilations else (1, 1)
@@ -226,5 +229,5 @@ def convolve(
         order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
         y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
-    y = finish(y, None if b is None else b.astype(ct, copy=False), residual, relu)
+    y = finish(y, bias, residual, relu)
     return y.astype(x.dtype, copy=False)
