@@ -65,6 +65,7 @@ def main() -> None:
                 start = time.perf_counter()
                 session.run(None, {name: batch})
                 per_image.setdefault((runtime, size), []).append((time.perf_counter() - start) / size)
+    medians = {key: statistics.median(values) for key, values in per_image.items()}
     for runtime in sessions:
         one = statistics.median(per_image[(runtime, 1)]) * 1e3
         many = statistics.median(per_image[(runtime, args.batch)]) * 1e3
@@ -72,6 +73,11 @@ def main() -> None:
             f"{runtime}: {one:.1f} ms per image at batch 1, {many:.1f} ms at batch {args.batch}: "
             f"batching gains at most {one / many:.2f}x"
         )
+    if "onnxruntime" in sessions:  # measured in the same minutes: less moved by machine load than either time
+        ratios = ", ".join(
+            f"batch {size} {medians[('onnxplug', size)] / medians[('onnxruntime', size)]:.2f}x" for size in images
+        )
+        print(f"onnxplug / onnxruntime per image: {ratios}")
 
 
 if __name__ == "__main__":
