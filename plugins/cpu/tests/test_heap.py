@@ -1,4 +1,4 @@
-"""onnxplug_cpu.heap: with use_arena on, a freed large buffer's pages are reused by the next
+"""onnxplug_cpu.heap: with ONNXPLUG_CPU_ARENA=1 and use_arena on, a freed large buffer's pages are reused by the next
 allocation instead of being mapped and faulted in again.  Each case runs in a fresh process,
 since the malloc settings are process-wide and made once."""
 
@@ -45,9 +45,10 @@ print(json.dumps({"set": freed_heap_kept(), "faults": faults}))
 
 
 def probe(options: dict, **env) -> dict:
+    base = {k: v for k, v in os.environ.items() if k != "ONNXPLUG_CPU_ARENA"}
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(options)],
-        env={**os.environ, **env},
+        env={**base, **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -57,12 +58,14 @@ def probe(options: dict, **env) -> dict:
 
 
 def test_freed_blocks_are_reused_without_faults():
-    got = probe({})
+    got = probe({}, ONNXPLUG_CPU_ARENA="1")
     assert got["set"] is True
     assert got["faults"] < 64, got  # 16 MiB is 4096 pages of 4 KiB
 
 
-@pytest.mark.parametrize("options,env", [({"use_arena": "0"}, {}), ({}, {"ONNXPLUG_CPU_ARENA": "0"})])
+@pytest.mark.parametrize(
+    "options,env", [({"use_arena": "0"}, {"ONNXPLUG_CPU_ARENA": "1"}), ({}, {"ONNXPLUG_CPU_ARENA": "0"}), ({}, {})]
+)
 def test_use_arena_off_leaves_malloc_alone(options, env):
     got = probe(options, **env)
     assert got["set"] is False

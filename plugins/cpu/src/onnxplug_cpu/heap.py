@@ -1,4 +1,4 @@
-"""Keep freed feature maps in the C heap for the next run (the CPU provider's ``use_arena``).
+"""Keep freed feature maps in the C heap for the next run (opt-in, with ``use_arena``).
 
 Why: numpy allocates every intermediate with ``malloc``.  glibc serves blocks above its mmap
 threshold (128 KiB, rising dynamically only as far as the largest block freed so far) with a
@@ -10,10 +10,16 @@ batch, as the buffers do), at batch 1 none.  onnxruntime avoids this with its ar
 is one ``mallopt`` call: blocks up to glibc's maximum threshold (32 MiB on 64-bit) come from the
 heap, and the heap is not trimmed below 1 GiB of free space, so the next run reuses the pages.
 
-The setting is process-wide and is made once, when the first CPU provider with ``use_arena``
-on (onnxruntime's default) is created; peak memory does not change (a run's peak is the same
-blocks), but the process keeps its peak once reached, as onnxruntime's arena does.  It is a
-no-op away from glibc, or with ``ONNXPLUG_CPU_ARENA=0``.
+Opt-in (``ONNXPLUG_CPU_ARENA=1``), because fewer faults did not show as a faster run: on
+light_resnet50 at 2 threads, ``scripts/batch_gain.py`` alternating processes with it off and on
+printed onnxplug/onnxruntime per image at batch 8 of 1.79 / 1.61 / 1.96 off against 2.03 / 1.88
+/ 1.88 on (batch 1: 1.71 / 1.91 / 1.93 against 1.78 / 1.99 / 1.85).  Heap pages are reused as
+4 KiB pages, where numpy advises fresh large mappings onto transparent huge pages, which may
+cost the GEMMs more in TLB misses than the faults cost.  With the variable set, the setting is
+made once, when the first CPU provider with ``use_arena`` on (onnxruntime's default) is
+created; it is process-wide, peak memory does not change (558 against 556 MiB for ResNet-50 in
+``scripts/bench.py --sections memory``), and the process keeps its peak once reached, as
+onnxruntime's arena does.  It is a no-op away from glibc.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ _state: dict[str, bool] = {}
 
 def keep_freed_heap() -> bool:
     """Set glibc's mmap and trim thresholds once per process; return whether they are set
-    (``False``: not glibc, or disabled with ``ONNXPLUG_CPU_ARENA=0``)."""
+    (``False``: not glibc, or ``ONNXPLUG_CPU_ARENA`` is not ``1``)."""
     with _lock:
         if "done" not in _state:
             _state["done"] = _configure()
@@ -52,7 +58,7 @@ def freed_heap_kept() -> bool:
 
 
 def _configure() -> bool:
-    if os.environ.get("ONNXPLUG_CPU_ARENA", "1") == "0":
+    if os.environ.get("ONNXPLUG_CPU_ARENA", "0") != "1":
         return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
