@@ -94,6 +94,57 @@ def test_double_conv_is_not_fused(fusion, rng):
     fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]], "float32 only")
 
 
+def conv_residual(rng, add, *, conv_first=True, bias=True, z_shape=(2, 6, 8, 8), activation="Relu", conv_z=False):
+    """``activation(add(Conv(x), z))``; with ``conv_z`` z is a second Conv's output (a projection
+    shortcut), else a graph input of ``z_shape``."""
+    inits = [nh.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w")]
+    conv_inputs = ["x", "w"]
+    if bias:
+        inits.append(nh.from_array(rng.standard_normal(6).astype(np.float32), "b"))
+        conv_inputs.append("b")
+    inputs = [oh.make_tensor_value_info("x", F, [2, 4, 8, 8])]
+    nodes = [oh.make_node("Conv", conv_inputs, ["c"], pads=[1, 1, 1, 1])]
+    if conv_z:
+        inits.append(nh.from_array(rng.standard_normal((6, 4, 1, 1)).astype(np.float32), "w2"))
+        nodes.append(oh.make_node("Conv", ["x", "w2"], ["z"]))
+    else:
+        inputs.append(oh.make_tensor_value_info("z", F, list(z_shape)))
+    operands = ["c", "z"] if conv_first else ["z", "c"]
+    nodes += [oh.make_node(add, operands, ["s"]), oh.make_node(activation, ["s"], ["y"])]
+    return model_of(nodes, inits, inputs, "y")
+
+
+@pytest.mark.parametrize("add", ["Add", "Sum"])
+@pytest.mark.parametrize("conv_first", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_residual_activation(fusion, rng, add, conv_first, bias):
+    feeds = {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}
+    feeds["z"] = rng.standard_normal((2, 6, 8, 8)).astype(np.float32)
+    model = conv_residual(rng, add, conv_first=conv_first, bias=bias)
+    fused, _ = fusion.check(model, [SETS["ms_ops.fused_conv"]], feeds, {f"{MS}.FusedConv": 1})
+    node = next(iter(fused.graph))
+    assert node.attributes.get_string("activation") == "Relu"
+    assert len(node.inputs) == 4 and node.inputs[3].name == "z"
+    assert (node.inputs[2] is not None) == bias
+
+
+def test_projection_shortcut_fuses_one_conv_with_the_other_as_z(fusion, rng):
+    """ResNet's downsampling block: both operands of the Sum are Convs; one becomes Z."""
+    feeds = {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}
+    model = conv_residual(rng, "Sum", conv_z=True)
+    fusion.check(model, [SETS["ms_ops.fused_conv"]], feeds, {f"{MS}.FusedConv": 1, "Conv": 1})
+
+
+def test_broadcast_residual_is_not_fused(fusion, rng):
+    model = conv_residual(rng, "Add", z_shape=(1, 6, 1, 1))
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]], "shape is not known to equal")
+
+
+def test_residual_without_activation_is_not_fused(fusion, rng):
+    model = conv_residual(rng, "Add", activation="Softplus")
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]])
+
+
 GEMM_ACTIVATIONS = [
     ("Relu", {}),
     ("Tanh", {}),

@@ -31,6 +31,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
+from .kernels._epilogue import finish
 from .kernels._numeric import erf, gelu_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._winograd import winograd_conv, winograd_weights
@@ -173,11 +174,15 @@ def convolve(
     auto_pad: str = "NOTSET",
     packed: np.ndarray | PackedConv | None = None,
     op: str = "Conv",
+    residual: np.ndarray | None = None,
+    relu: bool = False,
 ) -> np.ndarray:
     """ONNX ``Conv`` of ``x`` ``(N, C, *spatial)`` with ``w`` ``(M, C/group, *k)`` and bias ``b``,
     in ``x``'s dtype.  ``packed`` is :func:`pack_conv_weights` or :class:`PackedConv` of ``w`` when
     the caller has it (a :class:`PackedConv` also enables the depthwise and Winograd paths).  The
-    result is always a fresh array the caller may modify in place.
+    result is always a fresh array the caller may modify in place.  ``residual`` (added after the
+    bias; broadcastable) and ``relu`` are FusedConv's Z and Relu: with the bias they are applied in
+    one compiled pass over the output (``kernels._epilogue``) instead of one numpy pass each.
 
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
@@ -202,11 +207,14 @@ def convolve(
     n, c = x.shape[:2]
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
+    bias = None if b is None else b.astype(ct, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
-        y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out)
+        y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)
+        bias = None  # added in the final copy
     elif tile:
-        y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out)
+        y = winograd_conv(xc, prepared.winograd_filters(tile), tile, begin, out, bias)
+        bias = None
     elif prepared is not None and prepared.depthwise is not None:
         st = tuple(strides) if strides else (1, 1)
         dl = tuple(dilations) if dilations else (1, 1)
@@ -224,6 +232,5 @@ def convolve(
         order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
         y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
-    if b is not None:
-        y += b.astype(ct, copy=False).reshape((1, -1) + (1,) * nd)
+    y = finish(y, bias, residual, relu)
     return y.astype(x.dtype, copy=False)

@@ -40,7 +40,9 @@ class CPUProviderFactory(ProviderFactory):
     name = "cpu"
     ort_name = "CPUExecutionProvider"
     priority = 0  # the last resort: every other provider is asked first
-    # onnxruntime's CPU options; accepted for compatibility (see the plugin README).
+    # onnxruntime's CPU options: use_arena (default on) with ONNXPLUG_CPU_ARENA=1 keeps freed
+    # buffers in the C heap (onnxplug_cpu.heap); arena_extend_strategy is accepted for
+    # compatibility (see the README).
     option_names = frozenset({"arena_extend_strategy", "use_arena"})
 
     def devices(self) -> list[Device]:
@@ -48,4 +50,8 @@ class CPUProviderFactory(ProviderFactory):
 
     def create(self, device: Device, options: Mapping[str, str]) -> CPUProvider:
         self.check_options(options)
+        if str(options.get("use_arena", "1")).strip().lower() not in ("0", "false"):
+            from .heap import keep_freed_heap
+
+            keep_freed_heap()
         return CPUProvider(self, device)

@@ -158,6 +158,9 @@ def fused_conv(
     )
 
     def run(x, w, b=None, z=None):
+        if activation == "Relu" and x.dtype == np.float32 and (z is None or z.dtype == np.float32):
+            # bias, Z and Relu in the convolution's one epilogue pass (a residual block's end)
+            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, relu=True, **geometry)
         y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)  # a fresh array
         if z is not None:
             if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):

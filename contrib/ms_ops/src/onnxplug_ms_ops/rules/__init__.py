@@ -87,7 +87,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
             _rules("fused", "fused_conv_rules"),
             produces=[OpRef(DOMAIN, "FusedConv")],
             anchors={"Conv"},
-            description="Conv + activation → FusedConv",
+            description="Conv (+ a residual Add or Sum of its shape) + activation → FusedConv",
         ),
         RuleSet(
             "ms_ops.fused_gemm",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._winograd import copy_plus_bias
+
 __all__ = ["stacked_filters", "shifted_conv"]
 
 
@@ -27,9 +29,10 @@ def stacked_filters(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(-1, c))
 
 
-def shifted_conv(x, stacked, kernel, dilations, begin, end, out):
+def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None):
     """``x`` ``(N, C, H, W)`` convolved at stride 1 with :func:`stacked_filters` ``stacked``;
-    ``begin``/``end`` pads, ``out`` = ``(OH, OW)``; returns ``(N, M, OH, OW)``."""
+    ``begin``/``end`` pads, ``out`` = ``(OH, OW)``, plus the per-channel ``bias`` if given (added
+    in the final copy); returns ``(N, M, OH, OW)``."""
     n, c, h, w = x.shape
     kh, kw = kernel
     dh, dw = dilations
@@ -51,4 +54,4 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out):
         offset = i * dh * wp + j * dw
         acc += z[index * m : (index + 1) * m, offset : offset + span]
     y = full.reshape(m, n, hp, wp)[:, :, : out[0], : out[1]].transpose(1, 0, 2, 3)
-    return np.ascontiguousarray(y)
+    return copy_plus_bias(y, bias)

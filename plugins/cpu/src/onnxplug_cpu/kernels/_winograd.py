@@ -10,7 +10,8 @@ data, in an order that needs no transposing copy between them:
 2. ``V = Bᵀ d B`` as one matmul with ``Bᵀ ⊗ Bᵀ`` over the flattened tiles;
 3. per tile cell, ``(M, C) @ (C, N·T)``: α² matmuls in one batched call (``U = G w Gᵀ`` is
    computed once, at session creation, by :func:`winograd_weights`);
-4. ``Y = Aᵀ M A`` as one matmul with ``Aᵀ ⊗ Aᵀ``, then one copy into ``(N, M, H, W)``.
+4. ``Y = Aᵀ M A`` as one matmul with ``Aᵀ ⊗ Aᵀ``, then one copy into ``(N, M, H, W)`` that also
+   adds the bias (a separate ``y += b`` would be one more pass over the output).
 
 Accuracy: the transforms are computed in float32; F(4×4) with the points 0, ±1, ±2 amplifies
 rounding by about an order of magnitude over the direct sum (relative errors ~1e-6 on random
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["winograd_weights", "winograd_conv"]
+__all__ = ["copy_plus_bias", "winograd_weights", "winograd_conv"]
 
 # Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), points 0, ±1, ±2, ∞.
 _F4 = (
@@ -69,9 +70,12 @@ def winograd_weights(w: np.ndarray, m: int) -> np.ndarray:
     return u.astype(np.float32).reshape(-1, mm, c)
 
 
-def winograd_conv(x: np.ndarray, u: np.ndarray, m: int, begin: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
+def winograd_conv(
+    x: np.ndarray, u: np.ndarray, m: int, begin: tuple[int, int], out: tuple[int, int], bias: np.ndarray | None = None
+) -> np.ndarray:
     """The convolution of float32 ``x`` ``(N, C, H, W)`` (``begin`` = top/left pads) with filters
-    :func:`winograd_weights` ``u``, cropped to ``out`` = ``(OH, OW)``; returns ``(N, M, OH, OW)``."""
+    :func:`winograd_weights` ``u``, cropped to ``out`` = ``(OH, OW)``, plus the float32 per-channel
+    ``bias`` if given (added in the final copy, not in a pass of its own); returns ``(N, M, OH, OW)``."""
     n, c, h, w = x.shape
     alpha = m + 2
     th, tw = -(-out[0] // m), -(-out[1] // m)
@@ -87,4 +91,11 @@ def winograd_conv(x: np.ndarray, u: np.ndarray, m: int, begin: tuple[int, int], 
     mm = u.shape[1]
     y = np.matmul(_AT[m], prod.reshape(alpha * alpha, mm * n * th * tw))  # Aᵀ · A: (m², M·N·T)
     y = y.reshape(m, m, mm, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, mm, th * m, tw * m)
-    return np.ascontiguousarray(y[:, :, : out[0], : out[1]])
+    return copy_plus_bias(y[:, :, : out[0], : out[1]], bias)
+
+
+def copy_plus_bias(view: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A contiguous copy of ``view`` ``(N, M, ...)``, with the per-channel ``bias`` added on the way."""
+    if bias is None:
+        return np.ascontiguousarray(view)
+    return np.add(view, bias.reshape((1, -1) + (1,) * (view.ndim - 2)), out=np.empty(view.shape, view.dtype))

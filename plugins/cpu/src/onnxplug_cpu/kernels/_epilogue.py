@@ -1,0 +1,93 @@
+"""A convolution's epilogue — bias, residual, Relu — in one pass over its output.
+
+Why: with numpy each step is its own pass over the whole feature map (``y += b``, ``y += z``,
+``np.maximum(y, 0, out=y)``), and on ResNet-50 those memory-bound passes over every layer's output
+cost about a tenth of a run.  Compiled, the three are one read and one write of ``y`` (and one
+read of ``z``), in the same order of operations, so results are bit-identical to the numpy
+passes: ``((y + b) + z)``, then negatives to 0 (NaN stays NaN, as with ``np.maximum``).
+
+The compiled loop is used only where numba is already loaded in the process (by the tree
+kernels, ``_forest_jit``, or by the application): importing numba for this alone costs ~36 MiB
+of peak memory, which on ResNet-50 outweighs the pass it saves against issue 13's memory goal
+(measured: 558 against 522 MiB peak with ``scripts/bench.py --sections memory``).  Otherwise,
+or with ``ONNXPLUG_CPU_JIT=0``, :func:`finish` makes the numpy passes.  The loop is compiled once
+per machine (``cache=True``).  It is single-threaded: the pass is memory-bound, and a second
+thread pool next to OpenBLAS's would compete with it for the cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["finish"]
+
+_NO_BIAS = np.zeros(0, dtype=np.float32)
+_NO_RESIDUAL = np.zeros((0, 0, 0), dtype=np.float32)
+
+
+def _compiled() -> Any | None:
+    """The compiled loop, or ``None`` while numba is not loaded (or is disabled)."""
+    if "numba" not in sys.modules or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+        return None
+    return _build()
+
+
+@functools.cache
+def _build() -> Any:
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def epilogue(y, b, z, relu):  # y, z: (N, M, P) float32; b: (M,) or empty; z may be empty
+        n, m, p = y.shape
+        has_b, has_z = b.shape[0] > 0, z.shape[0] > 0
+        for i in range(n):
+            for j in range(m):
+                bias = b[j] if has_b else np.float32(0)
+                row = y[i, j]
+                if has_z:
+                    res = z[i, j]
+                    for k in range(p):
+                        v = row[k] + bias if has_b else row[k]
+                        v = v + res[k]
+                        row[k] = np.float32(0) if relu and v < 0 else v
+                else:
+                    for k in range(p):
+                        v = row[k] + bias if has_b else row[k]
+                        row[k] = np.float32(0) if relu and v < 0 else v
+
+    return epilogue
+
+
+def finish(y: np.ndarray, b: np.ndarray | None, z: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
+    """``y`` ``(N, M, *spatial)`` (fresh, the caller's to overwrite) plus the per-channel bias
+    ``b``, plus ``z`` of ``y``'s shape, then Relu when ``relu``; in place where possible."""
+    compiled = _compiled()
+    fits = (
+        compiled is not None
+        and y.dtype == np.float32
+        and y.flags.c_contiguous
+        and y.ndim >= 2
+        and (b is None or (b.dtype == np.float32 and b.size == y.shape[1]))
+        and (z is None or (z.dtype == np.float32 and z.shape == y.shape))
+    )
+    if fits:
+        view = y.reshape(y.shape[0], y.shape[1], -1)
+        bias = _NO_BIAS if b is None else np.ascontiguousarray(b.reshape(-1))
+        residual = _NO_RESIDUAL if z is None else np.ascontiguousarray(z).reshape(view.shape)
+        compiled(view, bias, residual, relu)
+        return y
+    if b is not None:
+        y += b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * (y.ndim - 2))
+    if z is not None:
+        if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):
+            y += z
+        else:
+            y = y + z
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
