@@ -64,7 +64,7 @@ def test_no_winograd_outside_its_geometry(strides, dilations, channels):
     x = np.ones((1, channels, 26, 26), dtype=np.float32)
     packed = PackedConv(w, 1)
     expected = 4 if channels >= numerics.WINOGRAD_MIN_CHANNELS and strides == dilations == (1, 1) else 0
-    assert (channels >= numerics.WINOGRAD_MIN_CHANNELS) == bool(packed.winograd)
+    assert (channels >= numerics.WINOGRAD_MIN_CHANNELS) == packed.uses_winograd
     assert numerics._winograd_tile(packed, x, strides, dilations, (24, 24)) == expected
     assert numerics._winograd_tile(packed, x.astype(np.float64), None, None, (24, 24)) == 0
 
@@ -196,8 +196,8 @@ def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry,
 
 
 def test_no_winograd_for_layers_that_widen_more_than_twice():
-    assert PackedConv(np.ones((64, 32, 3, 3), dtype=np.float32), 1).winograd
-    assert not PackedConv(np.ones((65, 32, 3, 3), dtype=np.float32), 1).winograd
+    assert PackedConv(np.ones((64, 32, 3, 3), dtype=np.float32), 1).uses_winograd
+    assert not PackedConv(np.ones((65, 32, 3, 3), dtype=np.float32), 1).uses_winograd
 
 
 def test_widening_or_grouped_layers_are_not_shifted():
@@ -208,3 +208,29 @@ def test_widening_or_grouped_layers_are_not_shifted():
     assert not numerics._shifts(0, None, 512, 512, (7, 7))  # small map, M = C: im2col
     assert not numerics._shifts(4, None, 64, 64, (56, 56))  # M = C with a Winograd tile
     assert numerics._shifts(4, None, 16, 64, (56, 56))
+
+
+def test_winograd_filters_are_made_for_the_tile_a_call_takes():
+    """No filters at creation; a 7×7 map at batch 1 takes neither tile (im2col), so none are made;
+    a 28×28 map makes the F(4×4) ones only (ResNet-50's 7×7 layers once held unused F(4×4)
+    filters, 4× their weights)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    packed = PackedConv(w, 1)
+    assert packed.uses_winograd and packed.winograd == {}
+    small = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(
+        convolve(small, w, pads=(1, 1, 1, 1), packed=packed),
+        convolve(small, w, pads=(1, 1, 1, 1)),
+        rtol=1e-4,
+        atol=2e-3,  # Winograd's float32 rounding against im2col, on outputs of size ~24
+    )
+    assert packed.winograd == {}
+    large = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
+    np.testing.assert_allclose(
+        convolve(large, w, pads=(1, 1, 1, 1), packed=packed),
+        convolve(large, w, pads=(1, 1, 1, 1)),
+        rtol=1e-4,
+        atol=2e-3,  # Winograd's float32 rounding against im2col, on outputs of size ~24
+    )
+    assert sorted(packed.winograd) == [4]

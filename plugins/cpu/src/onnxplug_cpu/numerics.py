@@ -94,8 +94,10 @@ class PackedConv:
     :ivar depthwise: ``(C, *k)`` filters when every group has one input and one output channel.
     :ivar shiftable: ungrouped 2-D weights with ``M <= C`` and a kernel larger than 1×1, which
         may take the shifted path with ``(k·M, C)`` :meth:`stacked_filters`.
-    Winograd filters for 3×3 ungrouped weights: F(4×4) ones are computed here, F(2×2) ones on the
-    first call that needs them (few layers do); both are kept in :attr:`winograd`.
+    :ivar uses_winograd: 3×3 ungrouped float32 weights of a shape Winograd pays for. Their
+        F(4×4) or F(2×2) filters are computed on the first call that takes that tile (the tile
+        depends on the map: ResNet-50's 7×7 layers at batch 1 take neither) and kept in
+        :attr:`winograd`; made eagerly, unused F(4×4) filters held 4× those layers' weights.
     ``winograd=False`` keeps to the paths that only multiply and add the given weights (the
     exact integer convolutions: Winograd's transforms have fractional coefficients).
     """
@@ -114,18 +116,16 @@ class PackedConv:
         self._stacked = None
         if self.shiftable and 2 * w.shape[0] <= w.shape[1]:
             self.stacked_filters()
-        self._w = None
         self.winograd: dict[int, np.ndarray] = {}
-        if (
+        self.uses_winograd = bool(
             winograd
             and group == 1
             and w.shape[2:] == (3, 3)
             and self.matrix.dtype == np.float32
             and w.shape[1] >= WINOGRAD_MIN_CHANNELS
             and WINOGRAD_MIN_MAPS <= w.shape[0] <= WINOGRAD_MAX_WIDENING * w.shape[1]
-        ):
-            self._w = w
-            self.winograd[4] = winograd_weights(w, 4)
+        )
+        self._w = w if self.uses_winograd else None
 
     def stacked_filters(self) -> np.ndarray:
         if self._stacked is None:  # idempotent, as winograd_filters
@@ -140,7 +140,7 @@ class PackedConv:
 
 def _winograd_tile(packed: PackedConv | None, x, strides, dilations, out) -> int:
     """The Winograd output tile size for this call, or 0 for im2col."""
-    if packed is None or not packed.winograd or x.ndim != 4 or x.dtype != np.float32:
+    if packed is None or not packed.uses_winograd or x.ndim != 4 or x.dtype != np.float32:
         return 0
     if any(s != 1 for s in strides or (1, 1)) or any(d != 1 for d in dilations or (1, 1)):
         return 0
