@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxplug.errors import EPFail
+from onnxplug import translation
 
 __all__ = ["IOSpec", "Translation", "Untranslatable", "converters", "declines", "node_label", "translate"]
 
 #: (domain, op) → converter(ctx, node); filled by ``_ops`` and ``_spatial`` through :func:`converts`.
-_CONVERTERS: dict[tuple[str, str], Any] = {}
+_CONVERTERS = translation.ConverterRegistry()
 
 #: ONNX element types → the MIL dtype a value of that type has inside the program.
 _MIL_DTYPES = {
@@ -52,32 +52,21 @@ _MIL_DTYPES = {
 _IO_DTYPES = {"fp32", "fp16", "int32"}
 
 
-class Untranslatable(EPFail):
+class Untranslatable(translation.Untranslatable):
     """A node (or a value) that has no MIL form; the message names it and says why."""
 
-    def __init__(self, node: Any, reason: str) -> None:
-        self.node = getattr(node, "name", str(node))
-        self.reason = reason
-        where = f"node '{node.name}' ({node.op_type})" if hasattr(node, "op_type") else f"'{node}'"
-        super().__init__(f"CoreML cannot run {where}: {reason}")
+    target = "CoreML"
 
 
-def converts(*ops: str, domain: str = ""):
-    """Register a converter for ``ops`` (explicit registry: the module that defines it imports this)."""
-
-    def register(fn):
-        for op in ops:
-            _CONVERTERS[(domain, op)] = fn
-        return fn
-
-    return register
+#: Registers a converter for ops (explicit registry: the module that defines it imports this).
+converts = _CONVERTERS.converts
 
 
 def converters() -> frozenset[tuple[str, str]]:
     """The (domain, op) pairs the translator handles."""
     from . import _ops, _spatial  # noqa: F401 - importing them registers the converters
 
-    return frozenset(_CONVERTERS)
+    return _CONVERTERS.keys()
 
 
 def mil():
@@ -343,7 +332,7 @@ def _convert_node(ctx: Context, node: onnx.NodeProto) -> None:
     if node.op_type == "Constant" and domain == "":
         ctx.folded[node.output[0]] = _constant_node_value(node)
         return
-    converter = _CONVERTERS.get((domain, node.op_type))
+    converter = _CONVERTERS.get(domain, node.op_type)
     if converter is None:
         raise Untranslatable(node, "the translator has no MIL form for this op")
     converter(ctx, node)

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxplug.errors import EPFail
+from onnxplug import translation
 
 from .graph import (
     CONVOLUTION_DIRECTION_FORWARD,
@@ -78,14 +78,10 @@ SUPPORTED = frozenset(_UNARY) | frozenset(_BINARY) | frozenset(_VIEWS) | frozens
 _FLT_MAX = 3.4028234663852886e38
 
 
-class Untranslatable(EPFail):
+class Untranslatable(translation.Untranslatable):
     """A node outside the translated subset; the message names it and says why."""
 
-    def __init__(self, node: Any, reason: str) -> None:
-        self.node = getattr(node, "name", str(node))
-        self.reason = reason
-        where = f"node '{node.name}' ({node.op_type})" if hasattr(node, "op_type") else f"'{node}'"
-        super().__init__(f"DirectML execution cannot run {where}: {reason}")
+    target = "DirectML execution"
 
 
 def _attr(node: ir.Node, name: str, default: Any = None) -> Any:

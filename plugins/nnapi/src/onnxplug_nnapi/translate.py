@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxplug.errors import EPFail
+from onnxplug import translation
 
 from .program import OPERAND, Program, ProgramBuilder
 
@@ -57,7 +57,7 @@ _QUANT_CODES = {
 }
 
 #: (domain, op) → converter(ctx, node); filled by ``_converters`` through :func:`converts`.
-_CONVERTERS: dict[tuple[str, str], Any] = {}
+_CONVERTERS = translation.ConverterRegistry()
 
 #: Where each quantized op keeps its (value, scale, zero point) triples: inputs, then outputs.
 QUANT_SLOTS: dict[str, tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int], ...]]] = {
@@ -71,32 +71,21 @@ QUANT_SLOTS: dict[str, tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, 
 }
 
 
-class Untranslatable(EPFail):
+class Untranslatable(translation.Untranslatable):
     """A node (or a value) that has no NNAPI form; the message names it and says why."""
 
-    def __init__(self, node: Any, reason: str) -> None:
-        self.node = getattr(node, "name", str(node))
-        self.reason = reason
-        where = f"node '{node.name}' ({node.op_type})" if hasattr(node, "op_type") else f"'{node}'"
-        super().__init__(f"NNAPI cannot run {where}: {reason}")
+    target = "NNAPI"
 
 
-def converts(*ops: str, domain: str = ""):
-    """Register a converter for ``ops`` (explicit registry: the module that defines it imports this)."""
-
-    def register(fn):
-        for op in ops:
-            _CONVERTERS[(domain, op)] = fn
-        return fn
-
-    return register
+#: Registers a converter for ops (explicit registry: the module that defines it imports this).
+converts = _CONVERTERS.converts
 
 
 def converters() -> frozenset[tuple[str, str]]:
     """The (domain, op) pairs the translator handles."""
     from . import _converters, _spatial  # noqa: F401 - importing them registers the converters
 
-    return frozenset(_CONVERTERS)
+    return _CONVERTERS.keys()
 
 
 def attr(node: ir.Node, name: str, default: Any = None) -> Any:
@@ -317,7 +306,7 @@ def _inferred(model: onnx.ModelProto | bytes) -> ir.Model:
 def _convert(ctx: Context, node: ir.Node) -> None:
     if node.op_type == "DequantizeLinear" and node.outputs[0].name in ctx.folded:
         return  # folded into a float constant
-    converter = _CONVERTERS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+    converter = _CONVERTERS.get(node.domain, node.op_type)
     if converter is None:
         raise Untranslatable(node, "the translator has no NNAPI form for this op")
     converter(ctx, node)
