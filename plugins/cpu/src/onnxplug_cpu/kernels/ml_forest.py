@@ -18,6 +18,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._forest_jit import compiled
+from ._split_rows import run_in_row_blocks
 
 MODES = {
     "BRANCH_LEQ": 0,
@@ -35,6 +36,8 @@ TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 _COMPARISONS = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
 #: Up to this many (sample, tree) pairs, leaves are found by fixed-depth walks (see Forest._walk).
 _WALK_LIMIT = 1 << 16
+#: Below this many samples per thread a compiled walk stays on the calling thread.
+_ROWS_PER_THREAD = 64
 
 
 class Forest:
@@ -200,7 +203,14 @@ class Forest:
         present = np.empty((n, targets), bool)
         zero = self.leaf_values.dtype.type(0)
         weights = (self.leaf_values, self.leaf_has)
-        if not self._jit.aggregate(values, *self._jit_args, *weights, how, zero, result, present):
+
+        def rows(start, stop):  # the compiled walk releases the GIL: blocks run in parallel
+            block = slice(start, stop)
+            return self._jit.aggregate(
+                values[block], *self._jit_args, *weights, how, zero, result[block], present[block]
+            )
+
+        if not all(run_in_row_blocks(rows, n, min_rows=_ROWS_PER_THREAD)):
             raise Fail("tree ensemble has a cycle")
         return result, present
 

@@ -1,0 +1,63 @@
+"""Rows of a compiled, GIL-free kernel's work spread over the run's threads.
+
+The CPU provider's intra-op threads are numpy's BLAS threads: a session with
+``intra_op_num_threads`` holds the BLAS libraries at that count while it runs
+(``onnxplug.runtime`` sets it), and without it they keep their default (the machine's cores).
+Kernels compiled with numba's ``nogil=True`` (the tree-ensemble walks) release the GIL, so plain
+Python threads run them in parallel: this module splits a batch's rows into that many blocks and
+runs all but the first on a shared pool while the calling thread computes the first.
+
+Not numba's own ``parallel=True``: without TBB, numba runs parallel loops on its workqueue layer,
+which aborts the process when two threads enter it at once, as concurrent ``run()`` calls would.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["run_in_row_blocks", "thread_budget"]
+
+_POOL_LOCK = threading.Lock()
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+@functools.cache
+def _blas_controllers() -> tuple[Any, ...]:
+    try:
+        import threadpoolctl
+    except ImportError:
+        return ()
+    return tuple(threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers)
+
+
+def thread_budget() -> int:
+    """The threads this run may use: the BLAS libraries' current count (at least 1)."""
+    controllers = _blas_controllers()
+    return max([1, *(c.get_num_threads() or 1 for c in controllers)]) if controllers else 1
+
+
+def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE < workers:
+            _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onnxplug-cpu")
+            _POOL_SIZE = workers
+        return _POOL
+
+
+def run_in_row_blocks(work: Callable[[int, int], Any], rows: int, *, min_rows: int) -> list[Any]:
+    """``work(start, stop)`` over ``[0, rows)`` in up to :func:`thread_budget` blocks of at least
+    ``min_rows`` rows; returns the blocks' results in order. Blocks must write disjoint rows."""
+    blocks = max(1, min(thread_budget(), rows // max(1, min_rows)))
+    if blocks == 1:
+        return [work(0, rows)]
+    bounds = [rows * i // blocks for i in range(blocks + 1)]
+    pool = _pool(blocks - 1)
+    futures = [pool.submit(work, bounds[i], bounds[i + 1]) for i in range(1, blocks)]
+    first = work(bounds[0], bounds[1])
+    return [first, *(future.result() for future in futures)]
