@@ -53,6 +53,8 @@ def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
 def run_in_row_blocks(work: Callable[[int, int], Any], rows: int, *, min_rows: int) -> list[Any]:
     """``work(start, stop)`` over ``[0, rows)`` in up to :func:`thread_budget` blocks of at least
     ``min_rows`` rows; returns the blocks' results in order. Blocks must write disjoint rows."""
+    if rows < 2 * min_rows:  # one block: skip reading the budget (a small batch's run is microseconds)
+        return [work(0, rows)]
     blocks = max(1, min(thread_budget(), rows // max(1, min_rows)))
     if blocks == 1:
         return [work(0, rows)]
