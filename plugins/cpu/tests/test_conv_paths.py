@@ -218,19 +218,12 @@ def test_winograd_filters_are_made_for_the_tile_a_call_takes():
     w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
     packed = PackedConv(w, 1)
     assert packed.uses_winograd and packed.winograd == {}
-    small = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
-    np.testing.assert_allclose(
-        convolve(small, w, pads=(1, 1, 1, 1), packed=packed),
-        convolve(small, w, pads=(1, 1, 1, 1)),
-        rtol=1e-4,
-        atol=2e-3,  # Winograd's float32 rounding against im2col, on outputs of size ~24
-    )
-    assert packed.winograd == {}
-    large = rng.standard_normal((1, 64, 28, 28)).astype(np.float32)
-    np.testing.assert_allclose(
-        convolve(large, w, pads=(1, 1, 1, 1), packed=packed),
-        convolve(large, w, pads=(1, 1, 1, 1)),
-        rtol=1e-4,
-        atol=2e-3,  # Winograd's float32 rounding against im2col, on outputs of size ~24
-    )
-    assert sorted(packed.winograd) == [4]
+    for side, tiles_made in ((7, []), (28, [4])):
+        x = rng.standard_normal((1, 64, side, side)).astype(np.float32)
+        np.testing.assert_allclose(
+            convolve(x, w, pads=(1, 1, 1, 1), packed=packed),
+            convolve(x, w, pads=(1, 1, 1, 1)),
+            rtol=1e-4,
+            atol=2e-3,  # Winograd's float32 rounding against im2col, on outputs of size ~24
+        )
+        assert sorted(packed.winograd) == tiles_made
