@@ -139,3 +139,38 @@ def test_qlinear_conv_centred_path_is_exact_with_padding(
     session = _session(integer, {"w": w, "xz": np.array(x_zero, x_dtype)}, x_type, TensorProto.INT32, x.shape)
     want_int = _padded_reference(x, x_zero, w, pads, strides)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], want_int.astype(np.int32))
+
+
+@pytest.mark.parametrize(
+    "pads, kernel, plus_ndim",
+    [
+        ([0, 0, 0, 0], 1, 1),  # unpadded: the correction is one value per channel
+        ([0, 0, 0, 0], 3, 1),
+        ([1, 1, 1, 1], 3, 2),  # padded: a map over the output positions
+        ([2, 0, 1, 1], 3, 2),
+    ],
+)
+def test_qlinear_conv_correction_added_in_the_requantization_pass(pads, kernel, plus_ndim, jit):
+    """One-block layers leave the correction (offset * conv(ones) + bias) to the requantization
+    pass (``ExactConv.rounded_parts``); the outputs stay the int64 reference's, with numba's
+    fused pass and with numpy's."""
+    from onnxplug_cpu.kernels._exact_conv import ExactConv
+
+    rng = np.random.default_rng(kernel + sum(pads))
+    channels, m, x_zero = 40, 10, 9
+    x = rng.integers(0, 256, (2, channels, 7, 6)).astype(np.uint8)
+    w = rng.integers(-127, 128, (m, channels, kernel, kernel)).astype(np.int8)
+    bias = rng.integers(-(2**20), 2**20, (m,)).astype(np.int32)
+    geometry = dict(auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=pads, strides=None)
+    prepared = ExactConv(w.astype(np.int64), np.uint8, x_zero, geometry, bias)
+    assert len(prepared.blocks) == 1
+    acc, plus = prepared.rounded_parts(x)
+    assert acc.dtype == np.float32 and plus is not None and plus.ndim == plus_ndim
+    xs, ws, ys = np.float32(0.05), rng.uniform(0.001, 0.004, m).astype(np.float32), np.float32(2.0)
+    inits = {"xs": np.array(xs), "xz": np.array(x_zero, np.uint8), "w": w, "ws": ws, "wz": np.zeros(m, np.int8)}
+    inits |= {"ys": np.array(ys), "yz": np.array(120, np.uint8), "b": bias}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=pads)
+    got = _session(node, inits, TensorProto.UINT8, TensorProto.UINT8, x.shape).run(None, {"x": x})[0]
+    reference = _padded_reference(x, x_zero, w, pads, (1, 1)) + bias.reshape(1, -1, 1, 1)
+    scaled = np.rint(reference.astype(np.float32) * (xs * ws / ys).reshape(1, -1, 1, 1))
+    np.testing.assert_array_equal(got, np.clip(scaled + 120, 0, 255).astype(np.uint8))

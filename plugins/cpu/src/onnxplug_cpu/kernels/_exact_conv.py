@@ -81,10 +81,12 @@ class ExactConv:
         """Whether the float32 path applies (every single input channel respects the bound)."""
         return bool(self.blocks)
 
-    def _correction(self, shape: tuple) -> tuple[np.ndarray, np.ndarray | None, bool]:
+    def _correction(self, shape: tuple) -> tuple[np.ndarray, np.ndarray | None, bool, np.ndarray | None]:
         """For inputs of ``shape``: ``offset * conv(ones) + bias``, float64 ``(M, *out)``; the
-        same in float32 when every value is a float32 (else ``None``); and whether a single
-        block's sums plus it stay below 2**24 (an exact float32 addition)."""
+        same in float32 when every value is a float32 (else ``None``); whether a single block's
+        sums plus it stay below 2**24 (an exact float32 addition); and, when that float32 map is
+        the same at every position of a channel (no padding reaches the sums), its ``(M,)``
+        values."""
         key = tuple(shape[1:])
         found = self._maps.get(key)
         if found is not None:
@@ -96,20 +98,15 @@ class ExactConv:
         as_float32 = correction.astype(np.float32)
         representable = bool(np.array_equal(as_float32, correction))
         small = self.sum_bound + float(np.abs(correction).max(initial=0)) < _EXACT
-        found = (correction, as_float32 if representable else None, small)
+        rows = as_float32.reshape(as_float32.shape[0], -1)
+        channel = np.ascontiguousarray(rows[:, 0]) if representable and (rows == rows[:, :1]).all() else None
+        found = (correction, as_float32 if representable else None, small, channel)
         with self._lock:
             self._maps[key] = found
         return found
 
-    def sums(self, x: np.ndarray, *, rounded: bool = False) -> np.ndarray:
-        """The integer sums ``conv(x - x_zero) [+ bias]``, a fresh array: exact (float32 when
-        every one is below 2**24, else float64), or with ``rounded=True`` possibly already
-        rounded to float32 — the correctly rounded exact sum, as the int32 → float32
-        conversion that requantization starts with would give.
-
-        Why ``rounded`` is safe: one block's sums are exact float32 integers; when the correction
-        map's values are float32 too, IEEE addition returns the exact sum correctly rounded,
-        the single rounding the spec's float32 conversion of the int32 sum performs."""
+    def _blocks_sum(self, x: np.ndarray) -> np.ndarray:
+        """``conv(x - centre)``: float32 for one block (exact), float64 for several."""
         v = np.subtract(x, np.float32(self.centre), dtype=np.float32)  # exact: |.| <= 128
         total = None
         for start, stop, block, packed in self.packed:
@@ -120,7 +117,34 @@ class ExactConv:
                 if total.dtype != np.float64:
                     total = total.astype(np.float64)
                 total += part
-        correction, correction32, small = self._correction(x.shape)
+        return total
+
+    def rounded_parts(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(acc, plus)`` whose float32 sum ``acc + plus`` is :meth:`sums` with
+        ``rounded=True``, for a caller that adds ``plus`` in a pass of its own (QLinearConv's
+        requantization): ``plus`` is the float32 correction, ``(M,)`` when constant over the
+        positions else ``(M, P)`` with ``P`` the output positions; ``None`` when ``acc``
+        already includes it (several blocks, or a map float32 cannot hold)."""
+        total = self._blocks_sum(x)
+        correction, correction32, small, channel = self._correction(x.shape)
+        if total.dtype == np.float32 and correction32 is not None:
+            plus = channel if channel is not None else correction32.reshape(correction32.shape[0], -1)
+            return total, plus
+        total = total.astype(np.float64, copy=False)
+        total += correction
+        return total, None
+
+    def sums(self, x: np.ndarray, *, rounded: bool = False) -> np.ndarray:
+        """The integer sums ``conv(x - x_zero) [+ bias]``, a fresh array: exact (float32 when
+        every one is below 2**24, else float64), or with ``rounded=True`` possibly already
+        rounded to float32 — the correctly rounded exact sum, as the int32 → float32
+        conversion that requantization starts with would give.
+
+        Why ``rounded`` is safe: one block's sums are exact float32 integers; when the correction
+        map's values are float32 too, IEEE addition returns the exact sum correctly rounded,
+        the single rounding the spec's float32 conversion of the int32 sum performs."""
+        total = self._blocks_sum(x)
+        correction, correction32, small, _ = self._correction(x.shape)
         if total.dtype == np.float32 and correction32 is not None and (small or rounded):
             total += correction32
             return total

@@ -39,3 +39,42 @@ def compiled() -> Any | None:
                     row[p] = min(max(np.rint(row[p] * k), low), high) + zero
 
     return requantize_in_place
+
+
+@functools.cache
+def compiled_with_correction() -> Any | None:
+    """``(per_channel, per_position)``: requantization that first adds :class:`ExactConv`'s
+    correction (``offset * conv(ones) + bias``), ``None`` as :func:`compiled`.
+
+    Why: adding the correction in numpy is one more read-and-write pass over every sum; here it
+    is one float32 addition in the requantization's own pass.  ``(acc + c) * k`` is the same
+    float32 addition, then the same multiplication, as ``acc += c`` followed by
+    :func:`compiled`'s pass, so the values are the same.  ``per_channel(acc, plus, ...)`` takes
+    ``plus`` ``(M,)`` (a map constant over positions: unpadded layers); ``per_position`` takes
+    ``plus`` ``(M, P)`` (the map of a padded layer, the same for every image)."""
+    if compiled() is None:
+        return None
+    import numba
+    import numpy as np
+
+    @numba.njit(cache=True, nogil=True)
+    def per_channel(acc, plus, multiplier, low, high, zero):  # pragma: no cover - compiled
+        for n in range(acc.shape[0]):
+            for m in range(acc.shape[1]):
+                k = multiplier[m]
+                c = plus[m]
+                row = acc[n, m]
+                for p in range(row.shape[0]):
+                    row[p] = min(max(np.rint((row[p] + c) * k), low), high) + zero
+
+    @numba.njit(cache=True, nogil=True)
+    def per_position(acc, plus, multiplier, low, high, zero):  # pragma: no cover - compiled
+        for n in range(acc.shape[0]):
+            for m in range(acc.shape[1]):
+                k = multiplier[m]
+                row = acc[n, m]
+                add = plus[m]
+                for p in range(row.shape[0]):
+                    row[p] = min(max(np.rint((row[p] + add[p]) * k), low), high) + zero
+
+    return per_channel, per_position

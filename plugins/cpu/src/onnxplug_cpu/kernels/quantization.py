@@ -312,11 +312,18 @@ def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
     return out
 
 
-def _requantize_compiled(scaled, multiplier, y_zero_point):
+def _requantize_compiled(scaled, multiplier, y_zero_point, plus=None):
     """:func:`_requantize` of QLinearConv's float32 ``(N, M, ...)`` sums (this call's own array)
     in one compiled in-place pass (``kernels._requant_jit``) for a scalar 8-bit zero point and a
-    scalar or ``(1, M, 1...)`` multiplier; ``None`` where that does not apply (numpy's path)."""
+    scalar or ``(1, M, 1...)`` multiplier; ``None`` where that does not apply (numpy's path).
+    ``plus`` (``ExactConv.rounded_parts``' float32 correction, ``(M,)`` or ``(M, P)``) is added
+    to the sums first, in the same pass; ``None`` is returned only without it."""
     jit = _requant_jit.compiled()
+    if plus is not None:
+        kernels = _requant_jit.compiled_with_correction()
+        if kernels is None or jit is None:
+            return None
+        jit = kernels[0] if plus.ndim == 1 else kernels[1]
     if jit is None or scaled.ndim < 2 or not scaled.flags.c_contiguous or not scaled.flags.writeable:
         return None
     if y_zero_point.size != 1 or y_zero_point.dtype not in (np.int8, np.uint8):
@@ -329,7 +336,10 @@ def _requantize_compiled(scaled, multiplier, y_zero_point):
     low, high = _INT_RANGES[y_zero_point.dtype]
     zero = float(y_zero_point.reshape(()))
     flat = scaled.reshape(scaled.shape[0], channels, -1)
-    jit(flat, factors, np.float32(low - zero), np.float32(high - zero), np.float32(zero))
+    if plus is None:
+        jit(flat, factors, np.float32(low - zero), np.float32(high - zero), np.float32(zero))
+    else:
+        jit(flat, plus, factors, np.float32(low - zero), np.float32(high - zero), np.float32(zero))
     return scaled.astype(y_zero_point.dtype)  # exact: integers within the type's range
 
 
@@ -448,7 +458,15 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         multiplier = _multiplier(x_scale, w_scale, y_scale, w.shape[0])
         y_zero = _scalar(y_zero_point, "y_zero_point")
         if exact is not None and x.dtype == exact.x_dtype:
-            acc = exact.sums(x, rounded=True)  # the bias included
+            acc, plus = exact.rounded_parts(x)
+            if plus is not None:
+                if multiplier.ndim:
+                    multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
+                # The correction (and bias) added in the requantization's pass, not one of its own.
+                fast = _requantize_compiled(acc, multiplier, y_zero, plus)
+                if fast is not None:
+                    return fast
+                acc += plus.reshape((-1,) + (1,) * (acc.ndim - 2)) if plus.ndim == 1 else plus.reshape(acc.shape[1:])
         else:
             xi = x.astype(np.int64) - x_zero.astype(np.int64)
             acc = _integer_conv(xi, _centred_weights(w, w_zero_point), **geometry)
