@@ -174,3 +174,36 @@ def test_qlinear_conv_correction_added_in_the_requantization_pass(pads, kernel, 
     reference = _padded_reference(x, x_zero, w, pads, (1, 1)) + bias.reshape(1, -1, 1, 1)
     scaled = np.rint(reference.astype(np.float32) * (xs * ws / ys).reshape(1, -1, 1, 1))
     np.testing.assert_array_equal(got, np.clip(scaled + 120, 0, 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+@pytest.mark.parametrize("pads, dilation", [([1, 1, 1, 1], 1), ([2, 1, 0, 2], 2)])
+def test_shifted_per_offset_bound_replaces_the_channel_blocks(pads, dilation, extreme):
+    """A stride-1 3×3 layer whose whole reduction breaks the float32 bound (two channel blocks)
+    but each kernel offset's does not: one float32 matmul, the offsets added in float64."""
+    from onnxplug_cpu.kernels._exact_conv import ExactConv
+
+    rng = np.random.default_rng(dilation)
+    c, m = 161, 8  # 161 * 9 * 127 * 127 ≈ 2**24.5: two blocks; per offset 161 * 127 * 127 ≈ 2**21.3
+    if extreme:  # odd products of one sign, an odd count per offset: odd sums beyond 2**24
+        x = np.full((1, c, 16, 15), 255, np.uint8)
+        w = np.full((m, c, 3, 3), -127, np.int8)
+    else:
+        x = rng.integers(0, 256, (1, c, 16, 15)).astype(np.uint8)
+        w = (rng.choice([-1, 1], (m, c, 3, 3)) * rng.integers(120, 128, (m, c, 3, 3))).astype(np.int8)
+    x_zero = np.uint8(128)
+    geometry = dict(auto_pad="NOTSET", dilations=[dilation] * 2, group=1, kernel_shape=None, pads=pads, strides=None)
+    prepared = ExactConv(w.astype(np.int64), np.uint8, 128, geometry)
+    assert len(prepared.blocks) == 2 and prepared.tap_stacked is not None
+    attrs = dict(pads=pads, dilations=[dilation] * 2)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], **attrs)
+    got = _session(node, {"w": w, "xz": np.array(x_zero)}, TensorProto.UINT8, TensorProto.INT32, x.shape)
+    got = got.run(None, {"x": x})[0]
+    top, left, bottom, right = pads
+    padded = np.pad(x.astype(np.int64) - 128, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    dilated = np.zeros((m, c, 2 * dilation + 1, 2 * dilation + 1), np.int64)
+    dilated[:, :, ::dilation, ::dilation] = w
+    want = _exact_conv(padded, dilated)
+    if extreme:
+        assert np.abs(want).max() > 2**24
+    np.testing.assert_array_equal(got, want.astype(np.int32))

@@ -21,16 +21,22 @@ Two things keep the reductions long, so that most ResNet-50 layers need a single
   the int32 sum to float32 does: see :meth:`ExactConv.sums`).
 
 Weights whose bound is too large for one block are split into contiguous input-channel blocks
-that each respect it; block results are added in float64 (exact below 2**53).
+that each respect it; block results are added in float64 (exact below 2**53).  A stride-1 2-D
+layer on a map the shifted layout pays for (``kernels._shifted``) avoids the blocks when the
+bound holds **per kernel offset** (``x_bound * sum_c |w[m, c, i, j]| < 2**24``, k² times looser):
+its one float32 matmul gives each offset's exact contribution, and the k² shifted adds are done
+in float64.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
 
-from ..numerics import PackedConv, convolve
+from ..numerics import SHIFTED_MIN_CELLS, PackedConv, convolve, pool_geometry
+from ._shifted import shifted_conv, stacked_filters
 
 __all__ = ["ExactConv", "type_range"]
 
@@ -59,6 +65,7 @@ class ExactConv:
         self.x_bound = max(self.centre - low, high - self.centre)
         self.offset = self.centre - int(x_zero)
         self.geometry = dict(geometry)
+        self.kernel = tuple(w_centred.shape[2:])
         w64 = w_centred.astype(np.float64)
         # conv(ones) over C channels is conv(ones) over one with the channels' summed weights:
         # the correction maps need only these (M, 1, *k) sums, not a float64 copy of the weights.
@@ -73,6 +80,17 @@ class ExactConv:
                 block = np.ascontiguousarray(w_centred[:, start:stop].astype(np.float32))
                 self.packed.append((start, stop, block, PackedConv(block, 1, winograd=False)))
             self.sum_bound = float(self.x_bound * taps.sum(axis=1).max(initial=0))
+        self.tap_stacked = None  # (k²·M, C) float32 filters of the per-offset shifted path
+        strides = self.geometry.get("strides") or (1,)
+        if (
+            len(self.blocks) > 1
+            and w_centred.ndim == 4
+            and w_centred.shape[2:] != (1, 1)
+            and all(s == 1 for s in strides)
+        ):
+            per_offset = np.abs(w64).sum(axis=1).max(initial=0)  # max over (m, i, j) of sum_c |w|
+            if self.x_bound * per_offset < _EXACT:
+                self.tap_stacked = stacked_filters(w_centred.astype(np.float32))
         self._maps: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
@@ -106,8 +124,24 @@ class ExactConv:
         return found
 
     def _blocks_sum(self, x: np.ndarray) -> np.ndarray:
-        """``conv(x - centre)``: float32 for one block (exact), float64 for several."""
+        """``conv(x - centre)``: float32 for one block (exact), float64 for several or for the
+        per-offset shifted path."""
         v = np.subtract(x, np.float32(self.centre), dtype=np.float32)  # exact: |.| <= 128
+        if self.tap_stacked is not None and v.ndim == 4:
+            g = self.geometry
+            out, begin, end, _ = pool_geometry(
+                v.shape[2:],
+                self.kernel,
+                g.get("strides"),
+                g.get("dilations"),
+                g.get("pads"),
+                g.get("auto_pad", "NOTSET"),
+                0,
+                "QLinearConv",
+            )
+            if math.prod(out) >= SHIFTED_MIN_CELLS:
+                dilations = tuple(g.get("dilations") or (1, 1))
+                return shifted_conv(v, self.tap_stacked, self.kernel, dilations, begin, end, out, accumulate=np.float64)
         total = None
         for start, stop, block, packed in self.packed:
             part = convolve(v[:, start:stop], block, packed=packed, **self.geometry)

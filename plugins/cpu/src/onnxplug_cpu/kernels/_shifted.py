@@ -29,10 +29,12 @@ def stacked_filters(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(-1, c))
 
 
-def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None):
+def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None, accumulate=None):
     """``x`` ``(N, C, H, W)`` convolved at stride 1 with :func:`stacked_filters` ``stacked``;
     ``begin``/``end`` pads, ``out`` = ``(OH, OW)``, plus the per-channel ``bias`` if given (added
-    in the final copy); returns ``(N, M, OH, OW)``."""
+    in the final copy); returns ``(N, M, OH, OW)``.  ``accumulate`` (default ``x``'s dtype) is
+    the dtype the k² offsets' contributions are added in and returned: float64 keeps exact
+    integer contributions exact however large their sum (``kernels._exact_conv``)."""
     n, c, h, w = x.shape
     kh, kw = kernel
     dh, dw = dilations
@@ -46,7 +48,7 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None):
     )
     z = np.matmul(stacked, flat)  # (K·M, length + extra)
     span = length - (kh - 1) * dh * wp  # every output row of every image lies below this
-    full = np.empty((m, length), dtype=x.dtype)  # cells past ``span`` are never output rows
+    full = np.empty((m, length), dtype=accumulate or x.dtype)  # cells past ``span`` are never output rows
     acc = full[:, :span]
     np.copyto(acc, z[:m, :span])
     for index in range(1, kh * kw):
