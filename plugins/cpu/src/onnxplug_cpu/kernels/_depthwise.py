@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["depthwise_conv"]
+from . import _depthwise_jit
+
+__all__ = ["depthwise_conv", "depthwise_conv_numpy"]
 
 #: Output cells per block: accumulator + temporary of this size stay in L2.
 _BLOCK_CELLS = 16384
@@ -25,6 +27,15 @@ _CHANNELS_LAST_FROM = 64
 def depthwise_conv(x, w, begin, end, out, strides, dilations):
     """``x`` ``(N, C, H, W)`` float32/float64 convolved per channel with ``w`` ``(C, kh, kw)``,
     padded by ``begin``/``end``; returns ``(N, C, *out)``."""
+    kernels = _depthwise_jit.compiled() if w.shape[1:] == (3, 3) and tuple(dilations) == (1, 1) else None
+    stride = strides[0] if strides[0] == strides[1] else 0
+    if kernels is not None and stride in (1, 2):
+        return _compiled_3x3(kernels, x, w, begin, end, out, stride)
+    return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations)
+
+
+def depthwise_conv_numpy(x, w, begin, end, out, strides, dilations):
+    """:func:`depthwise_conv` with numpy passes only (any kernel, stride, dilation)."""
     if x.shape[1] >= _CHANNELS_LAST_FROM:
         return _channels_last(x, w, begin, end, out, strides, dilations)
     n, c, h, wd = x.shape
@@ -80,3 +91,27 @@ def _channels_last(x, w, begin, end, out, strides, dilations):
                 np.multiply(view, taps[index], out=scratch)
                 block += scratch
     return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
+
+
+def _compiled_3x3(kernels, x, w, begin, end, out, stride):
+    """The numba 3×3 kernels (``_depthwise_jit``) on the same padded input and layout as the
+    numpy passes, so the same values."""
+    n, c, h, wd = x.shape
+    oh, ow = out
+    # The compiled loops do not check bounds: the padded map must hold every window.
+    if h + begin[0] + end[0] < (oh - 1) * stride + 3 or wd + begin[1] + end[1] < (ow - 1) * stride + 3:
+        raise ValueError(f"depthwise: padded input {x.shape} {begin} {end} is smaller than output {out} needs")
+    if c >= _CHANNELS_LAST_FROM:
+        padded = np.zeros((n, h + begin[0] + end[0], wd + begin[1] + end[1], c), dtype=x.dtype)
+        padded[:, begin[0] : begin[0] + h, begin[1] : begin[1] + wd, :] = x.transpose(0, 2, 3, 1)
+        acc = np.empty((n, oh, ow, c), dtype=x.dtype)
+        kernels["last", stride](padded, np.ascontiguousarray(w.reshape(c, 9).T), acc)
+        return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
+    if any(begin) or any(end):
+        padded = np.zeros((n, c, h + begin[0] + end[0], wd + begin[1] + end[1]), dtype=x.dtype)
+        padded[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + wd] = x
+    else:
+        padded = np.ascontiguousarray(x)
+    y = np.empty((n, c, oh, ow), dtype=x.dtype)
+    kernels["first", stride](padded, np.ascontiguousarray(w.reshape(c, 9)), y)
+    return y
