@@ -84,7 +84,7 @@ def main() -> None:
             for v in total:
                 total[v] += med[v]
             print(
-                f"{layer.split('/Conv')[0][-27:]:<28}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
+                f"{layer.strip('/').split('/')[:2][-1][-27:]:<28}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
                 f"{med['jit']:>9.3f}{med['numpy']:>10.3f}{med['jit'] / med['numpy']:>7.2f}  {same}"
             )
         print(f"{'total':<60}{total['jit']:>9.3f}{total['numpy']:>10.3f}{total['jit'] / total['numpy']:>7.2f}")

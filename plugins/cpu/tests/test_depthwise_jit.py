@@ -1,6 +1,7 @@
 """The numba 3×3 depthwise kernels (``kernels._depthwise_jit``): the numpy passes' bits on both
-layouts and strides, onnx's reference evaluator on whole nodes, the dispatch (which layers take
-them), and the numpy fallback with ``ONNXPLUG_CPU_JIT=0``."""
+strides (also on wide layers, which the numpy passes compute channels-last), onnx's reference
+evaluator on whole nodes, the dispatch (which layers take them), and the numpy fallback with
+``ONNXPLUG_CPU_JIT=0``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ CASES = [
     ((1, 7, 9, 10), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 4, 8, 8), dict(auto_pad="VALID")),
     ((1, 3, 3, 3), dict()),  # a single output cell
-    ((2, 64, 9, 7), dict(pads=[1, 2, 0, 1])),  # channels-last from here
+    ((2, 64, 9, 7), dict(pads=[1, 2, 0, 1])),  # the numpy passes go channels-last from here
     ((1, 96, 14, 14), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
     ((1, 144, 7, 7), dict(pads=[1, 1, 1, 1])),
 ]

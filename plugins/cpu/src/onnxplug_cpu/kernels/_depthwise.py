@@ -94,24 +94,18 @@ def _channels_last(x, w, begin, end, out, strides, dilations):
 
 
 def _compiled_3x3(kernels, x, w, begin, end, out, stride):
-    """The numba 3×3 kernels (``_depthwise_jit``) on the same padded input and layout as the
-    numpy passes, so the same values."""
+    """The numba 3×3 kernels (``_depthwise_jit``) on the same zero-padded input as the numpy
+    passes, so the same values; channels-first at any width."""
     n, c, h, wd = x.shape
     oh, ow = out
     # The compiled loops do not check bounds: the padded map must hold every window.
     if h + begin[0] + end[0] < (oh - 1) * stride + 3 or wd + begin[1] + end[1] < (ow - 1) * stride + 3:
         raise ValueError(f"depthwise: padded input {x.shape} {begin} {end} is smaller than output {out} needs")
-    if c >= _CHANNELS_LAST_FROM:
-        padded = np.zeros((n, h + begin[0] + end[0], wd + begin[1] + end[1], c), dtype=x.dtype)
-        padded[:, begin[0] : begin[0] + h, begin[1] : begin[1] + wd, :] = x.transpose(0, 2, 3, 1)
-        acc = np.empty((n, oh, ow, c), dtype=x.dtype)
-        kernels["last", stride](padded, np.ascontiguousarray(w.reshape(c, 9).T), acc)
-        return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
     if any(begin) or any(end):
         padded = np.zeros((n, c, h + begin[0] + end[0], wd + begin[1] + end[1]), dtype=x.dtype)
         padded[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + wd] = x
     else:
         padded = np.ascontiguousarray(x)
     y = np.empty((n, c, oh, ow), dtype=x.dtype)
-    kernels["first", stride](padded, np.ascontiguousarray(w.reshape(c, 9)), y)
+    kernels[stride](padded, np.ascontiguousarray(w.reshape(c, 9)), y)
     return y
