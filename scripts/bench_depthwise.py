@@ -23,10 +23,10 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_families import load_family  # noqa: E402
+from bench_families import load_family
 
-from onnxplug_cpu.kernels import _depthwise  # noqa: E402
-from onnxplug_cpu.numerics import pool_geometry  # noqa: E402
+from onnxplug_cpu.kernels import _depthwise
+from onnxplug_cpu.numerics import pool_geometry
 
 
 def depthwise_layers(model: onnx.ModelProto):
@@ -48,6 +48,12 @@ def depthwise_layers(model: onnx.ModelProto):
             pads = attrs.get("pads", [0] * 4)
             layers.append((node.name, tuple(x), w[:, 0], pads, attrs.get("strides", [1, 1])))
     return layers
+
+
+def label(node_name: str) -> str:
+    """``features.3`` of ``/features/features.3/body/.../Conv``: the block, short enough for a column."""
+    parts = node_name.strip("/").split("/")
+    return parts[min(1, len(parts) - 1)][-27:]
 
 
 def main() -> None:
@@ -84,7 +90,7 @@ def main() -> None:
             for v in total:
                 total[v] += med[v]
             print(
-                f"{layer.strip('/').split('/')[:2][-1][-27:]:<28}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
+                f"{label(layer):<28}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
                 f"{med['jit']:>9.3f}{med['numpy']:>10.3f}{med['jit'] / med['numpy']:>7.2f}  {same}"
             )
         print(f"{'total':<60}{total['jit']:>9.3f}{total['numpy']:>10.3f}{total['jit'] / total['numpy']:>7.2f}")

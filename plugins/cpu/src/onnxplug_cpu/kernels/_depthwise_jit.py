@@ -43,7 +43,8 @@ def compiled() -> dict[int, Any] | None:
     def first_s1(p, t, y):  # pragma: no cover - compiled
         for n in range(y.shape[0]):
             for c in range(y.shape[1]):
-                t0, t1, t2, t3, t4, t5, t6, t7, t8 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4], t[c, 5], t[c, 6], t[c, 7], t[c, 8]
+                t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
+                t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
                 for oy in range(y.shape[2]):
                     r0, r1, r2, o = p[n, c, oy], p[n, c, oy + 1], p[n, c, oy + 2], y[n, c, oy]
                     for ox in range(y.shape[3]):
@@ -61,7 +62,8 @@ def compiled() -> dict[int, Any] | None:
     def first_s2(p, t, y):  # pragma: no cover - compiled
         for n in range(y.shape[0]):
             for c in range(y.shape[1]):
-                t0, t1, t2, t3, t4, t5, t6, t7, t8 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4], t[c, 5], t[c, 6], t[c, 7], t[c, 8]
+                t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
+                t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
                 for oy in range(y.shape[2]):
                     iy = 2 * oy
                     r0, r1, r2, o = p[n, c, iy], p[n, c, iy + 1], p[n, c, iy + 2], y[n, c, oy]
