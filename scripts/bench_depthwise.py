@@ -2,17 +2,24 @@
 
     python scripts/bench_depthwise.py                    # MobileNetV2's depthwise layers
     python scripts/bench_depthwise.py --models shufflenetv2 --rounds 9
+    python scripts/bench_depthwise.py --whole --models mobilenetv2,shufflenetv2   # whole models
 
 Takes every depthwise ``Conv`` (``group`` == channels, one filter each) of the bench family's
 model (``scripts/bench_families/cnn.py``, input shapes from onnx shape inference), then times
 ``_depthwise.depthwise_conv`` (compiled where the layer is 3×3) and ``depthwise_conv_numpy`` in
 alternation: per round each layer once with each, in turn.  Prints each layer's median time for
 both and their ratio, the total over the model's layers, and checks that the two agree bit for bit.
+
+``--whole`` times whole models instead, at 2 threads, in rounds that alternate onnxplug with the
+compiled kernels, onnxplug with the numpy passes (``numerics.depthwise_conv`` swapped for
+``depthwise_conv_numpy``, nothing else changed: numba is loaded in both) and onnxruntime, and
+prints the median latencies and the ratios to onnxruntime.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -56,12 +63,67 @@ def label(node_name: str) -> str:
     return parts[min(1, len(parts) - 1)][-27:]
 
 
+def _run_with(session, feeds, depthwise):
+    """One run of ``session`` with ``depthwise`` as the CPU provider's depthwise convolution."""
+    from onnxplug_cpu import numerics
+
+    compiled_path = numerics.depthwise_conv
+    numerics.depthwise_conv = depthwise
+    try:
+        return session.run(None, feeds)
+    finally:
+        numerics.depthwise_conv = compiled_path
+
+
+def whole_models(names, rounds, repeat):
+    import onnxruntime
+
+    import onnxplug
+    from onnxplug_cpu import numerics
+
+    family = {m.name: m for m in load_family("cnn")}
+    compiled_path = numerics.depthwise_conv
+    print(f"whole models, 2 threads, medians of {rounds} interleaved rounds of {repeat} runs")
+    print(f"{'model':<14}{'jit ms':>9}{'numpy ms':>10}{'ORT ms':>9}{'jit/ORT':>9}{'numpy/ORT':>11}{'jit/numpy':>11}")
+    for name in names:
+        data, feeds = family[name].build()
+        options = onnxplug.SessionOptions()
+        options.intra_op_num_threads = 2
+        ours = onnxplug.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        ort_options = onnxruntime.SessionOptions()
+        ort_options.intra_op_num_threads = 2
+        theirs = onnxruntime.InferenceSession(data, ort_options, providers=["CPUExecutionProvider"])
+
+        variants = {
+            "jit": functools.partial(_run_with, ours, feeds, compiled_path),
+            "numpy": functools.partial(_run_with, ours, feeds, _depthwise.depthwise_conv_numpy),
+            "ort": functools.partial(theirs.run, None, feeds),
+        }
+        times = {v: [] for v in variants}
+        for _ in range(rounds):
+            for variant, fn in variants.items():
+                fn()  # untimed: wakes this runtime's threads
+                start = time.perf_counter()
+                for _ in range(repeat):
+                    fn()
+                times[variant].append((time.perf_counter() - start) / repeat * 1e3)
+        med = {v: statistics.median(t) for v, t in times.items()}
+        print(
+            f"{name:<14}{med['jit']:>9.2f}{med['numpy']:>10.2f}{med['ort']:>9.2f}{med['jit'] / med['ort']:>9.2f}"
+            f"{med['numpy'] / med['ort']:>11.2f}{med['jit'] / med['numpy']:>11.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mobilenetv2")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing")
+    parser.add_argument("--whole", action="store_true", help="whole models against onnxruntime")
     args = parser.parse_args()
+    if args.whole:
+        whole_models(args.models.split(","), args.rounds, args.repeat)
+        return
     family = {m.name: m for m in load_family("cnn")}
     rng = np.random.default_rng(0)
     for name in args.models.split(","):
