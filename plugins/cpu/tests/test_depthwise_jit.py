@@ -32,6 +32,10 @@ CASES = [
     ((2, 64, 9, 7), dict(pads=[1, 2, 0, 1])),  # the numpy passes go channels-last from here
     ((1, 96, 14, 14), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
     ((1, 144, 7, 7), dict(pads=[1, 1, 1, 1])),
+    # stride 2 with 24+ output columns: split into even and odd columns, both pad parities
+    ((1, 6, 50, 53), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 5, 49, 50), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 70, 30, 52), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
 ]
 
 
@@ -121,3 +125,16 @@ def test_too_little_padding_is_refused_before_the_unchecked_loop():
     x, w = _data((1, 4, 6, 6), np.float32)
     with pytest.raises(ValueError, match="smaller than output"):
         _depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (6, 6), (1, 1), (1, 1))
+
+
+@needs_numba
+@pytest.mark.parametrize("width, split", [(53, True), (45, False)])
+def test_wide_stride_2_layers_read_split_columns(width, split, monkeypatch):
+    calls = []
+    splitter = _depthwise._split_columns
+    monkeypatch.setattr(_depthwise, "_split_columns", lambda *args: calls.append(1) or splitter(*args))
+    x, w = _data((1, 3, 9, width), np.float32)
+    call = _call(x, w, dict(strides=[2, 2], pads=[1, 1, 1, 1]))
+    assert (call[4][1] >= _depthwise._SPLIT_FROM_WIDTH) == split
+    np.testing.assert_array_equal(_depthwise.depthwise_conv(*call), _depthwise.depthwise_conv_numpy(*call))
+    assert len(calls) == int(split)

@@ -30,7 +30,9 @@ __all__ = ["compiled"]
 @functools.cache
 def compiled() -> dict[int, Any] | None:
     """``{stride: kernel(padded, taps, y)}`` for ``padded`` ``(N, C, Hp, Wp)``, ``taps``
-    ``(C, 9)``, ``y`` ``(N, C, oh, ow)`` and ``stride`` 1 or 2 on both axes; or ``None``."""
+    ``(C, 9)``, ``y`` ``(N, C, oh, ow)`` and ``stride`` 1 or 2 on both axes, and
+    ``"split": kernel(even, odd, taps, y)``, stride 2 on the padded input's even and odd columns
+    (``_depthwise._split_columns``); or ``None``."""
     if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
         return None
     try:
@@ -79,4 +81,25 @@ def compiled() -> dict[int, Any] | None:
                         s = s + r2[ix + 1] * t7
                         o[ox] = s + r2[ix + 2] * t8
 
-    return {1: first_s1, 2: first_s2}
+    @jit
+    def split_s2(e, d, t, y):  # pragma: no cover - compiled
+        for n in range(y.shape[0]):
+            for c in range(y.shape[1]):
+                t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
+                t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
+                for oy in range(y.shape[2]):
+                    iy = 2 * oy
+                    e0, e1, e2 = e[n, c, iy], e[n, c, iy + 1], e[n, c, iy + 2]
+                    d0, d1, d2, o = d[n, c, iy], d[n, c, iy + 1], d[n, c, iy + 2], y[n, c, oy]
+                    for ox in range(y.shape[3]):
+                        s = e0[ox] * t0
+                        s = s + d0[ox] * t1
+                        s = s + e0[ox + 1] * t2
+                        s = s + e1[ox] * t3
+                        s = s + d1[ox] * t4
+                        s = s + e1[ox + 1] * t5
+                        s = s + e2[ox] * t6
+                        s = s + d2[ox] * t7
+                        o[ox] = s + e2[ox + 1] * t8
+
+    return {1: first_s1, 2: first_s2, "split": split_s2}
