@@ -5,6 +5,8 @@ evaluator on whole nodes, the dispatch (which layers take them), and the numpy f
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -21,7 +23,10 @@ try:
 except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
     HAVE_NUMBA = False
 
-needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
+needs_numba = pytest.mark.skipif(
+    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
+    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
+)
 
 CASES = [
     ((1, 8, 11, 9), dict(pads=[1, 1, 1, 1])),
