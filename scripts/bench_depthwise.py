@@ -4,10 +4,10 @@
     python scripts/bench_depthwise.py --models shufflenetv2 --rounds 9
     python scripts/bench_depthwise.py --whole --models mobilenetv2,shufflenetv2   # whole models
 
-Takes every depthwise ``Conv`` (``group`` == channels, one filter each) of the bench family's
-model (``scripts/bench_families/cnn.py``, input shapes from onnx shape inference), then times
-``_depthwise.depthwise_conv`` (compiled where the layer is 3×3) and ``depthwise_conv_numpy`` in
-alternation: per round each layer once with each, in turn.  Prints each layer's median time for
+Records the arguments of every depthwise convolution (``group`` == channels, one filter each)
+that one onnxplug run of the bench family's model makes (``scripts/bench_families/cnn.py``), then
+times ``_depthwise.depthwise_conv`` (compiled where the layer is 3×3) and ``depthwise_conv_numpy``
+in alternation: per round each call once with each, in turn.  Prints each layer's median time for
 both and their ratio, the total over the model's layers, and checks that the two agree bit for bit.
 
 ``--whole`` times whole models instead, at 2 threads, in rounds that alternate onnxplug with the
@@ -26,41 +26,34 @@ import sys
 import time
 
 import numpy as np
-import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_families import load_family
 
 from onnxplug_cpu.kernels import _depthwise
-from onnxplug_cpu.numerics import pool_geometry
 
 
-def depthwise_layers(model: onnx.ModelProto):
-    """``(name, x shape, w (C, kh, kw), pads, strides)`` of each depthwise Conv."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes = {
-        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-        for v in list(inferred.graph.value_info) + list(inferred.graph.input)
-    }
-    weights = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    layers = []
-    for node in model.graph.node:
-        if node.op_type != "Conv" or node.input[1] not in weights:
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        w = weights[node.input[1]]
-        x = shapes.get(node.input[0])
-        if x and attrs.get("group", 1) == x[1] == w.shape[0] and w.shape[1] == 1:
-            pads = attrs.get("pads", [0] * 4)
-            layers.append((node.name, tuple(x), w[:, 0], pads, attrs.get("strides", [1, 1])))
-    return layers
+def depthwise_calls(data: bytes, feeds) -> list[tuple]:
+    """The arguments of every depthwise convolution one run of the model makes (the provider's
+    own calls, so the shapes, pads and strides it really uses), in run order."""
+    import onnxplug
+    from onnxplug_cpu import numerics
 
+    calls = []
+    compiled_path = numerics.depthwise_conv
 
-def label(node_name: str) -> str:
-    """``features.3`` of ``/features/features.3/body/.../Conv``: the block, short enough for a column."""
-    parts = node_name.strip("/").split("/")
-    return parts[min(1, len(parts) - 1)][-27:]
+    def record(*args):
+        calls.append(args)
+        return compiled_path(*args)
+
+    session = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
+    numerics.depthwise_conv = record
+    try:
+        session.run(None, feeds)
+    finally:
+        numerics.depthwise_conv = compiled_path
+    return calls
 
 
 def _run_with(session, feeds, depthwise):
@@ -125,17 +118,13 @@ def main() -> None:
         whole_models(args.models.split(","), args.rounds, args.repeat)
         return
     family = {m.name: m for m in load_family("cnn")}
-    rng = np.random.default_rng(0)
     for name in args.models.split(","):
-        data, _ = family[name].build()
-        layers = depthwise_layers(onnx.load_from_string(data))
+        data, feeds = family[name].build()
         cases = []
-        for layer, shape, w, pads, strides in layers:
-            x = rng.standard_normal(shape).astype(np.float32)
-            out, begin, end, _ = pool_geometry(shape[2:], w.shape[1:], strides, None, pads, "NOTSET", 0, "Conv")
-            call = (x, w.astype(np.float32), begin, end, out, tuple(strides), (1, 1))
+        for index, call in enumerate(depthwise_calls(data, feeds)):
+            x, w, _, _, _, strides, _ = call
             same = np.array_equal(_depthwise.depthwise_conv(*call), _depthwise.depthwise_conv_numpy(*call))
-            cases.append((layer, shape, w.shape[1:], strides, call, same))
+            cases.append((f"#{index}", x.shape, w.shape[1:], strides, call, same))
         times = {(c[0], v): [] for c in cases for v in ("jit", "numpy")}
         for _ in range(args.rounds):
             for layer, _, _, _, call, _ in cases:
@@ -145,17 +134,17 @@ def main() -> None:
                         fn(*call)
                     times[layer, variant].append((time.perf_counter() - start) / args.repeat)
         print(f"{name}: {len(cases)} depthwise layers, medians of {args.rounds} interleaved rounds")
-        print(f"{'layer':<28}{'x shape':<20}{'k':<7}{'s':<5}{'jit ms':>9}{'numpy ms':>10}{'ratio':>7}  same")
+        print(f"{'call':<8}{'x shape':<20}{'k':<7}{'s':<5}{'jit ms':>9}{'numpy ms':>10}{'ratio':>7}  same")
         total = {"jit": 0.0, "numpy": 0.0}
         for layer, shape, k, strides, _, same in cases:
             med = {v: statistics.median(times[layer, v]) * 1e3 for v in total}
             for v in total:
                 total[v] += med[v]
             print(
-                f"{label(layer):<28}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
+                f"{layer:<8}{str(list(shape)):<20}{'x'.join(map(str, k)):<7}{strides[0]:<5}"
                 f"{med['jit']:>9.3f}{med['numpy']:>10.3f}{med['jit'] / med['numpy']:>7.2f}  {same}"
             )
-        print(f"{'total':<60}{total['jit']:>9.3f}{total['numpy']:>10.3f}{total['jit'] / total['numpy']:>7.2f}")
+        print(f"{'total':<40}{total['jit']:>9.3f}{total['numpy']:>10.3f}{total['jit'] / total['numpy']:>7.2f}")
 
 
 if __name__ == "__main__":
