@@ -12,8 +12,10 @@ both and their ratio, the total over the model's layers, and checks that the two
 
 ``--whole`` times whole models instead, at 2 threads, in rounds that alternate onnxplug with the
 compiled kernels, onnxplug with the numpy passes (``numerics.depthwise_conv`` swapped for
-``depthwise_conv_numpy``, nothing else changed: numba is loaded in both) and onnxruntime, and
-prints the median latencies and the ratios to onnxruntime.
+``depthwise_conv_numpy``, nothing else changed: numba is loaded in both) and onnxruntime (order
+reversed every round, 30 ms pause and an untimed run before each block, so that onnxruntime's
+spinning pool does not slow whichever variant follows it), and prints the median latencies and
+the ratios to onnxruntime.
 """
 
 from __future__ import annotations
@@ -93,8 +95,11 @@ def whole_models(names, rounds, repeat):
             "ort": functools.partial(theirs.run, None, feeds),
         }
         times = {v: [] for v in variants}
+        order = list(variants.items())
         for _ in range(rounds):
-            for variant, fn in variants.items():
+            order.reverse()  # no variant always runs right after onnxruntime
+            for variant, fn in order:
+                time.sleep(0.03)  # lets the previous runtime's spinning threads go idle
                 fn()  # untimed: wakes this runtime's threads
                 start = time.perf_counter()
                 for _ in range(repeat):
