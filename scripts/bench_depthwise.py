@@ -70,6 +70,19 @@ def _run_with(session, feeds, depthwise):
         numerics.depthwise_conv = compiled_path
 
 
+def _timed(depthwise, sink: list[float]):
+    """``depthwise`` adding its seconds to ``sink[0]``: the depthwise share of a whole run."""
+
+    def timed(*args):
+        start = time.perf_counter()
+        try:
+            return depthwise(*args)
+        finally:
+            sink[0] += time.perf_counter() - start
+
+    return timed
+
+
 def whole_models(names, rounds, repeat):
     import onnxruntime
 
@@ -79,7 +92,11 @@ def whole_models(names, rounds, repeat):
     family = {m.name: m for m in load_family("cnn")}
     compiled_path = numerics.depthwise_conv
     print(f"whole models, 2 threads, medians of {rounds} interleaved rounds of {repeat} runs")
-    print(f"{'model':<14}{'jit ms':>9}{'numpy ms':>10}{'ORT ms':>9}{'jit/ORT':>9}{'numpy/ORT':>11}{'jit/numpy':>11}")
+    print("(dw ms: the depthwise calls' time inside those runs)")
+    print(
+        f"{'model':<14}{'jit ms':>9}{'numpy ms':>10}{'ORT ms':>9}{'jit/ORT':>9}{'numpy/ORT':>11}{'jit/numpy':>11}"
+        f"{'jit dw ms':>11}{'numpy dw ms':>13}"
+    )
     for name in names:
         data, feeds = family[name].build()
         options = onnxplug.SessionOptions()
@@ -89,26 +106,32 @@ def whole_models(names, rounds, repeat):
         ort_options.intra_op_num_threads = 2
         theirs = onnxruntime.InferenceSession(data, ort_options, providers=["CPUExecutionProvider"])
 
+        sinks = {"jit": [0.0], "numpy": [0.0], "ort": [0.0]}
         variants = {
-            "jit": functools.partial(_run_with, ours, feeds, compiled_path),
-            "numpy": functools.partial(_run_with, ours, feeds, _depthwise.depthwise_conv_numpy),
+            "jit": functools.partial(_run_with, ours, feeds, _timed(compiled_path, sinks["jit"])),
+            "numpy": functools.partial(_run_with, ours, feeds, _timed(_depthwise.depthwise_conv_numpy, sinks["numpy"])),
             "ort": functools.partial(theirs.run, None, feeds),
         }
         times = {v: [] for v in variants}
+        inside = {v: [] for v in variants}
         order = list(variants.items())
         for _ in range(rounds):
             order.reverse()  # no variant always runs right after onnxruntime
             for variant, fn in order:
                 time.sleep(0.03)  # lets the previous runtime's spinning threads go idle
                 fn()  # untimed: wakes this runtime's threads
+                sinks[variant][0] = 0.0
                 start = time.perf_counter()
                 for _ in range(repeat):
                     fn()
                 times[variant].append((time.perf_counter() - start) / repeat * 1e3)
+                inside[variant].append(sinks[variant][0] / repeat * 1e3)
         med = {v: statistics.median(t) for v, t in times.items()}
+        dw = {v: statistics.median(t) for v, t in inside.items()}
         print(
             f"{name:<14}{med['jit']:>9.2f}{med['numpy']:>10.2f}{med['ort']:>9.2f}{med['jit'] / med['ort']:>9.2f}"
             f"{med['numpy'] / med['ort']:>11.2f}{med['jit'] / med['numpy']:>11.2f}"
+            f"{dw['jit']:>11.2f}{dw['numpy']:>13.2f}"
         )
 
 
