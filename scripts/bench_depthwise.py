@@ -3,6 +3,7 @@
     python scripts/bench_depthwise.py                    # MobileNetV2's depthwise layers
     python scripts/bench_depthwise.py --models shufflenetv2 --rounds 9
     python scripts/bench_depthwise.py --whole --models mobilenetv2,shufflenetv2   # whole models
+    python scripts/bench_depthwise.py --memory          # peak RSS with and without numba's kernels
 
 Records the arguments of every depthwise convolution (``group`` == channels, one filter each)
 that one onnxplug run of the bench family's model makes (``scripts/bench_families/cnn.py``), then
@@ -135,13 +136,46 @@ def whole_models(names, rounds, repeat):
         )
 
 
+_PEAK = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+import onnxplug
+from bench_families import load_family
+data, feeds = {m.name: m for m in load_family("cnn")}[sys.argv[2]].build()
+session = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
+for _ in range(3):
+    session.run(None, feeds)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "numba" in sys.modules)
+"""
+
+
+def peak_memory(names) -> None:
+    """Peak RSS of a fresh process that creates the session and runs it 3 times, with the
+    compiled kernels (numba loaded on the first depthwise call) and with ``ONNXPLUG_CPU_JIT=0``."""
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    print(f"{'model':<14}{'jit peak MiB':>14}{'JIT=0 peak MiB':>16}  numba loaded")
+    for name in names:
+        peaks = []
+        for jit in ("1", "0"):
+            env = dict(os.environ, ONNXPLUG_CPU_JIT=jit)
+            out = subprocess.run([sys.executable, "-c", _PEAK, here, name], env=env, capture_output=True, text=True)
+            peaks.append(out.stdout.split())
+        print(f"{name:<14}{float(peaks[0][0]):>14.0f}{float(peaks[1][0]):>16.0f}  {peaks[0][1]}/{peaks[1][1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mobilenetv2")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing")
     parser.add_argument("--whole", action="store_true", help="whole models against onnxruntime")
+    parser.add_argument("--memory", action="store_true", help="peak RSS with and without the compiled kernels")
     args = parser.parse_args()
+    if args.memory:
+        peak_memory(args.models.split(","))
+        return
     if args.whole:
         whole_models(args.models.split(","), args.rounds, args.repeat)
         return
