@@ -16,10 +16,10 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 * :func:`pack_conv_weights`, :class:`PackedConv`, :func:`convolve`: N-d grouped convolution
   (ONNX ``Conv``).  The general path is im2col over the window view and one batched matmul for all
   groups; pointwise convolutions are one matmul on the input buffer, depthwise ones shifted
-  multiply-adds (``kernels._depthwise``), large float32 3×3 stride-1 ones Winograd F(4×4)
-  or F(2×2) (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one
-  matmul then shifted adds (``kernels._shifted``), with filters prepared once in
-  :class:`PackedConv`.
+  multiply-adds (``kernels._depthwise``; 3×3 with stride 1 or 2 numba loops,
+  ``kernels._depthwise_jit``), large float32 3×3 stride-1 ones Winograd F(4×4) or F(2×2)
+  (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one matmul then
+  shifted adds (``kernels._shifted``), with filters prepared once in :class:`PackedConv`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""The numba 3×3 depthwise kernels (``kernels._depthwise_jit``): the numpy passes' bits on both
+strides (also on wide layers, which the numpy passes compute channels-last), onnx's reference
+evaluator on whole nodes, the dispatch (which layers take them), and the numpy fallback with
+``ONNXPLUG_CPU_JIT=0``."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import _depthwise, _depthwise_jit
+from onnxplug_cpu.numerics import PackedConv, convolve, pool_geometry
+
+try:
+    import numba  # noqa: F401
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
+    HAVE_NUMBA = False
+
+needs_numba = pytest.mark.skipif(
+    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
+    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
+)
+
+CASES = [
+    ((1, 8, 11, 9), dict(pads=[1, 1, 1, 1])),
+    ((2, 5, 12, 13), dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+    ((1, 7, 9, 10), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 4, 8, 8), dict(auto_pad="VALID")),
+    ((1, 3, 3, 3), dict()),  # a single output cell
+    ((2, 64, 9, 7), dict(pads=[1, 2, 0, 1])),  # the numpy passes go channels-last from here
+    ((1, 96, 14, 14), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 144, 7, 7), dict(pads=[1, 1, 1, 1])),
+    # stride 2 with 24+ output columns: split into even and odd columns, both pad parities
+    ((1, 6, 50, 53), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 5, 49, 50), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 70, 30, 52), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+]
+
+
+def _call(x, w, geometry):
+    out, begin, end, _ = pool_geometry(
+        x.shape[2:], (3, 3), geometry.get("strides"), None, geometry.get("pads"), geometry.get("auto_pad", "NOTSET")
+    )
+    return (x, w, begin, end, out, tuple(geometry.get("strides", (1, 1))), (1, 1))
+
+
+def _data(shape, dtype):
+    rng = np.random.default_rng(shape[1] * 7 + shape[2])
+    return rng.standard_normal(shape).astype(dtype), rng.standard_normal((shape[1], 3, 3)).astype(dtype)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, geometry", CASES)
+def test_compiled_gives_the_numpy_passes_bits(shape, geometry, dtype, monkeypatch):
+    x, w = _data(shape, dtype)
+    call = _call(x, w, geometry)
+    want = _depthwise.depthwise_conv_numpy(*call)
+
+    def no_numpy(*args):
+        raise AssertionError("the numpy path was taken")
+
+    monkeypatch.setattr(_depthwise, "depthwise_conv_numpy", no_numpy)
+    got = _depthwise.depthwise_conv(*call)
+    assert got.dtype == dtype and got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape, geometry", CASES)
+def test_whole_node_matches_the_reference(shape, geometry):
+    x, w4 = _data(shape, np.float32)
+    w = w4.reshape(shape[1], 1, 3, 3)
+    b = np.linspace(-1, 1, shape[1], dtype=np.float32)
+    c = shape[1]
+    got = convolve(x, w, b, group=c, packed=PackedConv(w, c), **geometry)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, **geometry)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"w": w, "b": b}
+    )
+    reference = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kernel, geometry",
+    [
+        ((5, 5), dict(pads=[2, 2, 2, 2])),
+        ((3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+        ((3, 3), dict(strides=[1, 2], pads=[1, 1, 1, 1])),
+        ((3, 3), dict(strides=[3, 3])),
+    ],
+)
+def test_other_geometries_take_the_numpy_passes(kernel, geometry, monkeypatch):
+    calls = []
+    numpy_path = _depthwise.depthwise_conv_numpy
+
+    def counted(*args):
+        calls.append(args)
+        return numpy_path(*args)
+
+    monkeypatch.setattr(_depthwise, "depthwise_conv_numpy", counted)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 6, 13, 12)).astype(np.float32)
+    w = rng.standard_normal((6, 1) + kernel).astype(np.float32)
+    convolve(x, w, None, group=6, packed=PackedConv(w, 6), **geometry)
+    assert len(calls) == 1
+
+
+def test_jit_off_uses_the_numpy_passes(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
+    _depthwise_jit.compiled.cache_clear()
+    try:
+        assert _depthwise_jit.compiled() is None
+        x, w = _data((1, 70, 10, 10), np.float32)
+        call = _call(x, w, dict(pads=[1, 1, 1, 1]))
+        np.testing.assert_array_equal(_depthwise.depthwise_conv(*call), _depthwise.depthwise_conv_numpy(*call))
+    finally:
+        _depthwise_jit.compiled.cache_clear()
+
+
+@needs_numba
+def test_too_little_padding_is_refused_before_the_unchecked_loop():
+    x, w = _data((1, 4, 6, 6), np.float32)
+    with pytest.raises(ValueError, match="smaller than output"):
+        _depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (6, 6), (1, 1), (1, 1))
+
+
+@needs_numba
+@pytest.mark.parametrize("width, split", [(53, True), (45, False)])
+def test_wide_stride_2_layers_read_split_columns(width, split, monkeypatch):
+    calls = []
+    splitter = _depthwise._split_columns
+    monkeypatch.setattr(_depthwise, "_split_columns", lambda *args: calls.append(1) or splitter(*args))
+    x, w = _data((1, 3, 9, width), np.float32)
+    call = _call(x, w, dict(strides=[2, 2], pads=[1, 1, 1, 1]))
+    assert (call[4][1] >= _depthwise._SPLIT_FROM_WIDTH) == split
+    np.testing.assert_array_equal(_depthwise.depthwise_conv(*call), _depthwise.depthwise_conv_numpy(*call))
+    assert len(calls) == int(split)
