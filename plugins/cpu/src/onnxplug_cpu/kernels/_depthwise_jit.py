@@ -21,8 +21,9 @@ e.g. 144 channels at 56×56: 0.26 ms channels-first against 1.76 ms channels-las
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
+
+from ._jit import compiler
 
 __all__ = ["compiled"]
 
@@ -33,13 +34,9 @@ def compiled() -> dict[int, Any] | None:
     ``(C, 9)``, ``y`` ``(N, C, oh, ow)`` and ``stride`` 1 or 2 on both axes, and
     ``"split": kernel(even, odd, taps, y)``, stride 2 on the padded input's even and odd columns
     (``_depthwise._split_columns``); or ``None``."""
-    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    jit = compiler()
+    if jit is None:
         return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(cache=True, nogil=True)
 
     @jit
     def first_s1(p, t, y):  # pragma: no cover - compiled

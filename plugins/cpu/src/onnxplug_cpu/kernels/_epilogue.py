@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ._jit import compiler
+
 __all__ = ["finish"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
@@ -33,15 +35,15 @@ _NO_RESIDUAL = np.zeros((0, 0, 0), dtype=np.float32)
 def _compiled() -> Any | None:
     """The compiled loop, or ``None`` while numba is not loaded (or is disabled)."""
     if "numba" not in sys.modules or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
-        return None
+        return None  # tested on every convolution: kept to a dict lookup
     return _build()
 
 
 @functools.cache
 def _build() -> Any:
-    import numba
+    jit = compiler()
 
-    @numba.njit(cache=True, nogil=True)
+    @jit
     def epilogue(y, b, z, relu):  # y, z: (N, M, P) float32; b: (M,) or empty; z may be empty
         n, m, p = y.shape
         has_b, has_z = b.shape[0] > 0, z.shape[0] > 0

@@ -19,10 +19,11 @@ under numba's cache directory) and loaded when the first tree model's session is
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numpy as np
+
+from ._jit import compiler
 
 __all__ = ["compiled"]
 
@@ -31,17 +32,11 @@ __all__ = ["compiled"]
 def compiled() -> Any | None:
     """The compiled kernels (a namespace with ``walk``, ``gather`` and ``aggregate``), or
     ``None`` when numba is unavailable or disabled."""
-    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
-        return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    return _build(numba)
+    jit = compiler()
+    return None if jit is None else _build(jit)
 
 
-def _build(numba: Any) -> Any:
-    jit = numba.njit(cache=True, nogil=True)
+def _build(jit: Any) -> Any:
 
     @jit
     def goes_true(mode, v, t, member_sets, row):

@@ -22,7 +22,6 @@ the nodes it runs, so another provider that takes QDQ models (OpenVINO) still se
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +30,8 @@ from onnx import numpy_helper
 
 from onnxplug.api import CompiledPartition, Partition
 from onnxplug.graph import GraphView
+
+from ._jit import compiler
 
 __all__ = ["compile_qdq_pair", "fake_quantize", "fake_quantize_into", "qdq_pairs"]
 
@@ -116,14 +117,9 @@ def fake_quantize(x: np.ndarray, q_scale, q_zero, dq_scale, dq_zero, *, out: np.
 def _compiled():
     """The numba kernels of :func:`fake_quantize_into` (without, with a Relu first), or ``None``
     when numba is unavailable or disabled (``ONNXPLUG_CPU_JIT=0``)."""
-    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    jit = compiler()
+    if jit is None:
         return None
-    try:
-        import numba
-    except ImportError:
-        return None
-
-    jit = numba.njit(cache=True, nogil=True)
 
     # Branch-free and in place on one array, so LLVM vectorises them (a second output array it
     # cannot prove distinct made them 9× slower): min/max instead of a NaN test (NaN comes out

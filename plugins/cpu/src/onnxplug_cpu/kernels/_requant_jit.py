@@ -11,8 +11,9 @@ slower).  ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``: callers use num
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
+
+from ._jit import compiler
 
 __all__ = ["compiled"]
 
@@ -21,15 +22,12 @@ __all__ = ["compiled"]
 def compiled() -> Any | None:
     """``requantize_in_place(acc, multiplier, low, high, zero)`` for ``acc`` ``(N, M, P)``
     float32 and ``multiplier`` ``(M,)`` float32, or ``None``."""
-    if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
-        return None
-    try:
-        import numba
-    except ImportError:
+    jit = compiler()
+    if jit is None:
         return None
     import numpy as np
 
-    @numba.njit(cache=True, nogil=True)
+    @jit
     def requantize_in_place(acc, multiplier, low, high, zero):  # pragma: no cover - compiled
         for n in range(acc.shape[0]):
             for m in range(acc.shape[1]):
@@ -52,12 +50,12 @@ def compiled_with_correction() -> Any | None:
     :func:`compiled`'s pass, so the values are the same.  ``per_channel(acc, plus, ...)`` takes
     ``plus`` ``(M,)`` (a map constant over positions: unpadded layers); ``per_position`` takes
     ``plus`` ``(M, P)`` (the map of a padded layer, the same for every image)."""
-    if compiled() is None:
+    jit = compiler()
+    if jit is None:
         return None
-    import numba
     import numpy as np
 
-    @numba.njit(cache=True, nogil=True)
+    @jit
     def per_channel(acc, plus, multiplier, low, high, zero):  # pragma: no cover - compiled
         for n in range(acc.shape[0]):
             for m in range(acc.shape[1]):
@@ -67,7 +65,7 @@ def compiled_with_correction() -> Any | None:
                 for p in range(row.shape[0]):
                     row[p] = min(max(np.rint((row[p] + c) * k), low), high) + zero
 
-    @numba.njit(cache=True, nogil=True)
+    @jit
     def per_position(acc, plus, multiplier, low, high, zero):  # pragma: no cover - compiled
         for n in range(acc.shape[0]):
             for m in range(acc.shape[1]):
