@@ -38,45 +38,30 @@ def compiled() -> dict[int, Any] | None:
     if jit is None:
         return None
 
-    @jit
-    def first_s1(p, t, y):  # pragma: no cover - compiled
-        for n in range(y.shape[0]):
-            for c in range(y.shape[1]):
-                t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
-                t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
-                for oy in range(y.shape[2]):
-                    r0, r1, r2, o = p[n, c, oy], p[n, c, oy + 1], p[n, c, oy + 2], y[n, c, oy]
-                    for ox in range(y.shape[3]):
-                        s = r0[ox] * t0
-                        s = s + r0[ox + 1] * t1
-                        s = s + r0[ox + 2] * t2
-                        s = s + r1[ox] * t3
-                        s = s + r1[ox + 1] * t4
-                        s = s + r1[ox + 2] * t5
-                        s = s + r2[ox] * t6
-                        s = s + r2[ox + 1] * t7
-                        o[ox] = s + r2[ox + 2] * t8
+    def strided(stride):
+        # ``stride`` is a closure constant, so numba compiles each kernel with it known.
+        @jit
+        def kernel(p, t, y):  # pragma: no cover - compiled
+            for n in range(y.shape[0]):
+                for c in range(y.shape[1]):
+                    t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
+                    t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
+                    for oy in range(y.shape[2]):
+                        iy = stride * oy
+                        r0, r1, r2, o = p[n, c, iy], p[n, c, iy + 1], p[n, c, iy + 2], y[n, c, oy]
+                        for ox in range(y.shape[3]):
+                            ix = stride * ox
+                            s = r0[ix] * t0
+                            s = s + r0[ix + 1] * t1
+                            s = s + r0[ix + 2] * t2
+                            s = s + r1[ix] * t3
+                            s = s + r1[ix + 1] * t4
+                            s = s + r1[ix + 2] * t5
+                            s = s + r2[ix] * t6
+                            s = s + r2[ix + 1] * t7
+                            o[ox] = s + r2[ix + 2] * t8
 
-    @jit
-    def first_s2(p, t, y):  # pragma: no cover - compiled
-        for n in range(y.shape[0]):
-            for c in range(y.shape[1]):
-                t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
-                t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
-                for oy in range(y.shape[2]):
-                    iy = 2 * oy
-                    r0, r1, r2, o = p[n, c, iy], p[n, c, iy + 1], p[n, c, iy + 2], y[n, c, oy]
-                    for ox in range(y.shape[3]):
-                        ix = 2 * ox
-                        s = r0[ix] * t0
-                        s = s + r0[ix + 1] * t1
-                        s = s + r0[ix + 2] * t2
-                        s = s + r1[ix] * t3
-                        s = s + r1[ix + 1] * t4
-                        s = s + r1[ix + 2] * t5
-                        s = s + r2[ix] * t6
-                        s = s + r2[ix + 1] * t7
-                        o[ox] = s + r2[ix + 2] * t8
+        return kernel
 
     @jit
     def split_s2(e, d, t, y):  # pragma: no cover - compiled
@@ -99,4 +84,4 @@ def compiled() -> dict[int, Any] | None:
                         s = s + d2[ox] * t7
                         o[ox] = s + e2[ox + 1] * t8
 
-    return {1: first_s1, 2: first_s2, "split": split_s2}
+    return {1: strided(1), 2: strided(2), "split": split_s2}
