@@ -116,7 +116,7 @@ class Forest:
             np.ascontiguousarray(sets, np.float64),
             np.ascontiguousarray(rows, np.int64),
         )
-        width = int(self.feature.max()) + 1 if self.feature.size else 1
+        width = max(self.width_needed, 1)
         self._aggregate_jit(np.zeros((1, width)), 1)
 
     def _depth(self) -> int:
