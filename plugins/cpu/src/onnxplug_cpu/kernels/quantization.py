@@ -19,6 +19,7 @@ from onnxplug.graph import np_dtype
 from ..numerics import convolve
 from . import _requant_jit
 from ._exact_conv import ExactConv, type_range
+from ._int8_conv import Int8Conv, int8_conv_for
 from ._registry import kernel
 
 # Saturation ranges of the integer quantized types, keyed by numpy dtype.
@@ -401,10 +402,12 @@ def _centred_weights(w, w_zero_point):
     return wi - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim else wz)
 
 
-def _exact_conv(ctx, w_slot, x_zero_slot, w_zero_slot, group, geometry, bias_slot=None):
-    """The exact float32 path (``kernels._exact_conv``) for an ungrouped Conv whose weights,
-    weight zero point (if any), input zero point and bias (if any) are constants; ``None``
-    otherwise (the kernel then takes the general float64 path)."""
+def _exact_conv(ctx, w_slot, x_zero_slot, w_zero_slot, group, geometry, bias_slot=None) -> ExactConv | Int8Conv | None:
+    """The prepared exact path for an ungrouped Conv whose weights, weight zero point (if any),
+    input zero point and bias (if any) are constants: the int8 VNNI product
+    (``kernels._int8_conv``) where the CPU has it and the centred weights fit int8, else the
+    float32 path (``kernels._exact_conv``); ``None`` otherwise (the kernel then takes the
+    general float64 path)."""
     w = ctx.constant(w_slot)
     x_zero = ctx.constant(x_zero_slot)
     w_zero = ctx.constant(w_zero_slot)
@@ -417,7 +420,11 @@ def _exact_conv(ctx, w_slot, x_zero_slot, w_zero_slot, group, geometry, bias_slo
         return None
     if bias is not None and bias.shape != (w.shape[0],):
         return None  # the general path reports the bad shape
-    prepared = ExactConv(_centred_weights(w, w_zero), x_zero.dtype, int(x_zero.reshape(())), geometry, bias)
+    centred = _centred_weights(w, w_zero)
+    integer = int8_conv_for(centred, x_zero.dtype, int(x_zero.reshape(())), geometry, bias)
+    if integer is not None and integer.fits_int32:
+        return integer
+    prepared = ExactConv(centred, x_zero.dtype, int(x_zero.reshape(())), geometry, bias)
     return prepared if prepared.exact_in_float32 else None
 
 
@@ -430,7 +437,9 @@ def conv_integer(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
 
     def run(x, w, x_zero_point=None, w_zero_point=None):
         x_zero = 0 if x_zero_point is None else _scalar(x_zero_point, "x_zero_point").astype(np.int64)
-        if exact is not None and x.dtype == exact.x_dtype:
+        if isinstance(exact, Int8Conv) and x.dtype == exact.x_dtype and x.ndim == 4:
+            return exact.integer(x)
+        if isinstance(exact, ExactConv) and x.dtype == exact.x_dtype:
             return exact.sums(x).astype(np.int32)  # exact integers: the cast does not round
         acc = _integer_conv(x.astype(np.int64) - x_zero, _centred_weights(w, w_zero_point), **geometry)
         return np.rint(acc).astype(np.int32)
@@ -457,7 +466,11 @@ def qlinear_conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pad
         x_zero = _scalar(x_zero_point, "x_zero_point")
         multiplier = _multiplier(x_scale, w_scale, y_scale, w.shape[0])
         y_zero = _scalar(y_zero_point, "y_zero_point")
-        if exact is not None and x.dtype == exact.x_dtype:
+        if isinstance(exact, Int8Conv) and x.dtype == exact.x_dtype and x.ndim == 4:
+            y = exact.qlinear(x, multiplier, y_zero)
+            if y is not None:
+                return y
+        if isinstance(exact, ExactConv) and x.dtype == exact.x_dtype:
             acc, plus = exact.rounded_parts(x)
             if plus is not None:
                 if multiplier.ndim:

@@ -1,0 +1,314 @@
+"""Exact 8-bit convolution (QLinearConv, ConvInteger) as an implicit GEMM on AVX-512 VNNI.
+
+The spec's sum for one output is ``sum (x - x_zero) * (w - w_zero)`` over the taps inside the
+padded input, where padding contributes nothing.  With ``u`` the input moved to uint8 (int8 inputs
+are offset by 128, a bit flip) and ``a`` its zero point moved alike, and ``v = w - w_zero``
+(which must fit int8; other weights keep the float path of ``kernels._exact_conv``):
+
+    sum (u - a) * v  =  sum u * v  -  a * sum v
+
+when padded positions hold ``a`` — their terms ``(a - a) * v`` vanish, so ``a * sum v`` is one
+constant per output channel, folded with the bias.  ``sum u * v`` is what ``kernels._vnni``
+computes exactly in int32; the sum then is an int32 exactly as the spec's accumulator, and
+QLinearConv's requantization (int32 → float32, times the float32 multiplier, round half to even,
+saturate, add the zero point) runs on it in one compiled pass per column block.
+
+Layout: the padded image is split into ``stride²`` *phase* images (rows ``py::sh``, columns
+``px::sw``) of a common width ``Wq``, each stored as ``[c4][position][4]`` (four channels
+interleaved per position).  Tap ``(ky, kx)`` reads phase ``(ky·dh mod sh, kx·dw mod sw)`` at
+position ``n + (ky·dh div sh)·Wq + (kx·dw div sw)`` for output column ``n = oy·Wq + ox``, so every
+tap is the same buffer at a shifted offset and nothing is copied per tap.  Columns with
+``ox >= OW`` are computed and dropped (``Wq - OW`` per row).
+
+Work is split over the run's threads (``kernels._split_rows``) by column tiles, or by row tiles
+when the map has too few columns (ResNet's 7×7 stages); each block requantizes what it computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import _vnni
+from ._jit import compiler
+from ._split_rows import run_in_row_blocks, thread_budget
+from .pool import pool_geometry
+
+__all__ = ["Int8Conv", "int8_conv_for"]
+
+_INT32_LIMIT = 2**31 - 1
+_MIN_TILES_PER_BLOCK = 2
+
+
+@functools.cache
+def _loops() -> Any | None:
+    """``(pack, requantize, widen)`` compiled, or ``None`` without numba."""
+    jit = compiler()
+    if jit is None:
+        return None
+
+    @jit
+    def pack(x, flip, fill, sh, sw, pt, pl, phases, hq, wq, planes):  # pragma: no cover - compiled
+        # x: (4*c4, H, W) uint8; planes: (phases, c4, length) uint32, four channels per word.
+        # One word per position, written in order; the valid span of each row is a branch-free
+        # loop over slices (no wraparound checks), which LLVM vectorises for stride 1.
+        _, height, width = x.shape
+        flips = np.uint32(flip * 0x01010101)
+        fills = np.uint32(fill * 0x01010101)
+        for p in range(phases.shape[0]):
+            py = phases[p, 0]
+            px = phases[p, 1]
+            first = max(0, -((px - pl) // sw))  # the first ix with ix*sw + px - pl >= 0
+            last = min(wq, (width - 1 - px + pl) // sw + 1) if width - 1 - px + pl >= 0 else 0
+            for c4 in range(planes.shape[1]):
+                plane = planes[p, c4]
+                for iy in range(hq):
+                    row = plane[iy * wq : (iy + 1) * wq]
+                    sy = iy * sh + py - pt
+                    if sy < 0 or sy >= height or first >= last:
+                        row[:] = fills
+                        continue
+                    row[:first] = fills
+                    row[last:] = fills
+                    r0 = x[4 * c4, sy]
+                    r1 = x[4 * c4 + 1, sy]
+                    r2 = x[4 * c4 + 2, sy]
+                    r3 = x[4 * c4 + 3, sy]
+                    span = row[first:last]
+                    base = first * sw + px - pl
+                    for i in range(span.shape[0]):
+                        sx = base + i * sw
+                        span[i] = (
+                            np.uint32(r0[sx])
+                            | (np.uint32(r1[sx]) << 8)
+                            | (np.uint32(r2[sx]) << 16)
+                            | (np.uint32(r3[sx]) << 24)
+                        ) ^ flips
+                plane[hq * wq :] = fills
+
+    @jit
+    def requantize(acc, plus, multiplier, low, high, zero, wq, ow, m0, m1, n0, n1, y):  # pragma: no cover
+        # y: (M, OH*OW) of the output type; acc: (M_pad, ldc) int32 sums of columns n = oy*wq + ox.
+        # Row by row over slices, so that the inner loop is unit-stride, branch-free and free of
+        # negative-index wraparound checks: LLVM vectorises it (indexing ``row[start + ox]`` kept
+        # it scalar, with gathers, about 9x slower).
+        for m in range(m0, m1):
+            k = multiplier[m]
+            c = plus[m]
+            row = acc[m]
+            out = y[m]
+            for oy in range(n0 // wq, (n1 + wq - 1) // wq):
+                start = oy * wq
+                first = max(n0 - start, 0)
+                last = min(n1 - start, ow)
+                src = row[start + first : start + last]
+                dst = out[oy * ow + first : oy * ow + last]
+                for i in range(src.shape[0]):
+                    dst[i] = min(max(np.rint(np.float32(src[i] + c) * k), low), high) + zero
+
+    @jit
+    def widen(acc, plus, wq, ow, m0, m1, n0, n1, y):  # pragma: no cover - compiled
+        for m in range(m0, m1):
+            c = plus[m]
+            row = acc[m]
+            out = y[m]
+            for oy in range(n0 // wq, (n1 + wq - 1) // wq):
+                start = oy * wq
+                first = max(n0 - start, 0)
+                last = min(n1 - start, ow)
+                src = row[start + first : start + last]
+                dst = out[oy * ow + first : oy * ow + last]
+                for i in range(src.shape[0]):
+                    dst[i] = src[i] + c
+
+    return pack, requantize, widen
+
+
+class _Geometry:
+    """Planes, tap offsets and output columns for one input shape ``(C, H, W)``."""
+
+    def __init__(self, spatial: tuple[int, int], kernel: tuple[int, int], conv: dict, c4: int):
+        (oh, ow), begin, end, _ = pool_geometry(
+            spatial,
+            kernel,
+            conv.get("strides"),
+            conv.get("dilations"),
+            conv.get("pads"),
+            conv.get("auto_pad", "NOTSET"),
+            0,
+            "QLinearConv",
+        )
+        sh, sw = tuple(conv.get("strides") or (1, 1))
+        dh, dw = tuple(conv.get("dilations") or (1, 1))
+        hp, wp = spatial[0] + begin[0] + end[0], spatial[1] + begin[1] + end[1]
+        self.hq, self.wq = -(-hp // sh), -(-wp // sw)
+        self.out = (oh, ow)
+        self.stride, self.pads = (sh, sw), (begin[0], begin[1])
+        taps = [(ky * dh, kx * dw) for ky in range(kernel[0]) for kx in range(kernel[1])]
+        phases = sorted({(ry % sh, rx % sw) for ry, rx in taps})
+        self.phases = np.array(phases, dtype=np.int64).reshape(-1, 2)
+        shifts = [(ry // sh) * self.wq + rx // sw for ry, rx in taps]
+        self.columns = oh * self.wq
+        self.tiles = -(-self.columns // _vnni.COLUMNS)
+        self.length = max(self.hq * self.wq, self.tiles * _vnni.COLUMNS + max(shifts))
+        plane_bytes = c4 * self.length * 4
+        self.offsets = np.array(
+            [phases.index((ry % sh, rx % sw)) * plane_bytes + 4 * s for (ry, rx), s in zip(taps, shifts)],
+            dtype=np.int64,
+        )
+
+
+class Int8Conv:
+    """A 2-D, ungrouped convolution with constant weights prepared for :mod:`kernels._vnni`.
+
+    :param w_centred: weights minus their zero point ``(M, C, kh, kw)``, integers in [-128, 127].
+    :param x_dtype: the input's type (uint8 or int8); ``x_zero``: its scalar zero point.
+    :param geometry: the node's Conv attributes; ``bias``: the int32 bias (QLinearConv's ``B``).
+    """
+
+    def __init__(self, w_centred: np.ndarray, x_dtype, x_zero: int, geometry: dict, bias: np.ndarray | None = None):
+        self.x_dtype = np.dtype(x_dtype)
+        self.flip = 128 if self.x_dtype == np.int8 else 0
+        self.fill = int(x_zero) + self.flip  # the zero point in the uint8 domain
+        self.geometry = dict(geometry)
+        m, c, kh, kw = w_centred.shape
+        self.kernel = (kh, kw)
+        self.channels = m
+        self.c4 = -(-c // 4)
+        rows = -(-m // _vnni.ROWS) * _vnni.ROWS
+        packed = np.zeros((rows, kh, kw, self.c4 * 4), dtype=np.int8)
+        packed[:m, :, :, :c] = w_centred.transpose(0, 2, 3, 1)
+        self.weights = packed.reshape(rows, -1)
+        plus = -self.fill * w_centred.reshape(m, -1).sum(axis=1)
+        if bias is not None:
+            plus = plus + bias.astype(np.int64).reshape(-1)
+        self.plus64 = plus
+        self.plus = plus.astype(np.int32)
+        self.sum_bound = int(np.abs(w_centred).reshape(m, -1).sum(axis=1).max(initial=0)) * 255
+        self._shapes: dict[tuple, _Geometry] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def accepts(w_centred: np.ndarray, x_dtype, geometry: dict) -> bool:
+        """Whether this path computes the node: VNNI present, a 2-D ungrouped convolution with
+        int8-sized centred weights, and int32 sums that cannot overflow."""
+        if not _vnni.available() or _loops() is None:
+            return False
+        if np.dtype(x_dtype) not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return False
+        if w_centred.ndim != 4 or geometry.get("group", 1) != 1 or w_centred.size == 0:
+            return False
+        return bool(w_centred.min() >= -128 and w_centred.max() <= 127)
+
+    def _geometry(self, shape: tuple) -> _Geometry:
+        found = self._shapes.get(shape)
+        if found is None:
+            found = _Geometry(shape[1:], self.kernel, self.geometry, self.c4)
+            with self._lock:
+                self._shapes[shape] = found
+        return found
+
+    @property
+    def fits_int32(self) -> bool:
+        """Whether every sum plus the per-channel constant stays an int32 (the spec's accumulator)."""
+        return self.sum_bound + int(np.abs(self.plus64).max(initial=0)) <= _INT32_LIMIT
+
+    def _run(self, x: np.ndarray, finish) -> None:
+        """Each image's sums, handed to ``finish(acc, geometry, image, m0, m1, n0, n1)`` block by block."""
+        pack = _loops()[0]
+        geometry = self._geometry(tuple(x.shape[1:]))
+        rows = self.weights.shape[0]
+        planes = np.empty((len(geometry.phases), self.c4, geometry.length), dtype=np.uint32)
+        acc = np.empty((rows, geometry.tiles * _vnni.COLUMNS), dtype=np.int32)
+        stride = planes.strides[1]
+        by_columns = geometry.tiles >= 2 * _MIN_TILES_PER_BLOCK or thread_budget() == 1
+        row_tiles = rows // _vnni.ROWS
+        for image in range(x.shape[0]):
+            source = x[image].view(np.uint8)
+            if source.shape[0] != 4 * self.c4:  # channels padded to whole words: any value, their weights are 0
+                source = np.concatenate(
+                    [source, np.zeros((4 * self.c4 - source.shape[0], *source.shape[1:]), np.uint8)]
+                )
+            pack(
+                source,
+                self.flip,
+                self.fill,
+                *geometry.stride,
+                *geometry.pads,
+                geometry.phases,
+                geometry.hq,
+                geometry.wq,
+                planes,
+            )
+
+            if by_columns:
+
+                def work(t0: int, t1: int, image=image) -> None:
+                    _vnni.tile_product(planes, self.weights, acc, geometry.offsets, self.c4, stride, t0, t1)
+                    finish(
+                        acc,
+                        geometry,
+                        image,
+                        0,
+                        self.channels,
+                        t0 * _vnni.COLUMNS,
+                        min(t1 * _vnni.COLUMNS, geometry.columns),
+                    )
+
+                run_in_row_blocks(work, geometry.tiles, min_rows=_MIN_TILES_PER_BLOCK)
+            else:
+
+                def work(r0: int, r1: int, image=image) -> None:
+                    lo, hi = r0 * _vnni.ROWS, r1 * _vnni.ROWS
+                    _vnni.tile_product(
+                        planes, self.weights[lo:hi], acc[lo:hi], geometry.offsets, self.c4, stride, 0, geometry.tiles
+                    )
+                    finish(acc, geometry, image, lo, min(hi, self.channels), 0, geometry.columns)
+
+                run_in_row_blocks(work, row_tiles, min_rows=1)
+
+    def qlinear(self, x: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray) -> np.ndarray | None:
+        """QLinearConv's output ``(N, M, OH, OW)`` for a scalar 8-bit ``y_zero`` and a float32
+        multiplier (scalar or ``(M,)``); ``None`` when this path does not apply (sums that could
+        overflow int32, another output type)."""
+        if y_zero.dtype not in (np.int8, np.uint8) or y_zero.size != 1 or not self.fits_int32:
+            return None
+        factors = np.ascontiguousarray(np.broadcast_to(multiplier.astype(np.float32).reshape(-1), (self.channels,)))
+        low, high = (-128, 127) if y_zero.dtype == np.int8 else (0, 255)
+        zero = float(y_zero.reshape(()))
+        requantize = _loops()[1]
+        geometry = self._geometry(tuple(x.shape[1:]))
+        y = np.empty((x.shape[0], self.channels, *geometry.out), dtype=y_zero.dtype)
+        flat = y.reshape(x.shape[0], self.channels, -1)
+        lo, hi, z = np.float32(low - zero), np.float32(high - zero), np.float32(zero)
+
+        def finish(acc, geometry, image, m0, m1, n0, n1):
+            requantize(acc, self.plus, factors, lo, hi, z, geometry.wq, geometry.out[1], m0, m1, n0, n1, flat[image])
+
+        self._run(x, finish)
+        return y
+
+    def integer(self, x: np.ndarray) -> np.ndarray | None:
+        """ConvInteger's int32 output ``(N, M, OH, OW)``; ``None`` when int32 could overflow."""
+        if not self.fits_int32:
+            return None
+        widen = _loops()[2]
+        geometry = self._geometry(tuple(x.shape[1:]))
+        y = np.empty((x.shape[0], self.channels, *geometry.out), dtype=np.int32)
+        flat = y.reshape(x.shape[0], self.channels, -1)
+
+        def finish(acc, geometry, image, m0, m1, n0, n1):
+            widen(acc, self.plus, geometry.wq, geometry.out[1], m0, m1, n0, n1, flat[image])
+
+        self._run(x, finish)
+        return y
+
+
+def int8_conv_for(w_centred: np.ndarray, x_dtype, x_zero: int, geometry: dict, bias=None) -> Int8Conv | None:
+    """An :class:`Int8Conv` when it applies to these weights and attributes, else ``None``."""
+    if not Int8Conv.accepts(w_centred, x_dtype, geometry):
+        return None
+    return Int8Conv(w_centred, x_dtype, x_zero, geometry, bias)

@@ -1,0 +1,165 @@
+"""An exact uint8 × int8 → int32 matrix product on AVX-512 VNNI, compiled through numba.
+
+Why: numpy has no integer GEMM, so quantized convolutions ran as float32 (or float64) BLAS
+products kept exact by bounds — as costly as the float model's convolutions, and without its
+Winograd.  ``vpdpbusd`` multiplies 64 unsigned bytes by 64 signed bytes and adds each group of
+four products to one of 16 int32 lanes, with no intermediate rounding or saturation: four times
+the multiply-adds of a float32 FMA per instruction, and exact.  numba does not expose SIMD types,
+so the innermost tile is written as LLVM IR (``numba.extending.intrinsic``) that calls the
+instruction's LLVM intrinsic; the loops around it are ordinary numba code, compiled and cached
+like the provider's other kernels (``kernels._jit``).
+
+The product is an implicit-GEMM convolution: the right-hand operand is read straight from a
+*plane* buffer — 8-bit values laid out ``[plane][c4][position][4]`` (four consecutive channels
+interleaved at each position, the layout ``vpdpbusd`` consumes) — at a list of byte *offsets*,
+one per kernel tap.  A tap of a stride-1 convolution is the same plane read at a shifted
+position, so no im2col copy is made (``kernels._int8_conv`` builds the planes and offsets).
+
+``C[m, n] = sum_t sum_c4 sum_q W[m, t, c4, q] * plane(t)[c4, n + shift(t), q]`` for ``n`` in
+tiles of 64 columns (four 16-lane vectors) and ``m`` in tiles of :data:`ROWS` rows, all int32.
+
+:func:`available` is ``False`` (callers keep their float paths) without numba, with
+``ONNXPLUG_CPU_JIT=0`` or ``ONNXPLUG_CPU_VNNI=0``, or on a CPU without AVX-512 VNNI/BW.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from ._jit import compiler
+
+__all__ = ["COLUMNS", "ROWS", "available", "tile_product"]
+
+#: Output rows (weight rows) one tile computes: 6 rows × 4 vectors = 24 of the 32 zmm registers
+#: hold accumulators, 4 hold the right-hand vectors, 1 the broadcast weights.
+ROWS = 6
+#: Output columns one tile computes (four 16-lane int32 vectors).
+COLUMNS = 64
+_VECTORS = COLUMNS // 16
+
+
+@functools.cache
+def _cpu_has_vnni() -> bool:
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return False
+    features = llvm.get_host_cpu_features()
+    return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vnni"))
+
+
+def available() -> bool:
+    """Whether :func:`tile_product` can be used on this machine and configuration."""
+    if os.environ.get("ONNXPLUG_CPU_VNNI", "1") == "0":
+        return False
+    return compiled() is not None
+
+
+@functools.cache
+def compiled() -> Any | None:
+    """The compiled tile driver (see :func:`tile_product`), or ``None``."""
+    jit = compiler()
+    if jit is None or not _cpu_has_vnni():
+        return None
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    lanes = ir.VectorType(i32, 16)
+
+    def const(value: int):
+        return ir.Constant(i64, value)
+
+    @intrinsic
+    def tiles(typingctx, planes, weights, out, offsets, taps, c4, plane_stride, m_tiles, nt0, nt1, ldc):
+        signature = types.void(*([types.intp] * 11))
+
+        def codegen(context, builder, sig, args):
+            planes, weights, out, offsets, taps, c4, plane_stride, m_tiles, nt0, nt1, ldc = args
+            dot = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(lanes, [lanes, lanes, lanes]), "llvm.x86.avx512.vpdpbusd.512"
+            )
+            byte_ptr = ir.IntType(8).as_pointer()
+            plane_base = builder.inttoptr(planes, byte_ptr)
+            weight_words = builder.inttoptr(weights, i32.as_pointer())
+            out_words = builder.inttoptr(out, i32.as_pointer())
+            offset_list = builder.inttoptr(offsets, i64.as_pointer())
+            depth = builder.mul(taps, c4)  # int32 words per weight row
+            zero = ir.Constant(lanes, None)
+            accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(_VECTORS)] for _ in range(ROWS)]
+            with cgutils.for_range_slice(builder, nt0, nt1, const(1), inc=True) as (nt, _):
+                column_bytes = builder.mul(nt, const(COLUMNS * 4))
+                with cgutils.for_range(builder, m_tiles) as m_loop:
+                    first_row = builder.mul(m_loop.index, const(ROWS))
+                    for row in accumulators:
+                        for acc in row:
+                            builder.store(zero, acc)
+                    with cgutils.for_range(builder, taps) as t_loop:
+                        tap_start = builder.add(builder.load(builder.gep(offset_list, [t_loop.index])), column_bytes)
+                        weight_tap = builder.mul(t_loop.index, c4)
+                        with cgutils.for_range(builder, c4) as c_loop:
+                            at = builder.add(tap_start, builder.mul(c_loop.index, plane_stride))
+                            columns = [
+                                builder.load(
+                                    builder.bitcast(
+                                        builder.gep(plane_base, [builder.add(at, const(64 * v))]), lanes.as_pointer()
+                                    ),
+                                    align=1,
+                                )
+                                for v in range(_VECTORS)
+                            ]
+                            word = builder.add(weight_tap, c_loop.index)
+                            for r in range(ROWS):
+                                index = builder.add(builder.mul(builder.add(first_row, const(r)), depth), word)
+                                w = builder.load(builder.gep(weight_words, [index]), align=4)
+                                splat = builder.insert_element(ir.Constant(lanes, ir.Undefined), w, ir.Constant(i32, 0))
+                                splat = builder.shuffle_vector(
+                                    splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, None)
+                                )
+                                for v in range(_VECTORS):
+                                    acc = accumulators[r][v]
+                                    builder.store(builder.call(dot, [builder.load(acc), columns[v], splat]), acc)
+                    for r in range(ROWS):
+                        row_start = builder.add(
+                            builder.mul(builder.add(first_row, const(r)), ldc), builder.mul(nt, const(COLUMNS))
+                        )
+                        for v in range(_VECTORS):
+                            target = builder.gep(out_words, [builder.add(row_start, const(16 * v))])
+                            builder.store(
+                                builder.load(accumulators[r][v]), builder.bitcast(target, lanes.as_pointer()), align=4
+                            )
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    @jit
+    def drive(planes, weights, out, offsets, c4, plane_stride, nt0, nt1):  # pragma: no cover - compiled
+        tiles(
+            planes.ctypes.data,
+            weights.ctypes.data,
+            out.ctypes.data,
+            offsets.ctypes.data,
+            offsets.shape[0],
+            c4,
+            plane_stride,
+            weights.shape[0] // ROWS,
+            nt0,
+            nt1,
+            out.shape[1],
+        )
+
+    return drive
+
+
+def tile_product(planes, weights, out, offsets, c4: int, plane_stride: int, nt0: int, nt1: int) -> None:
+    """Column tiles ``[nt0, nt1)`` of ``out`` (int32 ``(M_pad, ldc)``, ``M_pad`` a multiple of
+    :data:`ROWS`, ``ldc`` of :data:`COLUMNS`) from ``weights`` (int8 ``(M_pad, taps·c4·4)``,
+    C-contiguous) and the uint8 ``planes`` buffer read at ``offsets`` (int64 byte offsets, one
+    per tap; channel group ``c`` of a tap is ``plane_stride`` bytes after group ``c - 1``).
+    The caller guarantees that every byte read (``offset + c·plane_stride + 4·(column + 63)``)
+    lies inside ``planes``: the kernel does no bounds checks.  Releases the GIL."""
+    compiled()(planes, weights, out, offsets, c4, plane_stride, nt0, nt1)
