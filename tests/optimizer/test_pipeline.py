@@ -302,3 +302,49 @@ def test_a_small_models_session_does_not_import_onnxscripts_rewriter():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def _dequantized_weight_model() -> onnx.ModelProto:
+    """MatMul(x, DequantizeLinear(w_int8, s, z)) with constant quantized weights."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    inits = {
+        "wq": np.arange(12, dtype=np.int8).reshape(4, 3) - 6,
+        "s": np.array(0.5, np.float32),
+        "z": np.array(1, np.int8),
+    }
+    return make_model(nodes, [("x", F, [2, 4])], [("y", F, [2, 3])], inits)
+
+
+def _gemm_of_dequantized_rule() -> pattern.RewriteRule:
+    """MatMul(x, DequantizeLinear(w, s, z)) → Gemm(x, DequantizeLinear(w, s, z)): matches only
+    while the DequantizeLinear of the constant weights is still a node."""
+    return pattern.RewriteRule(
+        lambda op, x, w, s, z: op.MatMul(x, op.DequantizeLinear(w, s, z)),
+        lambda op, x, w, s, z: op.Gemm(x, op.DequantizeLinear(w, s, z)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("keeps", "rule", "expected"),
+    [
+        ((), _gemm_of_dequantized_rule, ["MatMul"]),  # folded first: the rule finds float weights
+        (("DequantizeLinear",), _gemm_of_dequantized_rule, ["Gemm"]),  # kept for the rule, folded after
+        (("DequantizeLinear",), _double_relu_rule, ["MatMul"]),  # kept, unused, folded after the stages
+    ],
+)
+def test_keeps_unfolded_leaves_ops_for_the_rule_stages_and_folds_them_after(keeps, rule, expected, monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_VNNI", "0")  # the CPU provider's QDQ set then keeps nothing itself
+    rule_set = RuleSet("test.dq", [rule()], produces=[OpRef("", "Gemm")], keeps_unfolded=keeps)
+    model = _dequantized_weight_model()
+    session = _session(model, LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(rule_set)))
+    assert _ops(session) == expected  # the weights' DequantizeLinear is folded in every case
+    want = X @ ((np.arange(12, dtype=np.float32).reshape(4, 3) - 7) * 0.5)
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], want, rtol=1e-6)
+
+
+def test_keeps_unfolded_must_be_a_collection():
+    with pytest.raises(TypeError, match="keeps_unfolded"):
+        RuleSet("test.bad", [], keeps_unfolded="DequantizeLinear")

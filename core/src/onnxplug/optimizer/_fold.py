@@ -65,14 +65,23 @@ def _replace_with_constants(node: ir.Node, arrays: Sequence[np.ndarray]) -> None
     graph.remove(node, safe=True)
 
 
-def fold_constants(model: ir.Model, opsets: Mapping[str, int], evaluate: Evaluator, node_opsets: Callable) -> int:
+def fold_constants(
+    model: ir.Model,
+    opsets: Mapping[str, int],
+    evaluate: Evaluator,
+    node_opsets: Callable,
+    keep: frozenset[str] = frozenset(),
+) -> int:
     """Fold every node of ``model`` (subgraphs included) whose inputs are constants; returns how
-    many nodes were folded.  ``node_opsets(node, opsets)`` gives the opsets a node resolves with."""
+    many nodes were folded.  ``node_opsets(node, opsets)`` gives the opsets a node resolves with;
+    standard-domain nodes of the op types in ``keep`` are left (rules consume them later)."""
     folded = 0
     fed = {id(v) for v in model.graph.inputs}
     for graph in _graphs(model.graph):
         for node in list(graph):
             if node.op_type in NOT_FOLDABLE or not node.inputs or node.domain not in ("", "ai.onnx", "com.microsoft"):
+                continue
+            if node.op_type in keep and node.domain in ("", "ai.onnx"):
                 continue
             if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
                 continue

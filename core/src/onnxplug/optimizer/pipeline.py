@@ -201,13 +201,19 @@ class _Recorder:
         return not self._op_types.isdisjoint(rule_set.anchors)
 
 
-def _basic(recorder: _Recorder, opsets: Mapping[str, int], evaluate: Evaluator | None, node_opsets: Callable) -> None:
+def _basic(
+    recorder: _Recorder,
+    opsets: Mapping[str, int],
+    evaluate: Evaluator | None,
+    node_opsets: Callable,
+    keep: frozenset[str] = frozenset(),
+) -> None:
     recorder.run("lift-constants", lambda m: {"lifted": lift_constant_nodes(m)})
     for _ in range(_BASIC_ROUNDS):
         changed = recorder.run("shape-simplification", lambda m: {"replaced": simplify_shapes(m)})
         if evaluate is not None:
             changed |= recorder.run(
-                "constant-folding", lambda m: {"folded": fold_constants(m, opsets, evaluate, node_opsets)}
+                "constant-folding", lambda m: {"folded": fold_constants(m, opsets, evaluate, node_opsets, keep)}
             )
         changed |= recorder.run("no-op-removal", remove_no_ops)
         changed |= recorder.run("common-subexpressions", eliminate_common_subexpressions)
@@ -245,17 +251,25 @@ def optimize(
     resolve = node_opsets or (lambda node, default: default)
     skipped: dict[str, str] = {}
     stages = stages_for_level(level)
-    if "basic" in stages:
-        _basic(recorder, opsets, evaluate, resolve)
-    fused = False
+    applicable_by_stage: dict[str, list[RuleSet]] = {}
     for stage in stages:
-        applicable = []
+        applicable_by_stage[stage] = []
         for rule_set in (rule_sets or {}).get(stage, ()):
             reason = None if gate is None else gate.why_not(rule_set, opsets)
             if reason is None:
-                applicable.append(rule_set)
+                applicable_by_stage[stage].append(rule_set)
             else:
                 skipped[rule_set.name] = reason
+    # Ops a rule set consumes with their constant inputs wait for the rule stages; whatever no
+    # rule took is folded by the basic passes that follow them.
+    keep = frozenset().union(*(rs.keeps_unfolded for sets in applicable_by_stage.values() for rs in sets))
+    if keep and _op_types(copy).isdisjoint(keep):
+        keep = frozenset()  # nothing to keep: no second round of basic passes
+    if "basic" in stages:
+        _basic(recorder, opsets, evaluate, resolve, keep)
+    fused = False
+    for stage in stages:
+        applicable = applicable_by_stage[stage]
         # Sets of different plugins may build on each other's results (a skip norm over the
         # LayerNormalization another plugin fused): repeat the stage until nothing matches.
         for _ in range(_RULE_ROUNDS):
@@ -268,7 +282,7 @@ def optimize(
             fused |= matched
             if not matched:
                 break
-    if fused:
+    if fused or keep:
         fill_missing_opsets(copy)
         _basic(recorder, opsets, evaluate, resolve)
     name_nodes(copy)

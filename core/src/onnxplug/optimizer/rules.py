@@ -99,6 +99,13 @@ class RuleSet:
         fusion's matcher at every node.  ``None`` (the default): always tried.
 
         .. versionadded:: 0.2
+    :ivar keeps_unfolded: op types (standard domain) whose nodes the rules consume with their
+        constant inputs, so the basic level's constant folding must leave them for the rule
+        stages (a QDQ fusion needs ``DequantizeLinear(weights)``, not the float weights folding
+        would make of it).  What no rule consumed is folded after the rule stages.  Only sets
+        the session applies count.
+
+        .. versionadded:: 0.3
     """
 
     name: str
@@ -107,6 +114,7 @@ class RuleSet:
     providers: tuple[str, ...] | None = None
     description: str = ""
     anchors: frozenset[str] | None = None
+    keeps_unfolded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -118,3 +126,6 @@ class RuleSet:
             if isinstance(self.anchors, str):
                 raise TypeError(f"RuleSet {self.name}: anchors must be a collection of op types, not a string")
             object.__setattr__(self, "anchors", frozenset(self.anchors))
+        if isinstance(self.keeps_unfolded, str):
+            raise TypeError(f"RuleSet {self.name}: keeps_unfolded must be a collection of op types, not a string")
+        object.__setattr__(self, "keeps_unfolded", frozenset(self.keeps_unfolded))

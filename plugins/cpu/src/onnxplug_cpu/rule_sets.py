@@ -47,7 +47,19 @@ def rule_sets(stage: str) -> list[RuleSet]:
             ),
         ]
     if stage == "extended":
+        from .kernels import _vnni  # no numba import: a look at the CPU's flags
+
         return [
+            RuleSet(
+                "cpu.qdq_conv",
+                _rules("qdq_conv_rules", "onnxplug_cpu.rules_qdq"),
+                produces=[OpRef("", "QLinearConv")],
+                anchors={"QuantizeLinear"},
+                # The weights' DequantizeLinear must reach the rule; where the rule cannot fire
+                # (no VNNI) folding takes it at once, as before.
+                keeps_unfolded={"DequantizeLinear"} if _vnni.enabled() else (),
+                description="QDQ Conv (DQ → Conv → Q) → QLinearConv where the CPU computes it in int8 (AVX-512 VNNI)",
+            ),
             RuleSet(
                 "cpu.layer_norm",
                 _rules("layer_norm_rules"),

@@ -30,7 +30,7 @@ from typing import Any
 
 from ._jit import compiler
 
-__all__ = ["COLUMNS", "ROWS", "available", "tile_product"]
+__all__ = ["COLUMNS", "ROWS", "available", "enabled", "tile_product"]
 
 #: Output rows (weight rows) one tile computes: 6 rows × 4 vectors = 24 of the 32 zmm registers
 #: hold accumulators, 4 hold the right-hand vectors, 1 the broadcast weights.
@@ -42,6 +42,17 @@ _VECTORS = COLUMNS // 16
 
 @functools.cache
 def _cpu_has_vnni() -> bool:
+    """Whether the CPU has AVX-512 F, BW and VNNI: from /proc/cpuinfo where there is one (no
+    import: the optimizer asks this for every session), else from LLVM's host features."""
+    wanted = ("avx512f", "avx512bw", "avx512_vnni")
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return all(flag in flags for flag in wanted)
+    except OSError:
+        pass
     try:
         import llvmlite.binding as llvm
     except ImportError:
@@ -50,11 +61,18 @@ def _cpu_has_vnni() -> bool:
     return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vnni"))
 
 
+def enabled() -> bool:
+    """Whether this machine and configuration should take the int8 path, without importing
+    numba: the CPU has VNNI and neither ``ONNXPLUG_CPU_JIT=0`` nor ``ONNXPLUG_CPU_VNNI=0`` is set.
+    :func:`available` also compiles the kernel (and is ``False`` where numba is missing)."""
+    if os.environ.get("ONNXPLUG_CPU_VNNI", "1") == "0" or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+        return False
+    return _cpu_has_vnni()
+
+
 def available() -> bool:
     """Whether :func:`tile_product` can be used on this machine and configuration."""
-    if os.environ.get("ONNXPLUG_CPU_VNNI", "1") == "0":
-        return False
-    return compiled() is not None
+    return enabled() and compiled() is not None
 
 
 @functools.cache
