@@ -2,9 +2,13 @@
 
 Quantizes the model with onnxplug.quantization.quantize_static (QOperator and QDQ, per-tensor,
 calibrated on a few random images), then times float and quantized runs interleaved in one
-process (noisy shared machines: compare ratios, not absolute times).
+process in blocks, each after a pause (noisy shared machines: compare ratios, not absolute times).
 
     python scripts/bench_quant.py [--runs 5] [--samples 4] [--format QOperator] [--per-channel] [--save DIR]
+                                  [--threads 2] [--block 5] [--settle 0.3]
+
+``ONNXPLUG_CPU_VNNI=0`` times the quantized model on the float32 exact paths instead of the int8
+(AVX-512 VNNI) ones.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ def main() -> None:
     parser.add_argument("--format", choices=["QOperator", "QDQ"], default="QOperator")
     parser.add_argument("--per-channel", action="store_true")
     parser.add_argument("--save", metavar="DIR", help="also keep the prepared float and quantized models in DIR")
+    parser.add_argument("--threads", type=int, default=2, help="intra_op_num_threads of both sessions")
+    parser.add_argument("--block", type=int, default=5, help="timed runs per block")
+    parser.add_argument("--settle", type=float, default=0.3, help="seconds of pause before each block")
     args = parser.parse_args()
     src = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_resnet50.onnx")
     model = onnx.load(src)
@@ -64,21 +71,31 @@ def main() -> None:
             suffix = f"{args.format}{'_per_channel' if args.per_channel else ''}"
             shutil.copy(src, os.path.join(args.save, "float.onnx"))
             shutil.copy(out, os.path.join(args.save, f"quant_{suffix}.onnx"))
-        float_session = onnxplug.InferenceSession(src, providers=["CPUExecutionProvider"])
-        quant_session = onnxplug.InferenceSession(out, providers=["CPUExecutionProvider"])
+        options = onnxplug.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        float_session = onnxplug.InferenceSession(src, options, providers=["CPUExecutionProvider"])
+        quant_session = onnxplug.InferenceSession(out, options, providers=["CPUExecutionProvider"])
     feed = {x.name: np.random.default_rng(1).random(shape, dtype=np.float32)}
     want = float_session.run(None, feed)[0]
     got = quant_session.run(None, feed)[0]
     print(f"max |quantized - float| / max |float|: {np.abs(got - want).max() / np.abs(want).max():.4f}")
+    # Interleaved blocks, each after a pause and two untimed runs, in alternating order: a run
+    # right after the other model's would pay for OpenBLAS's workers still polling from its
+    # float convolutions (about a tenth of a second), which only the float model leaves behind.
     times = {"float": [], "quantized": []}
-    for _ in range(args.runs):
-        for name, session in (("float", float_session), ("quantized", quant_session)):
-            start = time.perf_counter()
-            session.run(None, feed)
-            times[name].append(time.perf_counter() - start)
+    sessions = [("float", float_session), ("quantized", quant_session)]
+    for round_index in range(-(-args.runs // args.block)):
+        for name, session in sessions if round_index % 2 == 0 else sessions[::-1]:
+            time.sleep(args.settle)
+            for _ in range(2):
+                session.run(None, feed)
+            for _ in range(args.block):
+                start = time.perf_counter()
+                session.run(None, feed)
+                times[name].append(time.perf_counter() - start)
     medians = {name: float(np.median(values)) for name, values in times.items()}
     for name, value in medians.items():
-        print(f"{name:>9}: median {value * 1000:.1f} ms over {args.runs} runs")
+        print(f"{name:>9}: median {value * 1000:.1f} ms over {len(times[name])} runs")
     print(f"quantized / float: {medians['quantized'] / medians['float']:.2f}")
 
 

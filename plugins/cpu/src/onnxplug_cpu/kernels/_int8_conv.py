@@ -41,6 +41,7 @@ __all__ = ["Int8Conv", "int8_conv_for"]
 
 _INT32_LIMIT = 2**31 - 1
 _MIN_TILES_PER_BLOCK = 2
+_MIN_PACK_WORDS = 16384  # packed words per thread below which one thread packs alone
 
 
 @functools.cache
@@ -51,7 +52,7 @@ def _loops() -> Any | None:
         return None
 
     @jit
-    def pack(x, flip, fill, sh, sw, pt, pl, phases, hq, wq, planes):  # pragma: no cover - compiled
+    def pack(x, flip, fill, sh, sw, pt, pl, phases, hq, wq, planes, c0, c1):  # pragma: no cover - compiled
         # x: (4*c4, H, W) uint8; planes: (phases, c4, length) uint32, four channels per word.
         # One word per position, written in order; the valid span of each row is a branch-free
         # loop over slices (no wraparound checks), which LLVM vectorises for stride 1.
@@ -63,7 +64,7 @@ def _loops() -> Any | None:
             px = phases[p, 1]
             first = max(0, -((px - pl) // sw))  # the first ix with ix*sw + px - pl >= 0
             last = min(wq, (width - 1 - px + pl) // sw + 1) if width - 1 - px + pl >= 0 else 0
-            for c4 in range(planes.shape[1]):
+            for c4 in range(c0, c1):
                 plane = planes[p, c4]
                 for iy in range(hq):
                     row = plane[iy * wq : (iy + 1) * wq]
@@ -250,17 +251,23 @@ class Int8Conv:
                 source = np.concatenate(
                     [source, np.zeros((4 * self.c4 - source.shape[0], *source.shape[1:]), np.uint8)]
                 )
-            pack(
-                source,
-                self.flip,
-                self.fill,
-                *geometry.stride,
-                *geometry.pads,
-                geometry.phases,
-                geometry.hq,
-                geometry.wq,
-                planes,
-            )
+            def pack_groups(c0: int, c1: int, source=source) -> None:
+                pack(
+                    source,
+                    self.flip,
+                    self.fill,
+                    *geometry.stride,
+                    *geometry.pads,
+                    geometry.phases,
+                    geometry.hq,
+                    geometry.wq,
+                    planes,
+                    c0,
+                    c1,
+                )
+
+            # Split by channel groups when each thread gets enough bytes to pay for the hand-off.
+            run_in_row_blocks(pack_groups, self.c4, min_rows=max(1, _MIN_PACK_WORDS // (geometry.hq * geometry.wq)))
 
             if by_columns:
 

@@ -14,12 +14,13 @@ which aborts the process when two threads enter it at once, as concurrent ``run(
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["run_in_row_blocks", "thread_budget"]
+__all__ = ["one_blas_thread", "run_in_row_blocks", "thread_budget"]
 
 _POOL_LOCK = threading.Lock()
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
@@ -39,6 +40,28 @@ def thread_budget() -> int:
     """The threads this run may use: the BLAS libraries' current count (at least 1)."""
     controllers = _blas_controllers()
     return max([1, *(c.get_num_threads() or 1 for c in controllers)]) if controllers else 1
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """BLAS on the calling thread alone for the duration (the count is restored after).
+
+    Why: after a threaded call, OpenBLAS's workers keep polling for their next task for about
+    2**28 cycles (a tenth of a second) before they sleep, holding a core each.  A product too
+    small to gain from a second thread (a classifier's final 1×2048 × 2048×1000) therefore slowed
+    the int8 convolutions and row blocks that followed it — the next run's first layers included:
+    measured on quantized ResNet-50, 65 → 52 ms per run with its final Gemm on one thread.
+    The count is process-wide: a concurrent run's BLAS calls see one thread meanwhile."""
+    controllers = _blas_controllers()
+    saved = [(c, c.get_num_threads()) for c in controllers]
+    changed = [(c, n) for c, n in saved if n and n > 1]
+    for c, _ in changed:
+        c.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for c, n in changed:
+            c.set_num_threads(n)
 
 
 def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:

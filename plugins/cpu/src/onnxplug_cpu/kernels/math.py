@@ -12,6 +12,21 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, widen
 from ._registry import kernel
+from ._split_rows import one_blas_thread
+
+#: Float products of fewer multiply-adds run on one BLAS thread (``_split_rows.one_blas_thread``:
+#: a second thread gains little there and leaves a worker polling); from this many on, OpenBLAS
+#: itself may thread them.
+_SMALL_PRODUCT = (1 << 16, 1 << 22)
+
+
+def _product(left, right):
+    """``left @ right``, on one BLAS thread when the product is small (see :data:`_SMALL_PRODUCT`)."""
+    macs = left.size * (right.shape[-1] if right.ndim > 1 else 1)
+    if _SMALL_PRODUCT[0] <= macs < _SMALL_PRODUCT[1] and left.dtype.kind == "f":
+        with one_blas_thread():
+            return np.matmul(left, right)
+    return np.matmul(left, right)
 
 
 def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
@@ -25,7 +40,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     if left.shape[1] != right.shape[0]:
         raise InvalidArgument(f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}")
     with np.errstate(all="ignore"):
-        result = left @ right
+        result = _product(left, right)
         if alpha != 1:
             result = result * result.dtype.type(alpha)
         if c is not None and beta != 0:
@@ -62,7 +77,7 @@ def matmul(a, b):
         raise InvalidArgument(f"MatMul: inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
     try:
         with np.errstate(all="ignore"):
-            return as_dtype(np.matmul(widen(a), widen(b)), a.dtype)
+            return as_dtype(_product(widen(a), widen(b)), a.dtype)
     except ValueError as error:
         # Fail, as onnxruntime raises for dimensions that do not fit.
         raise Fail(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
