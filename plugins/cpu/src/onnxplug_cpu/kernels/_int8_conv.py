@@ -34,13 +34,12 @@ import numpy as np
 
 from . import _vnni
 from ._jit import compiler
-from ._split_rows import run_in_row_blocks, thread_budget
+from ._split_rows import run_in_row_blocks
 from .pool import pool_geometry
 
 __all__ = ["Int8Conv", "int8_conv_for"]
 
 _INT32_LIMIT = 2**31 - 1
-_MIN_TILES_PER_BLOCK = 2
 _MIN_PACK_WORDS = 16384  # packed words per thread below which one thread packs alone
 
 
@@ -126,24 +125,6 @@ def _loops() -> Any | None:
                     dst[i] = src[i] + c
 
     return pack, requantize, widen
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(slot: str, shape: tuple, dtype) -> np.ndarray:
-    """A work array of ``shape`` in this thread's buffer ``slot``, grown as needed and reused.
-
-    Why: the planes and the int32 sums are megabytes per layer, allocated anew each call; glibc
-    returns such blocks to the system, so every call paid page faults on fresh memory (about a
-    third of a ResNet-50 layer's time, measured).  One buffer per calling thread (concurrent runs
-    each have theirs) is enough: a thread runs its layers one after another."""
-    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buffer = getattr(_SCRATCH, slot, None)
-    if buffer is None or buffer.size < need:
-        buffer = np.empty(max(need, 1), dtype=np.uint8)
-        setattr(_SCRATCH, slot, buffer)
-    return buffer[:need].view(dtype).reshape(shape)
 
 
 class _Geometry:
@@ -240,17 +221,15 @@ class Int8Conv:
         pack = _loops()[0]
         geometry = self._geometry(tuple(x.shape[1:]))
         rows = self.weights.shape[0]
-        planes = _scratch("planes", (len(geometry.phases), self.c4, geometry.length), np.uint32)
-        acc = _scratch("sums", (rows, geometry.tiles * _vnni.COLUMNS), np.int32)
-        stride = planes.strides[1]
-        by_columns = geometry.tiles >= 2 * _MIN_TILES_PER_BLOCK or thread_budget() == 1
-        row_tiles = rows // _vnni.ROWS
+        planes = _vnni.scratch("planes", (len(geometry.phases), self.c4, geometry.length), np.uint32)
+        acc = _vnni.scratch("sums", (rows, geometry.tiles * _vnni.COLUMNS), np.int32)
         for image in range(x.shape[0]):
             source = x[image].view(np.uint8)
             if source.shape[0] != 4 * self.c4:  # channels padded to whole words: any value, their weights are 0
                 source = np.concatenate(
                     [source, np.zeros((4 * self.c4 - source.shape[0], *source.shape[1:]), np.uint8)]
                 )
+
             def pack_groups(c0: int, c1: int, source=source) -> None:
                 pack(
                     source,
@@ -269,31 +248,12 @@ class Int8Conv:
             # Split by channel groups when each thread gets enough bytes to pay for the hand-off.
             run_in_row_blocks(pack_groups, self.c4, min_rows=max(1, _MIN_PACK_WORDS // (geometry.hq * geometry.wq)))
 
-            if by_columns:
+            def block(m0: int, m1: int, n0: int, n1: int, image=image) -> None:
+                finish(acc, geometry, image, m0, m1, n0, min(n1, geometry.columns))
 
-                def work(t0: int, t1: int, image=image) -> None:
-                    _vnni.tile_product(planes, self.weights, acc, geometry.offsets, self.c4, stride, t0, t1)
-                    finish(
-                        acc,
-                        geometry,
-                        image,
-                        0,
-                        self.channels,
-                        t0 * _vnni.COLUMNS,
-                        min(t1 * _vnni.COLUMNS, geometry.columns),
-                    )
-
-                run_in_row_blocks(work, geometry.tiles, min_rows=_MIN_TILES_PER_BLOCK)
-            else:
-
-                def work(r0: int, r1: int, image=image) -> None:
-                    lo, hi = r0 * _vnni.ROWS, r1 * _vnni.ROWS
-                    _vnni.tile_product(
-                        planes, self.weights[lo:hi], acc[lo:hi], geometry.offsets, self.c4, stride, 0, geometry.tiles
-                    )
-                    finish(acc, geometry, image, lo, min(hi, self.channels), 0, geometry.columns)
-
-                run_in_row_blocks(work, row_tiles, min_rows=1)
+            _vnni.product_in_blocks(
+                planes, self.weights, acc, geometry.offsets, self.c4, geometry.tiles, self.channels, block
+            )
 
     def qlinear(self, x: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray) -> np.ndarray | None:
         """QLinearConv's output ``(N, M, OH, OW)`` for a scalar 8-bit ``y_zero`` and a float32

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
-from ._jit import compiler
+import numpy as np
 
-__all__ = ["COLUMNS", "ROWS", "available", "enabled", "tile_product"]
+from ._jit import compiler
+from ._split_rows import run_in_row_blocks, thread_budget
+
+__all__ = ["COLUMNS", "ROWS", "available", "enabled", "product_in_blocks", "scratch", "tile_product"]
 
 #: Output rows (weight rows) one tile computes: 6 rows × 4 vectors = 24 of the 32 zmm registers
 #: hold accumulators, 4 hold the right-hand vectors, 1 the broadcast weights.
@@ -38,6 +43,8 @@ ROWS = 6
 #: Output columns one tile computes (four 16-lane int32 vectors).
 COLUMNS = 64
 _VECTORS = COLUMNS // 16
+_MIN_TILES_PER_BLOCK = 2
+_SCRATCH = threading.local()
 
 
 @functools.cache
@@ -181,3 +188,53 @@ def tile_product(planes, weights, out, offsets, c4: int, plane_stride: int, nt0:
     The caller guarantees that every byte read (``offset + c·plane_stride + 4·(column + 63)``)
     lies inside ``planes``: the kernel does no bounds checks.  Releases the GIL."""
     compiled()(planes, weights, out, offsets, c4, plane_stride, nt0, nt1)
+
+
+def product_in_blocks(
+    planes: np.ndarray,
+    weights: np.ndarray,
+    acc: np.ndarray,
+    offsets: np.ndarray,
+    c4: int,
+    tiles: int,
+    rows: int,
+    finish: Callable[[int, int, int, int], None],
+) -> None:
+    """:func:`tile_product` over all ``tiles`` column tiles, spread over the run's threads
+    (``kernels._split_rows``): by column tiles, or by row tiles when there are too few columns
+    for two blocks (a 7×7 map, a one-row matmul).  Each block then calls ``finish(m0, m1, n0, n1)``
+    for the output rows (of ``rows``) and columns it computed, on its own thread, so that the
+    pass that reads the sums runs in parallel too.  ``planes`` is C-contiguous with its channel
+    groups on axis -2."""
+    stride = planes.strides[-2]
+    columns = tiles * COLUMNS
+    if tiles >= 2 * _MIN_TILES_PER_BLOCK or thread_budget() == 1:
+
+        def by_columns(t0: int, t1: int) -> None:
+            tile_product(planes, weights, acc, offsets, c4, stride, t0, t1)
+            finish(0, rows, t0 * COLUMNS, min(t1 * COLUMNS, columns))
+
+        run_in_row_blocks(by_columns, tiles, min_rows=_MIN_TILES_PER_BLOCK)
+        return
+
+    def by_rows(r0: int, r1: int) -> None:
+        lo, hi = r0 * ROWS, r1 * ROWS
+        tile_product(planes, weights[lo:hi], acc[lo:hi], offsets, c4, stride, 0, tiles)
+        finish(lo, min(hi, rows), 0, columns)
+
+    run_in_row_blocks(by_rows, weights.shape[0] // ROWS, min_rows=1)
+
+
+def scratch(slot: str, shape: tuple, dtype) -> np.ndarray:
+    """A work array of ``shape`` in this thread's buffer ``slot``, grown as needed and reused.
+
+    Why: the planes and the int32 sums are megabytes per layer, allocated anew each call; glibc
+    returns such blocks to the system, so every call paid page faults on fresh memory.  One
+    buffer per calling thread (concurrent runs each have theirs) is enough: a thread runs its
+    nodes one after another, and the blocks of one product share the caller's buffers."""
+    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buffer = getattr(_SCRATCH, slot, None)
+    if buffer is None or buffer.size < need:
+        buffer = np.empty(max(need, 1), dtype=np.uint8)
+        setattr(_SCRATCH, slot, buffer)
+    return buffer[:need].view(dtype).reshape(shape)

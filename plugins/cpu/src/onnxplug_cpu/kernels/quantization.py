@@ -20,6 +20,7 @@ from ..numerics import convolve
 from . import _requant_jit
 from ._exact_conv import ExactConv, type_range
 from ._int8_conv import Int8Conv, int8_conv_for
+from ._int8_matmul import Int8MatMul
 from ._registry import kernel
 
 # Saturation ranges of the integer quantized types, keyed by numpy dtype.
@@ -280,11 +281,49 @@ def _col_zero(zero):
     return zero.reshape(()).astype(np.int64) if zero.size == 1 else zero.astype(np.int64)
 
 
-@kernel("MatMulInteger", since=(10,))
-def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
-    left = a.astype(np.int64) - _row_zero(a_zero_point, a)
-    right = b.astype(np.int64) - _col_zero(b_zero_point)
-    return _matmul_exact(left, right).astype(np.int32)
+def _int8_matmul(ctx, b_slot: int, b_zero_slot: int) -> Int8MatMul | None:
+    """The int8 VNNI product (``kernels._int8_matmul``) for constant 2-D weights whose zero
+    point (scalar or per column) is constant or absent and whose centred values fit int8."""
+    b = ctx.constant(b_slot)
+    b_zero = ctx.constant(b_zero_slot)
+    if b is None or b.ndim != 2 or b.dtype not in (np.int8, np.uint8):
+        return None
+    if b_zero is None and b_zero_slot < ctx.num_inputs:
+        return None  # a zero point computed at run time
+    centred = b.astype(np.int64)
+    if b_zero is not None:
+        if b_zero.size != 1 and b_zero.shape != (b.shape[1],):
+            return None  # the general path reports the bad shape
+        centred -= b_zero.astype(np.int64).reshape(-1 if b_zero.size > 1 else ())
+    return Int8MatMul(centred) if Int8MatMul.accepts(centred) else None
+
+
+def _int8_input(prepared, a, a_zero_point) -> bool:
+    """Whether a call's ``a`` suits the prepared int8 product: 8-bit, a scalar zero point, its
+    last axis the weights' depth."""
+    return (
+        prepared is not None
+        and a.dtype in (np.uint8, np.int8)
+        and a.ndim >= 1
+        and a.shape[-1] == prepared.depth
+        and (a_zero_point is None or (a_zero_point.size == 1 and a_zero_point.dtype == a.dtype))
+    )
+
+
+@kernel("MatMulInteger", since=(10,), factory=True)
+def matmul_integer(ctx):
+    prepared = _int8_matmul(ctx, 1, 3)
+
+    def run(a, b, a_zero_point=None, b_zero_point=None):
+        if _int8_input(prepared, a, a_zero_point):
+            y = prepared.integer(a, 0 if a_zero_point is None else int(a_zero_point.reshape(())))
+            if y is not None:
+                return y
+        left = a.astype(np.int64) - _row_zero(a_zero_point, a)
+        right = b.astype(np.int64) - _col_zero(b_zero_point)
+        return _matmul_exact(left, right).astype(np.int32)
+
+    return run
 
 
 def _requantize(acc, multiplier, y_zero_point, *, in_place=False):
@@ -344,8 +383,32 @@ def _requantize_compiled(scaled, multiplier, y_zero_point, plus=None):
     return scaled.astype(y_zero_point.dtype)  # exact: integers within the type's range
 
 
-@kernel("QLinearMatMul", since=(10, 21))
-def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+@kernel("QLinearMatMul", since=(10, 21), factory=True)
+def qlinear_matmul(ctx):
+    prepared = _int8_matmul(ctx, 3, 5)
+
+    def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        if (
+            _int8_input(prepared, a, a_zero_point)
+            and a_scale.size == 1
+            and y_zero_point.size == 1
+            and y_zero_point.dtype in (np.uint8, np.int8)
+            and b_scale.size in (1, prepared.columns)
+        ):
+            multiplier = (
+                _as_float(a_scale).astype(np.float32).reshape(())
+                * _as_float(b_scale).astype(np.float32).reshape(-1)
+                / _as_float(y_scale).astype(np.float32).reshape(())
+            )
+            y = prepared.qlinear(a, int(a_zero_point.reshape(())), multiplier, y_zero_point)
+            if y is not None:
+                return y
+        return _qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+
+    return run
+
+
+def _qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     left = a.astype(np.int64) - _row_zero(a_zero_point, a)
     right = b.astype(np.int64) - _col_zero(b_zero_point)
     acc = _matmul_exact(left, right)
