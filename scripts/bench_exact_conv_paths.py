@@ -10,7 +10,9 @@ outputs of before and after are checked equal.  Compare the printed ratios, not 
     python scripts/bench_exact_conv_paths.py DIR [--runs 15] [--threads 2]
 
 DIR holds ``float.onnx`` and ``quant_QOperator.onnx`` from
-``python scripts/bench_quant.py --format QOperator --save DIR``.
+``python scripts/bench_quant.py --format QOperator --save DIR``.  These are the float32 exact
+paths, which a CPU with AVX-512 VNNI no longer takes (``kernels._int8_conv`` computes the layers
+in int8 there): the script sets ``ONNXPLUG_CPU_VNNI=0`` for itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import os
 import time
 
 import numpy as np
+
+os.environ["ONNXPLUG_CPU_VNNI"] = "0"  # before any session: the float32 exact paths are measured
 
 import onnxplug
 from onnxplug_cpu.kernels._exact_conv import ExactConv
