@@ -84,100 +84,16 @@ def available() -> bool:
 
 @functools.cache
 def compiled() -> Any | None:
-    """The compiled tile driver (see :func:`tile_product`), or ``None``."""
-    jit = compiler()
-    if jit is None or not _cpu_has_vnni():
+    """The compiled tile driver (see :func:`tile_product`), or ``None``.
+
+    It lives in ``kernels._vnni_tile``, imported here: a module-level numba function that
+    numba's cache can key (defined in a closure, as the other kernel modules do, the intrinsic
+    it calls made every process miss the cache and compile it again, two seconds)."""
+    if compiler() is None or not _cpu_has_vnni():
         return None
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
+    from . import _vnni_tile
 
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-    lanes = ir.VectorType(i32, 16)
-
-    def const(value: int):
-        return ir.Constant(i64, value)
-
-    @intrinsic
-    def tiles(typingctx, planes, weights, out, offsets, taps, c4, plane_stride, m_tiles, nt0, nt1, ldc):
-        signature = types.void(*([types.intp] * 11))
-
-        def codegen(context, builder, sig, args):
-            planes, weights, out, offsets, taps, c4, plane_stride, m_tiles, nt0, nt1, ldc = args
-            dot = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(lanes, [lanes, lanes, lanes]), "llvm.x86.avx512.vpdpbusd.512"
-            )
-            byte_ptr = ir.IntType(8).as_pointer()
-            plane_base = builder.inttoptr(planes, byte_ptr)
-            weight_words = builder.inttoptr(weights, i32.as_pointer())
-            out_words = builder.inttoptr(out, i32.as_pointer())
-            offset_list = builder.inttoptr(offsets, i64.as_pointer())
-            depth = builder.mul(taps, c4)  # int32 words per weight row
-            zero = ir.Constant(lanes, None)
-            accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(_VECTORS)] for _ in range(ROWS)]
-            with cgutils.for_range_slice(builder, nt0, nt1, const(1), inc=True) as (nt, _):
-                column_bytes = builder.mul(nt, const(COLUMNS * 4))
-                with cgutils.for_range(builder, m_tiles) as m_loop:
-                    first_row = builder.mul(m_loop.index, const(ROWS))
-                    for row in accumulators:
-                        for acc in row:
-                            builder.store(zero, acc)
-                    with cgutils.for_range(builder, taps) as t_loop:
-                        tap_start = builder.add(builder.load(builder.gep(offset_list, [t_loop.index])), column_bytes)
-                        weight_tap = builder.mul(t_loop.index, c4)
-                        with cgutils.for_range(builder, c4) as c_loop:
-                            at = builder.add(tap_start, builder.mul(c_loop.index, plane_stride))
-                            columns = [
-                                builder.load(
-                                    builder.bitcast(
-                                        builder.gep(plane_base, [builder.add(at, const(64 * v))]), lanes.as_pointer()
-                                    ),
-                                    align=1,
-                                )
-                                for v in range(_VECTORS)
-                            ]
-                            word = builder.add(weight_tap, c_loop.index)
-                            for r in range(ROWS):
-                                index = builder.add(builder.mul(builder.add(first_row, const(r)), depth), word)
-                                w = builder.load(builder.gep(weight_words, [index]), align=4)
-                                splat = builder.insert_element(ir.Constant(lanes, ir.Undefined), w, ir.Constant(i32, 0))
-                                splat = builder.shuffle_vector(
-                                    splat, ir.Constant(lanes, ir.Undefined), ir.Constant(lanes, None)
-                                )
-                                for v in range(_VECTORS):
-                                    acc = accumulators[r][v]
-                                    builder.store(builder.call(dot, [builder.load(acc), columns[v], splat]), acc)
-                    for r in range(ROWS):
-                        row_start = builder.add(
-                            builder.mul(builder.add(first_row, const(r)), ldc), builder.mul(nt, const(COLUMNS))
-                        )
-                        for v in range(_VECTORS):
-                            target = builder.gep(out_words, [builder.add(row_start, const(16 * v))])
-                            builder.store(
-                                builder.load(accumulators[r][v]), builder.bitcast(target, lanes.as_pointer()), align=4
-                            )
-            return context.get_dummy_value()
-
-        return signature, codegen
-
-    @jit
-    def drive(planes, weights, out, offsets, c4, plane_stride, nt0, nt1):  # pragma: no cover - compiled
-        tiles(
-            planes.ctypes.data,
-            weights.ctypes.data,
-            out.ctypes.data,
-            offsets.ctypes.data,
-            offsets.shape[0],
-            c4,
-            plane_stride,
-            weights.shape[0] // ROWS,
-            nt0,
-            nt1,
-            out.shape[1],
-        )
-
-    return drive
+    return _vnni_tile.drive
 
 
 def tile_product(planes, weights, out, offsets, c4: int, plane_stride: int, nt0: int, nt1: int) -> None:
