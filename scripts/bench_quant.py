@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -24,6 +25,9 @@ import onnx
 
 import onnxplug
 from onnxplug.quantization import QuantFormat, quant_pre_process, quantize_static
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _blocks import time_in_blocks
 
 
 class _Reader:
@@ -79,20 +83,12 @@ def main() -> None:
     want = float_session.run(None, feed)[0]
     got = quant_session.run(None, feed)[0]
     print(f"max |quantized - float| / max |float|: {np.abs(got - want).max() / np.abs(want).max():.4f}")
-    # Interleaved blocks, each after a pause and two untimed runs, in alternating order: a run
-    # right after the other model's would pay for OpenBLAS's workers still polling from its
-    # float convolutions (about a tenth of a second), which only the float model leaves behind.
-    times = {"float": [], "quantized": []}
-    sessions = [("float", float_session), ("quantized", quant_session)]
-    for round_index in range(-(-args.runs // args.block)):
-        for name, session in sessions if round_index % 2 == 0 else sessions[::-1]:
-            time.sleep(args.settle)
-            for _ in range(2):
-                session.run(None, feed)
-            for _ in range(args.block):
-                start = time.perf_counter()
-                session.run(None, feed)
-                times[name].append(time.perf_counter() - start)
+    times = time_in_blocks(
+        [("float", lambda: float_session.run(None, feed)), ("quantized", lambda: quant_session.run(None, feed))],
+        args.runs,
+        args.block,
+        args.settle,
+    )
     medians = {name: float(np.median(values)) for name, values in times.items()}
     for name, value in medians.items():
         print(f"{name:>9}: median {value * 1000:.1f} ms over {len(times[name])} runs")

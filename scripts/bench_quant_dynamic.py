@@ -18,7 +18,6 @@ import os
 import pathlib
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -26,6 +25,7 @@ import onnxplug
 from onnxplug.quantization import quantize_dynamic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _blocks import time_in_blocks
 from bench_families import load_family
 
 
@@ -54,16 +54,8 @@ def main() -> None:
         f"{args.model}: max |int8 - float| / max |float| on the first output: "
         f"{np.abs(got - want).max() / np.abs(want).max():.4f}"
     )
-    times: dict[str, list[float]] = {name: [] for name, _ in sessions}
-    for round_index in range(-(-args.runs // args.block)):
-        for name, session in sessions if round_index % 2 == 0 else sessions[::-1]:
-            time.sleep(args.settle)
-            for _ in range(2):
-                session.run(None, feeds)
-            for _ in range(args.block):
-                start = time.perf_counter()
-                session.run(None, feeds)
-                times[name].append(time.perf_counter() - start)
+    runners = [(name, lambda session=session: session.run(None, feeds)) for name, session in sessions]
+    times = time_in_blocks(runners, args.runs, args.block, args.settle)
     medians = {name: float(np.median(values)) for name, values in times.items()}
     for name, value in medians.items():
         print(f"{name:>13}: median {value * 1000:.1f} ms over {len(times[name])} runs")

@@ -103,18 +103,9 @@ def _input(rng, x_type, geometry, batch=2):
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    """Counts the calls that reach the VNNI path, so that a test fails if the path is skipped."""
-    counted = {"qlinear": 0, "integer": 0}
-    for name in counted:
-        original = getattr(_int8_conv.Int8Conv, name)
-
-        def spy(self, *args, _original=original, _name=name):
-            counted[_name] += 1
-            return _original(self, *args)
-
-        monkeypatch.setattr(_int8_conv.Int8Conv, name, spy)
-    return counted
+def calls(count_calls):
+    """Counts the calls that reach the VNNI path (``count_calls`` is in this folder's conftest)."""
+    return count_calls(_int8_conv.Int8Conv, "qlinear", "integer")
 
 
 @needs_vnni

@@ -60,23 +60,24 @@ def _model(op, a_type, b, b_zero, rng, per_column):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(), a_zero
 
 
+def _case(op, a_shape, columns, a_type, b_type, per_column):
+    """A one-node model of ``op`` with random weights, and a random input for it."""
+    rng = np.random.default_rng(a_shape[-1] * columns + len(a_shape))
+    b, b_zero = _weights(rng, a_shape[-1], columns, b_type, per_column)
+    data, a_zero = _model(op, a_type, b, b_zero, rng, per_column)
+    low, high = (0, 256) if a_type == np.uint8 else (-128, 128)
+    return data, rng.integers(low, high, a_shape).astype(a_type), a_zero, b, b_zero
+
+
 def _run(data, a, monkeypatch, vnni):
     monkeypatch.setenv("ONNXPLUG_CPU_VNNI", "1" if vnni else "0")
     return onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    counted = {"integer": 0, "qlinear": 0}
-    for name in counted:
-        original = getattr(_int8_matmul.Int8MatMul, name)
-
-        def spy(self, *args, _original=original, _name=name):
-            counted[_name] += 1
-            return _original(self, *args)
-
-        monkeypatch.setattr(_int8_matmul.Int8MatMul, name, spy)
-    return counted
+def calls(count_calls):
+    """Counts the calls that reach the VNNI path (``count_calls`` is in this folder's conftest)."""
+    return count_calls(_int8_matmul.Int8MatMul, "qlinear", "integer")
 
 
 @needs_vnni
@@ -84,11 +85,7 @@ def calls(monkeypatch):
 @pytest.mark.parametrize(("a_type", "b_type"), [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_matmul_integer_against_int64_definition(a_shape, columns, a_type, b_type, per_column, monkeypatch, calls):
-    rng = np.random.default_rng(a_shape[-1] * columns)
-    b, b_zero = _weights(rng, a_shape[-1], columns, b_type, per_column)
-    data, a_zero = _model("MatMulInteger", a_type, b, b_zero, rng, per_column)
-    low, high = (0, 256) if a_type == np.uint8 else (-128, 128)
-    a = rng.integers(low, high, a_shape).astype(a_type)
+    data, a, a_zero, b, b_zero = _case("MatMulInteger", a_shape, columns, a_type, b_type, per_column)
     got = _run(data, a, monkeypatch, vnni=True)
     assert calls["integer"] == 1
     want = (a.astype(np.int64) - int(a_zero)) @ (b.astype(np.int64) - b_zero.astype(np.int64))
@@ -101,11 +98,7 @@ def test_matmul_integer_against_int64_definition(a_shape, columns, a_type, b_typ
 @pytest.mark.parametrize(("a_type", "b_type"), [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_qlinear_matmul_same_bits_as_general_path(a_shape, columns, a_type, b_type, per_column, monkeypatch, calls):
-    rng = np.random.default_rng(a_shape[0] + columns)
-    b, b_zero = _weights(rng, a_shape[-1], columns, b_type, per_column)
-    data, _ = _model("QLinearMatMul", a_type, b, b_zero, rng, per_column)
-    low, high = (0, 256) if a_type == np.uint8 else (-128, 128)
-    a = rng.integers(low, high, a_shape).astype(a_type)
+    data, a, *_ = _case("QLinearMatMul", a_shape, columns, a_type, b_type, per_column)
     got = _run(data, a, monkeypatch, vnni=True)
     assert calls["qlinear"] == 1
     expected = _run(data, a, monkeypatch, vnni=False)
