@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -26,3 +27,12 @@ def time_in_blocks(
                 run()
                 times[name].append(time.perf_counter() - start)
     return times
+
+
+def print_ratio(times: dict[str, list[float]], numerator: str, denominator: str) -> None:
+    """Each runtime's median in ms, then ``numerator / denominator`` of the medians."""
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    width = max(len(name) for name in medians)
+    for name, value in medians.items():
+        print(f"{name:>{width}}: median {value * 1000:.1f} ms over {len(times[name])} runs")
+    print(f"{numerator} / {denominator}: {medians[numerator] / medians[denominator]:.2f}")

@@ -27,7 +27,7 @@ import onnxplug
 from onnxplug.quantization import QuantFormat, quant_pre_process, quantize_static
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _blocks import time_in_blocks
+from _blocks import print_ratio, time_in_blocks
 
 
 class _Reader:
@@ -89,10 +89,7 @@ def main() -> None:
         args.block,
         args.settle,
     )
-    medians = {name: float(np.median(values)) for name, values in times.items()}
-    for name, value in medians.items():
-        print(f"{name:>9}: median {value * 1000:.1f} ms over {len(times[name])} runs")
-    print(f"quantized / float: {medians['quantized'] / medians['float']:.2f}")
+    print_ratio(times, "quantized", "float")
 
 
 if __name__ == "__main__":

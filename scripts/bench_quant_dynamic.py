@@ -25,7 +25,7 @@ import onnxplug
 from onnxplug.quantization import quantize_dynamic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from _blocks import time_in_blocks
+from _blocks import print_ratio, time_in_blocks
 from bench_families import load_family
 
 
@@ -56,10 +56,7 @@ def main() -> None:
     )
     runners = [(name, lambda session=session: session.run(None, feeds)) for name, session in sessions]
     times = time_in_blocks(runners, args.runs, args.block, args.settle)
-    medians = {name: float(np.median(values)) for name, values in times.items()}
-    for name, value in medians.items():
-        print(f"{name:>13}: median {value * 1000:.1f} ms over {len(times[name])} runs")
-    print(f"dynamic int8 / float: {medians['dynamic int8'] / medians['float']:.2f}")
+    print_ratio(times, "dynamic int8", "float")
 
 
 if __name__ == "__main__":
