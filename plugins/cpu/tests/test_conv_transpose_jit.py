@@ -107,4 +107,4 @@ def test_float16():
     y = kernel(x, w)
     assert y.dtype == np.float16 and y.shape == (1, 2, 6, 6)
     np.testing.assert_array_equal(y, np.full((1, 2, 6, 6), -1.0, np.float16))
-    np.testing.assert_array_equal(kernel(x, w, np.array([0.5, -2], np.float16))[0, 1], -2.0)
+    np.testing.assert_array_equal(kernel(x, w, np.array([0.5, -2], np.float16))[0, 1], -3.0)  # -1·1 - 1·0 - 2
