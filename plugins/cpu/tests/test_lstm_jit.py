@@ -144,3 +144,18 @@ def test_which_lstms_are_compiled(monkeypatch):
         assert len(calls) == 2  # one call per direction
     for g, w in zip(got, ReferenceEvaluator(_model(case, names)).run(None, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@needs_numba
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_nan_propagates_as_in_the_numpy_loop(monkeypatch, clip):
+    case = dict(CASES["forward"], **({} if clip is None else {"clip": clip}))
+    feeds, names = _inputs(np.random.default_rng(9), case)
+    feeds["X"][2, 1, 0] = np.nan
+    compiled = _call(feeds, names, case)
+    monkeypatch.setattr(rnn, "_compiled_lstm", lambda: None)
+    with np.errstate(invalid="ignore"):
+        numpy_loop = _call(feeds, names, case)
+    for got, loop in zip(compiled, numpy_loop):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(loop))
+        np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)

@@ -43,22 +43,13 @@ def compiled() -> Any | None:
     if jit is None:
         return None
 
-    @jit
-    def clipped(v, clip):  # pragma: no cover - compiled
-        if v < -clip:
-            return -clip
-        if v > clip:
-            return clip
-        return v  # NaN passes
-
-    @jit
-    def sigmoid(v):  # pragma: no cover - compiled
-        return np.float32(1.0) / (np.float32(1.0) + math.exp(-v))  # exp overflowing: an exact 0
-
+    # Everything inline in one function: numba's on-disk cache cannot key a function that calls
+    # other jitted closures, which would then be recompiled in every process.
     @jit
     def direction(xw, rt, rb, peep, h, c, lens, reverse, input_forget, clip, y):  # pragma: no cover - compiled
         steps, batch, width = xw.shape
         size = width // 4
+        one = np.float32(1.0)
         gates = np.empty(width, np.float32)
         for s in range(steps):
             t = steps - 1 - s if reverse else s
@@ -72,15 +63,24 @@ def compiled() -> Any | None:
                     row = rt[k]
                     for j in range(width):
                         gates[j] += hk * row[j]
+                # clip before each activation (NaN passes: comparisons, not min/max); sigmoid as
+                # 1 / (1 + exp(-v)), whose exp overflowing gives an exact 0
                 for j in range(size):
                     old = c[b, j]
-                    i = sigmoid(clipped(gates[j] + peep[j] * old, clip))
+                    v = gates[j] + peep[j] * old
+                    v = -clip if v < -clip else (clip if v > clip else v)
+                    i = one / (one + math.exp(-v))
                     if input_forget:
-                        f = np.float32(1.0) - i
+                        f = one - i
                     else:
-                        f = sigmoid(clipped(gates[2 * size + j] + peep[2 * size + j] * old, clip))
-                    cell = f * old + i * math.tanh(clipped(gates[3 * size + j], clip))
-                    o = sigmoid(clipped(gates[size + j] + peep[size + j] * cell, clip))
+                        v = gates[2 * size + j] + peep[2 * size + j] * old
+                        v = -clip if v < -clip else (clip if v > clip else v)
+                        f = one / (one + math.exp(-v))
+                    v = gates[3 * size + j]
+                    cell = f * old + i * math.tanh(-clip if v < -clip else (clip if v > clip else v))
+                    v = gates[size + j] + peep[size + j] * cell
+                    v = -clip if v < -clip else (clip if v > clip else v)
+                    o = one / (one + math.exp(-v))
                     hidden = o * math.tanh(cell)
                     c[b, j] = cell
                     h[b, j] = hidden

@@ -38,63 +38,50 @@ def compiled() -> tuple[Any, Any] | None:
     jit = compiler(error_model="numpy")
     if jit is None:
         return None
-    f32 = np.float32
 
-    @jit
-    def reduce(x, scale, xs, g, bits):  # pragma: no cover - compiled
-        # exp(a) for a = scale * x: a = k ln2 + g, |g| <= ln2 / 2; bits = 2^k as float32 bits.
-        # xs: a copy of the block, so that the output may be x itself (an output that may
-        # alias its input keeps LLVM's loop scalar: 8× slower).
-        for j in range(x.size):
-            xs[j] = x[j]
-            a = scale * x[j]
-            a = f32(-87.0) if a < f32(-87.0) else a  # 2^-126, the smallest normal power
-            a = f32(89.0) if a > f32(89.0) else a  # k = 128: the exponent bits of +inf
-            k = np.floor(a * f32(1.44269504088896341) + f32(0.5))
-            g[j] = a - k * f32(0.693359375) - k * f32(-2.12194440e-4)
-            bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+    # One function per kernel with the exp written out in it: numba's on-disk cache cannot key
+    # a function that calls other jitted closures, which would be recompiled in every process.
+    def build(with_x):
+        @jit
+        def kernel(x, scale, out):  # pragma: no cover - compiled
+            flat, dest = x.reshape(-1), out.reshape(-1)
+            bits = np.empty(BLOCK, np.int32)
+            power, g, xs = bits.view(np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
+            for start in range(0, flat.size, BLOCK):
+                stop = min(flat.size, start + BLOCK)
+                block, target = flat[start:stop], dest[start:stop]  # slices: loads provably contiguous
+                # exp(a) for a = scale * x: a = k ln2 + g, |g| <= ln2 / 2; bits: 2^k as float32 bits.
+                # xs: a copy of the block, so that ``out`` may be ``x`` (an output that may alias
+                # its input keeps LLVM's loop scalar: 8× slower).
+                for j in range(stop - start):
+                    v = block[j]
+                    xs[j] = v
+                    a = scale * v
+                    a = np.float32(-87.0) if a < np.float32(-87.0) else a  # 2^-126: the least normal power
+                    a = np.float32(89.0) if a > np.float32(89.0) else a  # k = 128: the exponent bits of +inf
+                    k = np.floor(a * np.float32(1.44269504088896341) + np.float32(0.5))
+                    g[j] = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
+                    bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+                for j in range(stop - start):
+                    r = g[j]
+                    p = np.float32(1.9875691500e-4)
+                    p = p * r + np.float32(1.3981999507e-3)
+                    p = p * r + np.float32(8.3334519073e-3)
+                    p = p * r + np.float32(4.1665795894e-2)
+                    p = p * r + np.float32(1.6666665459e-1)
+                    p = p * r + np.float32(5.0000001201e-1)
+                    e = (p * r * r + r + np.float32(1.0)) * power[j]
+                    target[j] = (xs[j] if with_x else np.float32(1.0)) / (np.float32(1.0) + e)
 
-    @jit
-    def expm(g, power, j):  # pragma: no cover - compiled
-        r = g[j]
-        p = f32(1.9875691500e-4)
-        p = p * r + f32(1.3981999507e-3)
-        p = p * r + f32(8.3334519073e-3)
-        p = p * r + f32(4.1665795894e-2)
-        p = p * r + f32(1.6666665459e-1)
-        p = p * r + f32(5.0000001201e-1)
-        return (p * r * r + r + f32(1.0)) * power[j]
+        return kernel
 
-    @jit
-    def sigmoid_block(g, power, y):  # pragma: no cover - compiled
-        for j in range(y.size):
-            y[j] = f32(1.0) / (f32(1.0) + expm(g, power, j))
+    sigmoid_kernel, silu_kernel = build(False), build(True)
 
-    @jit
-    def silu_block(x, g, power, y):  # pragma: no cover - compiled
-        for j in range(y.size):
-            y[j] = x[j] / (f32(1.0) + expm(g, power, j))
+    def sigmoid(x, out):
+        sigmoid_kernel(x, np.float32(-1.0), out)
 
-    @jit
-    def sigmoid(x, out):  # pragma: no cover - compiled
-        flat, dest = x.reshape(-1), out.reshape(-1)
-        bits = np.empty(BLOCK, np.int32)
-        power, g, xs = bits.view(np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
-        for start in range(0, flat.size, BLOCK):
-            stop = min(flat.size, start + BLOCK)
-            reduce(flat[start:stop], f32(-1.0), xs, g, bits)
-            sigmoid_block(g, power, dest[start:stop])
-
-    @jit
-    def silu(x, alpha, out):  # pragma: no cover - compiled
-        flat, dest = x.reshape(-1), out.reshape(-1)
-        bits = np.empty(BLOCK, np.int32)
-        power, g, xs = bits.view(np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
-        scale = -alpha
-        for start in range(0, flat.size, BLOCK):
-            stop = min(flat.size, start + BLOCK)
-            reduce(flat[start:stop], scale, xs, g, bits)
-            silu_block(xs, g, power, dest[start:stop])
+    def silu(x, alpha, out):
+        silu_kernel(x, np.float32(-alpha), out)
 
     return sigmoid, silu
 
