@@ -21,7 +21,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   multiply-adds (``kernels._depthwise``; 3×3 with stride 1 or 2 numba loops,
   ``kernels._depthwise_jit``), large float32 3×3 stride-1 ones Winograd F(4×4) or F(2×2)
   (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one matmul then
-  shifted adds (``kernels._shifted``), with filters prepared once in :class:`PackedConv`.
+  shifted adds (``kernels._shifted``; float32 adds, crop and bias in one compiled pass,
+  ``kernels._shifted_jit``), with filters prepared once in :class:`PackedConv`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ followed by one batched matmul for all groups, with pointwise, depthwise and Win
 shared with op libraries such as FusedConv), with constant weights prepared once as a
 ``PackedConv``;
 ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops over the kernel's
-offsets only.  When the weights are a constant initializer their reshaping is
-done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
+offsets only; a float32 2-D ConvTranspose whose kernel equals its stride (no overlap, no pads)
+is ``Wᵀ @ x`` and one compiled interleaving pass with the bias (``kernels._conv_transpose_jit``).
+When the weights are a constant initializer their reshaping is done once, in the kernel factory.
+float16 and bfloat16 are computed in float32 and cast back.
 """
 
 from __future__ import annotations
