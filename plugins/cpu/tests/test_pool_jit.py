@@ -5,6 +5,10 @@ small inputs)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -13,6 +17,11 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import pool
+
+# The compiled pools run only where numba is loaded already (kernels._jit.numba_loaded).
+numba = pytest.importorskip("numba")
+if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
 
 GEOMETRIES = [
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -74,3 +83,17 @@ def test_other_calls_keep_the_numpy_path(monkeypatch):
     _run(_model("AveragePool", list(x.shape), dict(kernel_shape=[2, 2], dilations=[2, 2])), x)
     _run(_model("MaxPool", list(x.shape), GEOMETRIES[1]), x.astype(np.float64).astype(np.float32)[..., ::1])
     assert len(calls) == 1  # only the last, plain float32 call
+
+
+def test_pools_alone_do_not_load_numba(tmp_path):
+    """A model whose only compiled candidates are pools keeps numba unloaded (its memory)."""
+    model = _model("MaxPool", [1, 8, 40, 40], GEOMETRIES[0])
+    path = tmp_path / "pool.onnx"
+    path.write_bytes(model.SerializeToString())
+    code = (
+        "import sys, numpy as np, onnxplug\n"
+        f"s = onnxplug.InferenceSession({str(path)!r}, providers=['CPUExecutionProvider'])\n"
+        "s.run(None, {'x': np.ones((1, 8, 40, 40), np.float32)})\n"
+        "assert 'numba' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,15 +5,29 @@ install, a platform without wheels) and ``ONNXPLUG_CPU_JIT=0`` turns every compi
 each numba-backed kernel module asks :func:`compiler` for its decorator and falls back to numpy when it
 gets ``None``. Every loop is compiled with ``cache=True`` (once per machine, kept in numba's cache
 directory) and ``nogil=True`` (concurrent ``run()`` calls and row blocks run in parallel).
+
+Importing numba costs memory (60-90 MiB of peak RSS once numba and a first cached kernel are
+loaded: ResNet-50's peak went from 304 to 396 MiB when its stem MaxPool loaded it).  Kernels whose
+compiled loop is a large gain on the layers that use them (depthwise convolutions, SiLU, LSTM,
+upsampling) load it; kernels that most models run and whose gain is smaller (pooling, the
+shifted convolution's adds, the convolution epilogue) use their loops only when
+:func:`numba_loaded` says another kernel or the application has already paid for it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compiler"]
+__all__ = ["compiler", "numba_loaded"]
+
+
+def numba_loaded() -> bool:
+    """Whether numba is imported in this process and not disabled (``ONNXPLUG_CPU_JIT=0``): a
+    dict lookup, cheap enough to ask on every call."""
+    return "numba" in sys.modules and os.environ.get("ONNXPLUG_CPU_JIT", "1") != "0"
 
 
 def compiler(**options: Any) -> Callable[[Any], Any] | None:

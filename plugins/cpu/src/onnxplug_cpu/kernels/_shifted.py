@@ -12,13 +12,15 @@ necks, DenseNet's 3×3 bottleneck outputs), it is cheaper to multiply first and 
    and rows come out as garbage and are cropped in the final copy.
 
 Every intermediate is contiguous or a plain column slice, so nothing but the padding is copied.
-For float32 the adds, the crop and the bias are one compiled pass (``kernels._shifted_jit``).
+For float32 the adds, the crop and the bias are one compiled pass (``kernels._shifted_jit``) when
+numba is already loaded.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._jit import numba_loaded
 from ._shifted_jit import compiled as _compiled_shift_add
 from ._winograd import copy_plus_bias
 
@@ -49,7 +51,9 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None, accu
         1, 0, 2, 3
     )
     z = np.matmul(stacked, flat)  # (K·M, length + extra)
-    shift_add = _compiled_shift_add() if x.dtype == np.float32 and accumulate in (None, x.dtype) else None
+    # compiled only where numba is loaded already (kernels._jit: memory)
+    compiled = x.dtype == np.float32 and accumulate in (None, x.dtype) and numba_loaded()
+    shift_add = _compiled_shift_add() if compiled else None
     if shift_add is not None:
         offsets = np.array([i * dh * wp + j * dw for i in range(kh) for j in range(kw)], np.int64)
         y = np.empty((n, m) + tuple(out), np.float32)

@@ -5,7 +5,8 @@ Windowed pools pad the input once and take a strided, dilated
 indices) and AveragePool reduce one axis at a time (:func:`separable_reduce`); the geometry
 (output size, begin/end pads, the extra cells ``ceil_mode`` needs) is worked out by
 :func:`pool_geometry`, which the convolution kernels share.  float32 2-D MaxPool (without
-Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``).
+Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``) when
+numba is already loaded (``kernels._jit.numba_loaded``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
+from ._jit import numba_loaded
 from ._pool_jit import compiled as _compiled_pool
 from ._registry import kernel
 
@@ -155,8 +157,8 @@ COMPILED_MIN_ELEMENTS = 4096
 def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     """Each window's maximum or sum over a float32 ``(N, C, H, W)`` ``x`` in one compiled pass
     (``kernels._pool_jit``), or ``None`` when it does not apply."""
-    if x.dtype != np.float32 or x.ndim != 4 or x.size < COMPILED_MIN_ELEMENTS or 0 in out:
-        return None
+    if x.dtype != np.float32 or x.ndim != 4 or x.size < COMPILED_MIN_ELEMENTS or 0 in out or not numba_loaded():
+        return None  # numba only where another kernel loaded it (kernels._jit: memory)
     if dilations and any(d != 1 for d in dilations):
         return None
     strides = tuple(strides) if strides else (1, 1)
