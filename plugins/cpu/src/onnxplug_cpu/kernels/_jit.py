@@ -6,8 +6,10 @@ each numba-backed kernel module asks :func:`compiler` for its decorator and fall
 gets ``None``. Every loop is compiled with ``cache=True`` (once per machine, kept in numba's cache
 directory) and ``nogil=True`` (concurrent ``run()`` calls and row blocks run in parallel).
 
-Importing numba costs memory (60-90 MiB of peak RSS once numba and a first cached kernel are
-loaded: ResNet-50's peak went from 304 to 396 MiB when its stem MaxPool loaded it).  Kernels whose
+Importing numba costs memory: numba, llvmlite and the first cached kernels add 90-135 MiB of peak
+RSS (ResNet-50 304 → 396 MiB when its stem MaxPool loaded it; the ``yolo``, ``unet``, ``ocr_det``
+and ``ocr_rec`` benchmark models 133-148 → 251-284 MiB, measured as the peak of a process that
+creates the session and runs it three times).  Kernels whose
 compiled loop is a large gain on the layers that use them (depthwise convolutions, SiLU, LSTM,
 upsampling) load it; kernels that most models run and whose gain is smaller (pooling, the
 shifted convolution's adds, the convolution epilogue) use their loops only when

@@ -15,7 +15,7 @@ columns, the window sums are added in the numpy path's order, and NaN wins a max
 ``np.maximum``.  The caller divides the sums by the window counts.
 
 Used only where numba is already loaded (``kernels._jit.numba_loaded``): pools are in most CNNs,
-and loading numba for them alone would cost those models 60-90 MiB of peak memory.  ``None``
+and loading numba for them alone would cost those models about 90 MiB of peak memory.  ``None``
 without numba or with ``ONNXPLUG_CPU_JIT=0``: the numpy path is used.
 """
 
