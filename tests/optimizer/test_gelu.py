@@ -144,3 +144,33 @@ def test_fast_gelu_takes_the_bias(fusion, rng, bias_shape, fused):
     expected = {f"{MS}.FastGelu": 1} if fused else {"Add": 1, f"{MS}.FastGelu": 1}
     fused_model, _ = fusion.check(g.model(out), [SETS["ms_ops.fast_gelu"]], {"x": x}, expected)
     assert len(next(n for n in fused_model.graph if n.op_type == "FastGelu").inputs) == (2 if fused else 1)
+
+
+@pytest.mark.parametrize("sigmoid_first", [False, True])
+@pytest.mark.parametrize("shape", [(2, 3, 8), (1, 16, 24, 24)])  # the second takes the compiled pass
+def test_silu_is_quick_gelu(fusion, rng, sigmoid_first, shape):
+    """torch's SiLU export, x * Sigmoid(x), in either operand order → QuickGelu(alpha=1)."""
+    g = Graph(shape)
+    sig = g.op("Sigmoid", "x")
+    out = g.op("Mul", sig, "x") if sigmoid_first else g.op("Mul", "x", sig)
+    x = rng.standard_normal(shape).astype(np.float32) * 8
+    fused, applied = fusion.check(g.model(out), [SETS["ms_ops.quick_gelu"]], {"x": x}, {f"{MS}.QuickGelu": 1})
+    assert applied == {"ms_ops.quick_gelu": 1}
+    node = next(n for n in fused.graph if n.op_type == "QuickGelu")
+    assert node.attributes.get_float("alpha") == 1.0
+
+
+def test_sigmoid_of_another_tensor_is_not_quick_gelu(fusion):
+    g = Graph()
+    out = g.op("Mul", "x", g.op("Sigmoid", "y"))
+    model = g.model(out, extra_inputs=[oh.make_tensor_value_info("y", F, [2, 3, 8])])
+    fusion.assert_unchanged(model, [SETS["ms_ops.quick_gelu"]])
+
+
+def test_double_silu_is_not_quick_gelu(fusion):
+    """QuickGelu's CPU kernel in onnxruntime is float32 only, so float64 graphs keep their nodes."""
+    g = Graph()
+    g.nodes.append(oh.make_node("Cast", ["x"], ["xd"], to=onnx.TensorProto.DOUBLE))
+    out = g.op("Mul", "xd", g.op("Sigmoid", "xd"))
+    g.nodes.append(oh.make_node("Cast", [out], ["y"], to=F))
+    fusion.assert_unchanged(g.model("y"), [SETS["ms_ops.quick_gelu"]], "float32")

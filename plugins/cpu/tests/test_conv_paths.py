@@ -195,6 +195,38 @@ def test_shifted_matches_im2col_and_the_reference(shape, maps, kernel, geometry,
     np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize(
+    "shape, maps, kernel, geometry",
+    [
+        ((2, 6, 7, 10), 3, (3, 2), dict(pads=[0, 2, 1, 0])),
+        ((1, 5, 12, 9), 2, (3, 3), dict(dilations=[2, 3], pads=[2, 1, 2, 3])),
+        ((2, 4, 8, 8), 2, (5, 5), dict(auto_pad="SAME_LOWER")),
+        ((1, 16, 40, 36), 16, (3, 3), dict(pads=[1, 1, 1, 1])),
+    ],
+)
+def test_compiled_shift_adds_are_the_numpy_passes_bits(monkeypatch, shape, maps, kernel, geometry, with_bias):
+    """``kernels._shifted_jit`` adds the offsets' contributions and the bias in the numpy
+    passes' order; float64 (and the exact integer sums' float64 accumulation) keep the passes."""
+    from onnxplug_cpu.kernels import _shifted
+
+    if _shifted._compiled_shift_add() is None:
+        pytest.skip("numba is not installed or is disabled by ONNXPLUG_CPU_JIT=0")
+    rng = np.random.default_rng(shape[1] + maps)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((maps, shape[1]) + kernel).astype(np.float32)
+    b = rng.standard_normal(maps).astype(np.float32) if with_bias else None
+    packed = PackedConv(w, 1)
+    compiled = convolve(x, w, b, packed=packed, **geometry)
+    calls = []
+    monkeypatch.setattr(_shifted, "_compiled_shift_add", lambda: calls.append(1))
+    passes = convolve(x, w, b, packed=packed, **geometry)
+    assert calls == [1]
+    np.testing.assert_array_equal(compiled, passes)
+    convolve(x.astype(np.float64), w.astype(np.float64), b, packed=PackedConv(w.astype(np.float64), 1), **geometry)
+    assert calls == [1]  # float64 never asks for the compiled pass
+
+
 def test_no_winograd_for_layers_that_widen_more_than_twice():
     assert PackedConv(np.ones((64, 32, 3, 3), dtype=np.float32), 1).uses_winograd
     assert not PackedConv(np.ones((65, 32, 3, 3), dtype=np.float32), 1).uses_winograd

@@ -10,6 +10,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   faster single-precision path otherwise.
 * :func:`gelu_single`: exact Gelu in float32, accurate in the negative tail (the fast path of
   ``Gelu`` and com.microsoft's Gelu family).
+* :func:`sigmoid`, :func:`silu`: the logistic function and ``x * sigmoid(alpha * x)``, float32
+  in one compiled pass (``kernels._sigmoid_jit``), other types with numpy.
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
 * :func:`pool_geometry`, :func:`windows`: output sizes and pads of a sliding window
   (auto_pad, pads, strides, dilations, ceil_mode) and the strided window view of the padded input.
@@ -19,7 +21,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   multiply-adds (``kernels._depthwise``; 3×3 with stride 1 or 2 numba loops,
   ``kernels._depthwise_jit``), large float32 3×3 stride-1 ones Winograd F(4×4) or F(2×2)
   (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one matmul then
-  shifted adds (``kernels._shifted``), with filters prepared once in :class:`PackedConv`.
+  shifted adds (``kernels._shifted``; float32 adds, crop and bias in one compiled pass,
+  ``kernels._shifted_jit``), with filters prepared once in :class:`PackedConv`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
 from .kernels._numeric import erf, gelu_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
+from .kernels._sigmoid_jit import logistic
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
@@ -48,9 +52,37 @@ __all__ = [
     "is_float",
     "pack_conv_weights",
     "pool_geometry",
+    "sigmoid",
+    "silu",
     "widen",
     "windows",
 ]
+
+
+def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` of a float array, into ``out`` when given (``x`` itself allowed).
+    Where ``exp`` overflows the result is an exact 0 (onnxruntime's too)."""
+    y = logistic(x, None, out)
+    if y is not None:
+        return y
+    e = np.negative(x, out=out)
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    e += 1
+    return np.divide(1, e, out=e)  # a true division: numpy's reciprocal is not vectorised
+
+
+def silu(x: np.ndarray, alpha: float = 1.0, out: np.ndarray | None = None) -> np.ndarray:
+    """``x * sigmoid(alpha * x)`` (SiLU, Swish, com.microsoft QuickGelu) of a float array, into
+    ``out`` when given (``x`` itself allowed), computed as ``x / (1 + exp(-alpha x))``."""
+    y = logistic(x, alpha, out)
+    if y is not None:
+        return y
+    e = np.multiply(x, x.dtype.type(-alpha)) if alpha != 1.0 else np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    e += 1
+    return np.divide(x, e, out=e if out is None else out)
 
 
 def conv_compute_dtype(dtype: np.dtype) -> type:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import PackedConv, convolve
+from onnxplug_cpu.numerics import PackedConv, convolve, sigmoid
 
 from ._common import widen
 from ._registry import kernel
@@ -120,19 +120,10 @@ def _in_place_activation(name, params):
         high = params[1] if len(params) > 1 and params[1] is not None else np.inf
         return lambda y: np.clip(y, low, high, out=y)
     if name == "Sigmoid":
-        return _sigmoid_in_place
+        return lambda y: sigmoid(y, out=y)
     if name == "Tanh":
         return lambda y: np.tanh(y, out=y)
     return None
-
-
-def _sigmoid_in_place(y):
-    """``1 / (1 + exp(-y))`` in four in-place passes; ``exp`` overflowing to inf gives the exact 0."""
-    np.negative(y, out=y)
-    with np.errstate(over="ignore"):
-        np.exp(y, out=y)
-    y += 1
-    return np.reciprocal(y, out=y)
 
 
 @kernel("FusedConv", since=(1,), factory=True)

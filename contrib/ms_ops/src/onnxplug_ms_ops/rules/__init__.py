@@ -69,6 +69,13 @@ def rule_sets(stage: str) -> list[RuleSet]:
             description="the tanh approximation of Gelu (GPT-2) → FastGelu, with a preceding bias Add folded in",
         ),
         RuleSet(
+            "ms_ops.quick_gelu",
+            _rules("gelu", "quick_gelu_rules"),
+            produces=[OpRef(DOMAIN, "QuickGelu")],
+            anchors={"Sigmoid"},
+            description="x * Sigmoid(x) (SiLU) → com.microsoft QuickGelu(alpha=1)",
+        ),
+        RuleSet(
             "ms_ops.bias_gelu",
             _rules("gelu", "bias_gelu_rules"),
             produces=[OpRef(DOMAIN, "BiasGelu")],

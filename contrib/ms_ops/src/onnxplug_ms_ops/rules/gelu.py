@@ -6,6 +6,9 @@
   ``NewGELUActivation``, torch's ``approximate="tanh"``) → ``com.microsoft.FastGelu``.
 - ``FuseFastGeluBias``: ``FastGelu(Add(x, bias))`` → ``FastGelu(x, bias)`` (GPT-2's MLP: the Linear's
   bias, a vector of x's last dimension).
+- ``FuseQuickGelu``: ``x * Sigmoid(x)`` (SiLU, torch's ``nn.SiLU`` export; YOLO-style detectors
+  have one after every convolution) → ``com.microsoft.QuickGelu(x, alpha=1)``, as onnxruntime's
+  QuickGeluFusion: one pass and one array where Sigmoid and Mul each made a pass and an array.
 - ``BiasGelu``: ``Gelu(Add(x, bias))`` (contrib or ONNX exact Gelu) → ``com.microsoft.BiasGelu``,
   from onnxscript's ``ort_fusions.bias_gelu`` with the bias checked against x's last dimension.
 """
@@ -22,7 +25,7 @@ from onnxplug_cpu.rule_values import static_shape
 
 from .. import DOMAIN
 
-__all__ = ["bias_gelu_rules", "fast_gelu_rules", "gelu_rules"]
+__all__ = ["bias_gelu_rules", "fast_gelu_rules", "gelu_rules", "quick_gelu_rules"]
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16})
 
@@ -99,6 +102,20 @@ class FuseFastGeluBias(pattern.RewriteRuleClassBase):
         return op.FastGelu(x, bias, _domain=DOMAIN)
 
 
+class FuseQuickGelu(pattern.RewriteRuleClassBase):
+    def pattern(self, op, x):
+        return op.Mul(x, op.Sigmoid(x))
+
+    def check(self, context, x, **_):
+        result = pattern.MatchResult()
+        if x.dtype != ir.DataType.FLOAT:  # onnxruntime's QuickGelu CPU kernel is float32 only
+            return result.fail("x is not float32", x)
+        return result
+
+    def rewrite(self, op, x, **_):
+        return op.QuickGelu(x, alpha=1.0, _domain=DOMAIN)
+
+
 def _gelu_rules(cls) -> list:
     rules = []
     for grouping in ("x_term", "half_x", "term_half"):
@@ -133,3 +150,7 @@ def bias_gelu_rules() -> list:
         *FuseBiasGelu.rule("bias_gelu_onnx", contrib_op=False).commute(),
         *FuseBiasGelu.rule("bias_gelu_contrib", contrib_op=True).commute(),
     ]
+
+
+def quick_gelu_rules() -> list:
+    return FuseQuickGelu.rule().commute()

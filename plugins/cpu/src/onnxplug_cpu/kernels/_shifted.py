@@ -12,12 +12,16 @@ necks, DenseNet's 3×3 bottleneck outputs), it is cheaper to multiply first and 
    and rows come out as garbage and are cropped in the final copy.
 
 Every intermediate is contiguous or a plain column slice, so nothing but the padding is copied.
+For float32 the adds, the crop and the bias are one compiled pass (``kernels._shifted_jit``) when
+numba is already loaded.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._jit import numba_loaded
+from ._shifted_jit import compiled as _compiled_shift_add
 from ._winograd import copy_plus_bias
 
 __all__ = ["stacked_filters", "shifted_conv"]
@@ -47,6 +51,16 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None, accu
         1, 0, 2, 3
     )
     z = np.matmul(stacked, flat)  # (K·M, length + extra)
+    # compiled only where numba is loaded already (kernels._jit: memory)
+    compiled = x.dtype == np.float32 and accumulate in (None, x.dtype) and numba_loaded()
+    shift_add = _compiled_shift_add() if compiled else None
+    if shift_add is not None:
+        offsets = np.array([i * dh * wp + j * dw for i in range(kh) for j in range(kw)], np.int64)
+        y = np.empty((n, m) + tuple(out), np.float32)
+        b = np.zeros(m, np.float32) if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(m)
+        for image in range(n):
+            shift_add(z, offsets, b, bias is not None, y, image, image * hp * wp, wp)
+        return y
     span = length - (kh - 1) * dh * wp  # every output row of every image lies below this
     full = np.empty((m, length), dtype=accumulate or x.dtype)  # cells past ``span`` are never output rows
     acc = full[:, :span]

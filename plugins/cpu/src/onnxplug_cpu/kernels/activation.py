@@ -13,6 +13,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, erf, float_unary, gelu_single, widen
 from ._registry import kernel
+from ._sigmoid_jit import logistic
 
 
 def _legacy(fn, name):
@@ -34,6 +35,9 @@ kernel("Relu", since=(1,))(_legacy(relu, "relu_legacy"))
 
 
 def _sigmoid(x):
+    y = logistic(x)  # float32 maps: one compiled pass (kernels._sigmoid_jit)
+    if y is not None:
+        return y
     # 1 / (1 + exp(-x)) in place, in two passes.  Below about -88 (float32; -709 float64) exp
     # overflows to inf and the result is 0 where the true value is subnormal, as onnxruntime's.
     e = np.negative(x)
@@ -41,7 +45,7 @@ def _sigmoid(x):
         e = e.astype(np.float64)
     np.exp(e, out=e)
     e += 1
-    return np.reciprocal(e, out=e)
+    return np.divide(e.dtype.type(1), e, out=e)  # numpy's reciprocal is not vectorised: 2x slower
 
 
 sigmoid = float_unary(_sigmoid)
@@ -245,7 +249,8 @@ def mish(x):
 @kernel("Swish", since=(24,))
 @float_unary
 def swish(x, *, alpha):
-    return x * _sigmoid(alpha * x)
+    y = logistic(x, alpha)
+    return y if y is not None else x * _sigmoid(alpha * x)
 
 
 @kernel("SwiGLU", since=(28,))

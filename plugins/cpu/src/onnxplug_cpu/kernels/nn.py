@@ -5,8 +5,10 @@ followed by one batched matmul for all groups, with pointwise, depthwise and Win
 shared with op libraries such as FusedConv), with constant weights prepared once as a
 ``PackedConv``;
 ConvTranspose and Col2Im are a matmul followed by a scatter-add that loops over the kernel's
-offsets only.  When the weights are a constant initializer their reshaping is
-done once, in the kernel factory.  float16 and bfloat16 are computed in float32 and cast back.
+offsets only; a float32 2-D ConvTranspose whose kernel equals its stride (no overlap, no pads)
+is ``Wᵀ @ x`` and one compiled interleaving pass with the bias (``kernels._conv_transpose_jit``).
+When the weights are a constant initializer their reshaping is done once, in the kernel factory.
+float16 and bfloat16 are computed in float32 and cast back.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
 from ..numerics import PackedConv, conv_compute_dtype, convolve, pack_conv_weights
+from ._conv_transpose_jit import compiled as _compiled_interleave
 from ._registry import kernel
 from .pool import pool_geometry
 
@@ -71,6 +74,8 @@ def conv_transpose(
 ):
     constant_w = ctx.constant(1)
     packed = None if constant_w is None else _transpose_weights(constant_w, group)
+    # Wᵀ (M·K, C) for the compiled non-overlapping path, made on its first call
+    transposed: list[np.ndarray] = []
 
     def run(x, w, b=None):
         if x.ndim < 3 or w.ndim != x.ndim:
@@ -106,6 +111,28 @@ def conv_transpose(
         weights = packed if packed is not None else _transpose_weights(w, group)
         ct = conv_compute_dtype(x.dtype)
         m = w.shape[1] * group
+        if (
+            nd == 2
+            and group == 1
+            and ct == np.float32
+            and ks == st
+            and all(d == 1 for d in dl)
+            and not any(begin)
+            and out == tuple(x.shape[2 + i] * ks[i] for i in range(2))
+        ):
+            interleave = _compiled_interleave()
+            if interleave is not None:
+                if packed is None or not transposed:
+                    wt = np.ascontiguousarray(weights[0].T)  # (M·K, C)
+                    if packed is not None:
+                        transposed.append(wt)
+                else:
+                    wt = transposed[0]
+                cols = np.matmul(wt, x.astype(ct, copy=False).reshape(n, c, -1))  # (N, M·K, H·W)
+                y = np.empty((n, m) + out, dtype=ct)
+                bias = np.zeros(m, ct) if b is None else np.ascontiguousarray(b, dtype=ct).reshape(m)
+                interleave(cols.reshape((n, m) + ks + x.shape[2:]), bias, b is not None, y)
+                return y.astype(x.dtype, copy=False)
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
         cols = np.matmul(xs, weights)  # (N, g, P, M/g*K)
         k = math.prod(ks)

@@ -4,7 +4,9 @@ Windowed pools pad the input once and take a strided, dilated
 ``sliding_window_view`` of it, so each reduction is one numpy call over a view; MaxPool (without
 indices) and AveragePool reduce one axis at a time (:func:`separable_reduce`); the geometry
 (output size, begin/end pads, the extra cells ``ceil_mode`` needs) is worked out by
-:func:`pool_geometry`, which the convolution kernels share.
+:func:`pool_geometry`, which the convolution kernels share.  float32 2-D MaxPool (without
+Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``) when
+numba is already loaded (``kernels._jit.numba_loaded``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
+from ._jit import numba_loaded
+from ._pool_jit import compiled as _compiled_pool
 from ._registry import kernel
 
 
@@ -146,6 +150,29 @@ def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
         )
 
 
+#: Smaller inputs keep the numpy path: the first compiled call loads numba (once per process).
+COMPILED_MIN_ELEMENTS = 4096
+
+
+def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
+    """Each window's maximum or sum over a float32 ``(N, C, H, W)`` ``x`` in one compiled pass
+    (``kernels._pool_jit``), or ``None`` when it does not apply."""
+    if x.dtype != np.float32 or x.ndim != 4 or x.size < COMPILED_MIN_ELEMENTS or 0 in out or not numba_loaded():
+        return None  # numba only where another kernel loaded it (kernels._jit: memory)
+    if dilations and any(d != 1 for d in dilations):
+        return None
+    strides = tuple(strides) if strides else (1, 1)
+    if kernel_shape[1] > 16 or strides[1] > 16:
+        return None
+    pool = _compiled_pool(int(kernel_shape[1]), int(strides[1]), maximum)
+    if pool is None:
+        return None
+    y = np.empty(x.shape[:2] + tuple(out), np.float32)
+    source = np.ascontiguousarray(x).reshape(-1, *x.shape[2:])
+    pool(source, y.reshape(-1, *out), int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
+    return y
+
+
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad):
     """How many cells each window averages over, as an array broadcastable to ``out``."""
     nd = len(out)
@@ -184,7 +211,9 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "AveragePool"
     )
     acc = _accumulator(x.dtype)
-    sums = separable_reduce(x.astype(acc, copy=False), out, begin, end, kernel_shape, strides, dilations, 0, np.add)
+    sums = _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, False)
+    if sums is None:
+        sums = separable_reduce(x.astype(acc, copy=False), out, begin, end, kernel_shape, strides, dilations, 0, np.add)
     counts = _window_counts(
         x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0)
     )
@@ -224,6 +253,9 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
     def run(x):
         out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
         if not want_indices:
+            best = _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, True)
+            if best is not None:
+                return (best, None) if multi_output else best
             lowest = _lowest(x.dtype)
             best = separable_reduce(x, out, begin, end, kernel_shape, strides, dilations, lowest, np.maximum)
             return (best, None) if multi_output else best

@@ -7,10 +7,13 @@ and the interpolation filter, and is applied with ``take`` along that axis, one 
 Nearest uses a single tap and never leaves the input dtype; linear and cubic accumulate in
 float32 (float64 for float64) and cast back, rounding and saturating for integer images.
 Antialiasing (downscaling with a stretched filter) only widens the tap table.
+float32 maps resized on their last two axes only, nearest or linear, take one compiled pass
+instead (``kernels._resize_jit``, the same taps and the same bits).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -19,6 +22,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
+from ._resize_jit import compiled as _compiled_2d
 
 
 def _source_coords(out_size, in_size, scale, mode, roi_start, roi_end):
@@ -118,9 +122,56 @@ def _apply_axis(x, axis, indices, weights, acc):
     return result
 
 
+#: Smaller outputs keep the numpy path: the first compiled call loads numba (once per process).
+COMPILED_MIN_ELEMENTS = 4096
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_taps(in_size, out_size, scale, options):
+    """:func:`axis_taps` of one axis (no roi), made once per geometry: float32 weights."""
+    indices, weights, _ = axis_taps(in_size, out_size, scale, dict(options))
+    return indices, None if weights is None else weights.astype(np.float32)
+
+
+def _resize_2d(x, out_shape, scales, opts):
+    """The compiled nearest / bilinear pass over the last two axes, or ``None`` when it does not
+    apply (another dtype, mode, axis or coordinate mode with a roi, a small output, no numba)."""
+    if x.dtype != np.float32 or x.ndim < 3 or opts["ctm"] == "tf_crop_and_resize" or opts["antialias"]:
+        return None
+    if opts["mode"] not in ("nearest", "linear") or math.prod(out_shape) < COMPILED_MIN_ELEMENTS:
+        return None
+    if tuple(out_shape[:-2]) != x.shape[:-2] or any(float(s) != 1.0 for s in scales[:-2]) or 0 in x.shape:
+        return None
+    kernels = _compiled_2d()
+    if kernels is None:
+        return None
+    options = tuple(sorted(opts.items()))
+    tables = []
+    for axis in (-2, -1):
+        in_size, out_size, scale = x.shape[axis], out_shape[axis], float(scales[axis])
+        if in_size == out_size and scale == 1.0:  # an axis the numpy path leaves alone
+            if opts["mode"] == "linear":
+                return None  # x·1 + x·0 is not x for infinities
+            tables.append((np.arange(in_size, dtype=np.int64)[:, None], None))
+        else:
+            tables.append(_cached_taps(in_size, out_size, scale, options))
+    (iy, wy), (ix, wx) = tables
+    source = np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
+    y = np.empty(out_shape, np.float32)
+    target = y.reshape(-1, *out_shape[-2:])
+    if opts["mode"] == "nearest":
+        kernels[0](source, np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]), target)
+    else:
+        kernels[1](source, iy, wy, ix, wx, target)
+    return y
+
+
 def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
     """Resize ``x`` to ``out_shape`` with per-axis ``scales`` (``roi``: starts + ends)."""
     out_shape = check_allocation(out_shape, x.dtype, "Resize output")
+    fast = _resize_2d(x, tuple(out_shape), scales, opts)
+    if fast is not None:
+        return fast
     rank = x.ndim
     interpolating = opts["mode"] != "nearest"
     acc = np.float64 if x.dtype == np.float64 else np.float32

@@ -1,7 +1,9 @@
 """Recurrent layers: RNN, GRU and LSTM.
 
 The input projection ``X·Wᵀ + Wb`` of every time step is one matmul up front; only the
-recurrent part runs in the per-step loop, vectorised over the batch.  Per-batch
+recurrent part runs in the per-step loop, vectorised over the batch.  float32 LSTMs with the
+default activations run that loop compiled (``kernels._lstm_jit``: a step's twenty numpy calls
+on a few hundred values were most of its time).  Per-batch
 ``sequence_lens`` are applied with masks: a finished entry keeps its last state and emits zeros,
 and a reverse pass starts at each entry's own last valid step.  float16/bfloat16 are computed in
 float32 and cast back.
@@ -14,6 +16,7 @@ import numpy as np
 from onnxplug.errors import InvalidArgument
 from onnxplug.kernels import check_terminate
 
+from ._lstm_jit import compiled as _compiled_lstm
 from ._registry import kernel
 
 
@@ -102,8 +105,12 @@ class _Inputs:
         return value.astype(work, copy=False)
 
     def projected(self, d, gates):
-        """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``."""
-        return self.x @ self.w[d].T + self.b[d, : gates * self.hidden]
+        """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``,
+        as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector product per step)."""
+        steps, batch, width = self.x.shape
+        flat = self.x.reshape(steps * batch, width) @ self.w[d].T
+        flat += self.b[d, : gates * self.hidden]
+        return flat.reshape(steps, batch, -1)
 
     def run(self, step, d, states):
         """Run ``step(x_t, states) -> states`` (hidden first) over time; returns Y and states."""
@@ -223,6 +230,15 @@ def gru(
     return data.outputs(ys, finals)
 
 
+def _default_lstm(activations, directions) -> bool:
+    """Whether an LSTM's activations are the default Sigmoid, Tanh, Tanh in every direction
+    (named as :func:`rnn_activations` reads them)."""
+    names = [str(a).lower() for a in activations] if activations else ["sigmoid", "tanh", "tanh"] * directions
+    if len(names) < 3 * directions:
+        names = (names[:3] or ["sigmoid", "tanh", "tanh"]) * directions
+    return names[: 3 * directions] == ["sigmoid", "tanh", "tanh"] * directions
+
+
 @kernel("LSTM", since=(1, 7, 14, 22))
 def lstm(
     X,
@@ -259,9 +275,23 @@ def lstm(
         if peep.shape != (data.directions, 3 * size):
             raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected {[data.directions, 3 * size]}")
     ys, finals = [], [[], []]
+    compiled = _compiled_lstm() if work == np.float32 and _default_lstm(activations, data.directions) else None
     for d in range(data.directions):
         xw = data.projected(d, 4)
         rt, rb = data.r[d].T, data.b[d, 4 * size :]
+        if compiled is not None:
+            h, c = (np.array(state[d], np.float32, order="C") for state in data.initial)
+            y = np.zeros((data.steps, data.batch, size), np.float32)
+            lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
+            bound = np.float32(np.inf if clip is None else clip)
+            compiled(
+                np.ascontiguousarray(xw), np.ascontiguousarray(rt), np.ascontiguousarray(rb),
+                np.ascontiguousarray(peep[d]), h, c, lens, data.reverse[d], bool(input_forget), bound, y,
+            )  # fmt: skip
+            ys.append(y)
+            finals[0].append(h)
+            finals[1].append(c)
+            continue
         p_i, p_o, p_f = peep[d, :size], peep[d, size : 2 * size], peep[d, 2 * size :]
         f, g, h_act = funcs[d]
 

@@ -1,0 +1,161 @@
+"""The compiled LSTM recurrence (``kernels._lstm_jit``) against the numpy loop it replaces and
+onnx's reference evaluator: directions, peepholes, clip, input_forget, sequence_lens, initial
+states and layout; other activations and float64 keep the numpy loop."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import rnn
+
+try:
+    import numba  # noqa: F401
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
+    HAVE_NUMBA = False
+
+needs_numba = pytest.mark.skipif(
+    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
+    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
+)
+
+STEPS, BATCH, INPUT, HIDDEN = 7, 3, 5, 6
+#: attributes and inputs onnx's reference LSTM does not implement: those cases are checked against the
+#: numpy loop (conformance-tested) only
+REFERENCE_IGNORES = {"clip", "input_forget", "lens"}
+
+CASES = {
+    "forward": dict(direction="forward"),
+    "reverse": dict(direction="reverse"),
+    "bidirectional": dict(direction="bidirectional"),
+    "peepholes": dict(direction="bidirectional", peepholes=True),
+    "clip": dict(direction="forward", clip=0.7),
+    "input_forget": dict(direction="reverse", input_forget=1, peepholes=True),
+    "sequence_lens": dict(direction="bidirectional", lens=[7, 3, 0], initial=True),
+    "layout": dict(direction="bidirectional", layout=1, initial=True),
+    "named_defaults": dict(direction="bidirectional", activations=["sigmoid", "TANH", "Tanh"] * 2),
+}
+
+
+def _inputs(rng, case, dtype=np.float32):
+    dirs = 2 if case["direction"] == "bidirectional" else 1
+    layout = case.get("layout", 0)
+    x = rng.standard_normal((BATCH, STEPS, INPUT) if layout else (STEPS, BATCH, INPUT)) * 2
+    feeds = {
+        "X": x,
+        "W": rng.standard_normal((dirs, 4 * HIDDEN, INPUT)) * 0.5,
+        "R": rng.standard_normal((dirs, 4 * HIDDEN, HIDDEN)) * 0.5,
+        "B": rng.standard_normal((dirs, 8 * HIDDEN)) * 0.3,
+    }
+    names = ["X", "W", "R", "B", "", "", "", ""]
+    if "lens" in case:
+        feeds["L"] = np.array(case["lens"], np.int32)
+        names[4] = "L"
+    if case.get("initial"):
+        shape = (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN)
+        feeds["H0"], feeds["C0"] = rng.standard_normal(shape), rng.standard_normal(shape)
+        names[5:7] = ["H0", "C0"]
+    if case.get("peepholes"):
+        feeds["P"] = rng.standard_normal((dirs, 3 * HIDDEN)) * 0.5
+        names[7] = "P"
+    feeds = {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+    while names and not names[-1]:
+        names.pop()
+    return feeds, names
+
+
+def _model(case, names, dtype=TensorProto.FLOAT):
+    attrs = dict(direction=case["direction"], hidden_size=HIDDEN)
+    for key in ("clip", "input_forget", "layout", "activations"):
+        if key in case:
+            attrs[key] = case[key]
+    node = helper.make_node("LSTM", names, ["Y", "Y_h", "Y_c"], **attrs)
+    inputs = [(n, TensorProto.INT32 if n == "L" else dtype, None) for n in names if n]
+    outputs = [(n, dtype, None) for n in ("Y", "Y_h", "Y_c")]
+    return make_model([node], inputs, outputs, opset=14)
+
+
+def _call(feeds, names, case):
+    args = [feeds[n] if n else None for n in names]
+    attrs = dict(
+        direction=case["direction"],
+        hidden_size=HIDDEN,
+        input_forget=case.get("input_forget", 0),
+        clip=case.get("clip"),
+        activations=case.get("activations"),
+        layout=case.get("layout", 0),
+    )
+    return rnn.lstm(*args, **attrs)
+
+
+@needs_numba
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_matches_numpy_and_reference(name, monkeypatch):
+    case = CASES[name]
+    feeds, names = _inputs(np.random.default_rng(len(name)), case)
+    compiled = _call(feeds, names, case)
+    monkeypatch.setattr(rnn, "_compiled_lstm", lambda: None)
+    numpy_loop = _call(feeds, names, case)
+    want = ReferenceEvaluator(_model(case, names)).run(None, feeds)
+    for got, loop, ref in zip(compiled, numpy_loop, want):
+        assert got.dtype == np.float32 and got.shape == ref.shape == loop.shape
+        np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)
+        if not REFERENCE_IGNORES & set(case):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    if REFERENCE_IGNORES & set(case):  # and the attribute changed the result
+        assert not np.allclose(compiled[0], want[0], rtol=1e-3, atol=1e-3)
+    if "lens" in case:  # the finished entry emits zeros
+        np.testing.assert_array_equal(compiled[0][:, :, 2], 0)
+
+
+def test_which_lstms_are_compiled(monkeypatch):
+    """Only float32 with the default activations; a session runs through the same kernel."""
+    calls = []
+    real = rnn._compiled_lstm
+
+    def spy():
+        kernel = real()
+        if kernel is None:
+            return None
+
+        def wrapped(*args):
+            calls.append(args[0].dtype)
+            return kernel(*args)
+
+        return wrapped
+
+    monkeypatch.setattr(rnn, "_compiled_lstm", spy)
+    case = CASES["bidirectional"]
+    feeds, names = _inputs(np.random.default_rng(0), case)
+    _call(feeds, names, dict(case, activations=["Sigmoid", "Tanh", "Relu"] * 2))
+    _call(*_inputs(np.random.default_rng(0), case, np.float64), case)
+    assert calls == []
+    session = onnxplug.InferenceSession(_model(case, names).SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, feeds)
+    if real() is not None:
+        assert len(calls) == 2  # one call per direction
+    for g, w in zip(got, ReferenceEvaluator(_model(case, names)).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@needs_numba
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_nan_propagates_as_in_the_numpy_loop(monkeypatch, clip):
+    case = dict(CASES["forward"], **({} if clip is None else {"clip": clip}))
+    feeds, names = _inputs(np.random.default_rng(9), case)
+    feeds["X"][2, 1, 0] = np.nan
+    compiled = _call(feeds, names, case)
+    monkeypatch.setattr(rnn, "_compiled_lstm", lambda: None)
+    with np.errstate(invalid="ignore"):
+        numpy_loop = _call(feeds, names, case)
+    for got, loop in zip(compiled, numpy_loop):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(loop))
+        np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,99 @@
+"""The compiled 2-D MaxPool and AveragePool (``kernels._pool_jit``): the numpy path's values over
+pads, strides, ceil_mode, auto_pad and count_include_pad, NaN and infinities, onnx's reference
+evaluator on nodes, and the calls that keep the numpy path (Indices, dilations, other dtypes,
+small inputs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import pool
+
+# The compiled pools run only where numba is loaded already (kernels._jit.numba_loaded).
+numba = pytest.importorskip("numba")
+if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
+
+GEOMETRIES = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 2], strides=[1, 3], pads=[2, 0, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]),
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2]),
+    dict(kernel_shape=[2, 3], auto_pad="SAME_LOWER"),
+    dict(kernel_shape=[7, 7]),
+]
+
+
+def _model(op, x_shape, geometry, outputs=("y",)):
+    attrs = dict(geometry)
+    if op == "MaxPool":
+        attrs.pop("count_include_pad", None)
+    node = helper.make_node(op, ["x"], list(outputs), **attrs)
+    declared = [(name, TensorProto.FLOAT if name == "y" else TensorProto.INT64, None) for name in outputs]
+    return make_model([node], [("x", TensorProto.FLOAT, x_shape)], declared, opset=19)
+
+
+def _run(model, x):
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_matches_the_numpy_path_and_the_reference(monkeypatch, op, geometry):
+    rng = np.random.default_rng(len(str(geometry)))
+    x = rng.standard_normal((2, 6, 23, 26)).astype(np.float32)
+    model = _model(op, list(x.shape), geometry)
+    finite = _run(model, x)[0]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(finite, want, rtol=1e-6, atol=1e-6)
+    x[0, 1, 4, 5] = np.nan
+    x[1, 2, 10, 11] = np.inf
+    x[1, 3] = -np.inf
+    compiled = _run(model, x)[0]
+    calls = []
+    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: calls.append(args))
+    numpy_path = _run(model, x)[0]
+    assert len(calls) == 1  # asked, and made to decline
+    np.testing.assert_array_equal(compiled, numpy_path)
+
+
+def test_other_calls_keep_the_numpy_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: calls.append(args))
+    x = np.random.default_rng(0).standard_normal((1, 8, 24, 24)).astype(np.float32)
+    model = _model("MaxPool", list(x.shape), GEOMETRIES[0], ("y", "i"))
+    y, indices = _run(model, x)
+    want_y, want_i = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(indices, want_i)
+    _run(_model("MaxPool", [1, 1, 8, 8], GEOMETRIES[0]), x[:, :1, :8, :8].copy())  # small
+    _run(_model("AveragePool", list(x.shape), dict(kernel_shape=[2, 2], dilations=[2, 2])), x)
+    _run(_model("MaxPool", list(x.shape), GEOMETRIES[1]), x.astype(np.float64).astype(np.float32)[..., ::1])
+    assert len(calls) == 1  # only the last, plain float32 call
+
+
+def test_pools_alone_do_not_load_numba(tmp_path):
+    """A model whose only compiled candidates are pools keeps numba unloaded (its memory)."""
+    model = _model("MaxPool", [1, 8, 40, 40], GEOMETRIES[0])
+    path = tmp_path / "pool.onnx"
+    path.write_bytes(model.SerializeToString())
+    code = (
+        "import sys, numpy as np, onnxplug\n"
+        f"s = onnxplug.InferenceSession({str(path)!r}, providers=['CPUExecutionProvider'])\n"
+        "s.run(None, {'x': np.ones((1, 8, 40, 40), np.float32)})\n"
+        "assert 'numba' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,137 @@
+"""The compiled 2-D Resize (``kernels._resize_jit``): the numpy path's bits for nearest (every
+rounding) and linear, over coordinate modes and up- and downscaling, onnx's reference evaluator
+on whole nodes, and which calls take it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import resize
+
+try:
+    import numba  # noqa: F401
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
+    HAVE_NUMBA = False
+
+needs_numba = pytest.mark.skipif(
+    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
+    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
+)
+
+MODES = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"]
+SCALES = [(2.0, 2.0), (4.0, 3.0), (1.5, 0.6), (0.5, 0.5), (1.0, 2.0), (2.0, 1.0)]
+
+
+def _run(x, scales, mode, ctm, nearest_mode="round_prefer_floor"):
+    return resize.resize_11(
+        x,
+        None,
+        np.array([1.0, 1.0, *scales], np.float32),
+        None,
+        coordinate_transformation_mode=ctm,
+        cubic_coeff_a=-0.75,
+        exclude_outside=0,
+        extrapolation_value=0.0,
+        mode=mode,
+        nearest_mode=nearest_mode,
+    )
+
+
+def _both(monkeypatch, *args):
+    calls = []
+    real = resize._compiled_2d
+
+    def spy():
+        kernels = real()
+        calls.append(kernels is not None)
+        return kernels
+
+    monkeypatch.setattr(resize, "_compiled_2d", spy)
+    with np.errstate(invalid="ignore"):  # inf * 0 taps (sessions run kernels so)
+        fast = _run(*args)
+        monkeypatch.setattr(resize, "_compiled_2d", lambda: None)
+        slow = _run(*args)
+    return fast, slow, calls
+
+
+@needs_numba
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("ctm", MODES)
+@pytest.mark.parametrize("nearest_mode", ["floor", "round_prefer_floor", "round_prefer_ceil", "ceil"])
+def test_nearest_matches_numpy_path(monkeypatch, scales, ctm, nearest_mode):
+    x = np.random.default_rng(1).standard_normal((2, 3, 74, 91)).astype(np.float32)
+    fast, slow, calls = _both(monkeypatch, x, scales, "nearest", ctm, nearest_mode)
+    assert calls == [True]
+    assert fast.dtype == np.float32 and fast.shape == slow.shape
+    np.testing.assert_array_equal(fast, slow)
+
+
+@needs_numba
+@pytest.mark.parametrize("scales", [s for s in SCALES if 1.0 not in s])
+@pytest.mark.parametrize("ctm", MODES[:4])
+def test_linear_matches_numpy_path(monkeypatch, scales, ctm):
+    x = np.random.default_rng(2).standard_normal((1, 4, 66, 81)).astype(np.float32)
+    x[0, 0, 3, 5] = np.inf  # the same infinities and NaNs as the numpy path
+    fast, slow, calls = _both(monkeypatch, x, scales, "linear", ctm)
+    assert calls == [True]
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_other_calls_keep_the_numpy_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(resize, "_compiled_2d", lambda: calls.append(1))
+    rng = np.random.default_rng(3)
+    _run(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), (2.0, 2.0), "nearest", "asymmetric")  # small
+    _run(rng.standard_normal((1, 8, 40, 40)), (2.0, 2.0), "linear", "half_pixel")  # float64
+    _run(rng.standard_normal((1, 8, 40, 40)).astype(np.float32), (2.0, 2.0), "cubic", "half_pixel")
+    _run(rng.standard_normal((1, 8, 40, 40)).astype(np.float32), (1.0, 2.0), "linear", "half_pixel")  # one axis
+    assert len(calls) == 1  # only the last reached the kernel lookup, and declined on the unresized axis
+    x = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
+    y = resize.resize_11(
+        x,
+        None,
+        np.array([1.0, 2.0, 2.0, 2.0], np.float32),  # the channel axis too
+        None,
+        coordinate_transformation_mode="asymmetric",
+        cubic_coeff_a=-0.75,
+        exclude_outside=0,
+        extrapolation_value=0.0,
+        mode="nearest",
+        nearest_mode="floor",
+    )
+    assert y.shape == (1, 16, 80, 80) and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "mode,ctm,nearest_mode",
+    [
+        ("nearest", "asymmetric", "floor"),
+        ("linear", "half_pixel", "round_prefer_floor"),
+        ("linear", "align_corners", "floor"),
+    ],
+)
+def test_nodes_match_the_reference(mode, ctm, nearest_mode):
+    x = np.random.default_rng(4).standard_normal((1, 16, 24, 20)).astype(np.float32)
+    node = helper.make_node(
+        "Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=ctm, nearest_mode=nearest_mode
+    )
+    scales = np.array([1, 1, 2, 2], np.float32)
+    model = make_model(
+        [node],
+        [("x", TensorProto.FLOAT, x.shape)],
+        [("y", TensorProto.FLOAT, None)],
+        {"scales": scales},
+        opset=13,
+    )
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
