@@ -70,12 +70,17 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(out, x)
 
 
-def gelu(x: np.ndarray) -> np.ndarray:
-    """Exact Gelu in x's dtype: float64 through the erf above; float32 and narrower through the
-    CPU provider's single-precision Gelu (fifteen in-place float32 passes instead of a float64
-    series, accurate to a few float32 ulps, negative tail included)."""
+def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Exact Gelu of ``x + bias`` in x's dtype (``bias``: optional, 1-D, x's last dimension).
+    float64 through the erf above; float32 and narrower through the CPU provider's
+    single-precision Gelu (one compiled pass, or fifteen in-place float32 passes without numba,
+    instead of a float64 series; accurate to a few float32 ulps, negative tail included).
+    A float32 bias is added inside that pass (BiasGelu: one read of the MatMul output instead of
+    an add pass and its temporary); other types add it first, in x's dtype."""
+    if bias is not None and not (x.dtype == np.float32 and bias.dtype == np.float32):
+        x, bias = x + bias, None
     if x.dtype != np.float64:
-        return gelu_single(x).astype(x.dtype, copy=False)
+        return gelu_single(x, bias).astype(x.dtype, copy=False)
     wide = x.astype(np.float64)
     return (0.5 * wide * (1.0 + erf(wide / math.sqrt(2.0)))).astype(x.dtype)
 

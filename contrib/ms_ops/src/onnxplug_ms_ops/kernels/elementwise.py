@@ -24,7 +24,7 @@ def gelu(x):
 def bias_gelu(a, b):
     if b.ndim != 1 or a.shape[-1:] != b.shape:
         raise Fail(f"BiasGelu: B must be 1-D with A's last dimension {a.shape[-1:]}, got {b.shape}")
-    return _gelu(a + b)
+    return _gelu(a, b)
 
 
 @kernel("FastGelu", since=(1,))

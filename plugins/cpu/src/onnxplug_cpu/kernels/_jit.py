@@ -16,13 +16,15 @@ from typing import Any
 __all__ = ["compiler"]
 
 
-def compiler() -> Callable[[Any], Any] | None:
-    """numba's ``njit(cache=True, nogil=True)``, or ``None`` without numba or with
-    ``ONNXPLUG_CPU_JIT=0`` (read on each call: the modules cache what they build with it)."""
+def compiler(**options: Any) -> Callable[[Any], Any] | None:
+    """numba's ``njit(cache=True, nogil=True, **options)``, or ``None`` without numba or with
+    ``ONNXPLUG_CPU_JIT=0`` (read on each call: the modules cache what they build with it).
+    ``options`` are further ``njit`` flags, e.g. ``fastmath={"contract"}`` for a loop whose
+    accuracy was checked with fused multiply-adds."""
     if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
         return None
     try:
         import numba
     except ImportError:
         return None
-    return numba.njit(cache=True, nogil=True)
+    return numba.njit(cache=True, nogil=True, **options)

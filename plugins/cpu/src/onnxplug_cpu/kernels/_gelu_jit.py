@@ -1,0 +1,92 @@
+"""Exact (erf) Gelu in float32 as one compiled pass, the bias add fused in (numba).
+
+Why: in numpy (``_numeric.gelu_single``) Gelu is about fifteen passes over the tensor, and
+BiasGelu one more for the add; on MiniLM that was a third of a run (2.8 ms for 128×1536 values,
+~14 ns a value).  Here each value is read once, computed in registers and written once.
+
+The arithmetic is ``gelu_single``'s: ``erfc(a) ~ t exp(P(t) - a^2)`` with ``t = 1/(1 + a/2)``
+and the same ten-coefficient fit (relative error under 1.2e-7 of erfc), ``x/2 erfc(-x/sqrt 2)``
+below zero and ``x/2 (2 - erfc(x/sqrt 2))`` above.  What differs is ``exp``: numba would call
+libm's scalar ``expf`` per value (no vector math library here), which keeps the loop scalar, so
+the loop (``_gelu_loops``) computes it itself, branch-free: ``n = rint(y log2 e)``,
+``r = y - n ln2`` in two steps (Cody-Waite: ``n ln2_hi`` is exact), a degree-7 Taylor
+polynomial of ``exp(r)`` on ``|r| <= ln2/2``, then ``2^n`` built from its exponent bits in two
+halves, so that ``n`` down to -174 (``y`` is clamped there) underflows to 0 in one rounding as
+libm's does.  Every step is a plain float32 operation, so LLVM vectorises the loop (16 lanes
+with AVX-512, fused multiply-adds: ``fastmath={"contract"}`` and nothing else; check
+``compiled().inspect_asm()`` for ``zmm`` registers, in a process whose ``NUMBA_CACHE_DIR`` is
+empty, as numba cannot show the assembly of a loop loaded from its cache).
+
+NaN stays NaN (it multiplies the result); ``+inf`` gives ``inf``; ``-inf`` gives NaN as the
+numpy path does (``-inf * 0``).  Large tensors are split in row blocks over the run's threads
+(the loop releases the GIL).  ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``: callers
+use the numpy path.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ._jit import compiler
+from ._split_rows import run_in_row_blocks
+
+__all__ = ["compiled", "gelu_float32"]
+
+#: Values per row block: below ~64K a second thread's hand-off costs about what it saves.
+BLOCK_VALUES = 1 << 16
+#: Row length of the flat view of a tensor without bias (any length works: it only sets the
+#: granularity of the row blocks).
+_FLAT_COLS = 4096
+_NO_BIAS = np.zeros(0, dtype=np.float32)
+
+
+@functools.cache
+def compiled() -> Any | None:
+    """``gelu_rows(x, bias, out)``: ``out[i, j] = gelu(x[i, j] + bias[j])`` for ``x`` and ``out``
+    ``(rows, cols)`` float32 (``out`` may be ``x``) and ``bias`` ``(cols,)`` float32 or empty
+    (no bias); or ``None``."""
+    if compiler() is None:
+        return None
+    from . import _gelu_loops
+
+    return _gelu_loops.gelu_rows
+
+
+def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
+    """Gelu of ``x + bias`` in float32 (a new array of ``x``'s shape), the add in float32 as
+    numpy's; ``bias`` is 1-D with ``x``'s last dimension.  ``None`` when there is no compiled
+    loop (the caller computes it in numpy)."""
+    loop = compiled()
+    if loop is None:
+        return None
+    x = np.asarray(x)
+    fresh = x.dtype != np.float32 or not x.flags.c_contiguous
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = x if fresh else np.empty_like(x)  # a copy made here is written over in place
+    if x.size == 0:
+        return out
+    if bias is None:
+        # The flat values as rows of _FLAT_COLS, the remainder a last one-row call.
+        flat, flat_out = x.reshape(-1), out.reshape(-1)
+        whole = flat.size // _FLAT_COLS * _FLAT_COLS
+        if whole:
+            _blocks(loop, flat[:whole].reshape(-1, _FLAT_COLS), _NO_BIAS, flat_out[:whole].reshape(-1, _FLAT_COLS))
+        if whole < flat.size:
+            loop(flat[whole:].reshape(1, -1), _NO_BIAS, flat_out[whole:].reshape(1, -1))
+        return out
+    bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+    if x.ndim == 0 or bias.shape[0] != x.shape[-1]:
+        raise ValueError(f"gelu bias of shape {bias.shape} does not match x's last dimension {x.shape[-1:]}")
+    cols = x.shape[-1]
+    _blocks(loop, x.reshape(-1, cols), bias, out.reshape(-1, cols))
+    return out
+
+
+def _blocks(loop, x2: np.ndarray, bias: np.ndarray, out2: np.ndarray) -> None:
+    def work(start: int, stop: int) -> None:
+        loop(x2[start:stop], bias, out2[start:stop])
+
+    run_in_row_blocks(work, x2.shape[0], min_rows=max(1, -(-BLOCK_VALUES // x2.shape[1])))
