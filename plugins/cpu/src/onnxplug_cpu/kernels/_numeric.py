@@ -151,7 +151,13 @@ def _gelu_numpy(x: np.ndarray) -> np.ndarray:
     a = np.abs(x)
     a *= np.float32(1 / math.sqrt(2.0))
     e = _erfc_single(a)
-    np.subtract(np.float32(2), e, out=e, where=x >= 0)
+    # e below zero, 2 - e from zero up, as e + [x >= 0] (2 - 2e): a product with the 0/1 mask
+    # costs three plain passes, where numpy's masked ``where=`` loop took ~7 ns a value (1.4 ms
+    # of MiniLM's 128×1536 activations, half of this function).
+    d = np.multiply(e, np.float32(-2))
+    d += np.float32(2)
+    d *= x >= 0
+    e += d
     e *= x
     e *= np.float32(0.5)
     return e
