@@ -8,8 +8,10 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 
 * :func:`erf`: the error function (numpy has none): double precision for float64 inputs, a
   faster single-precision path otherwise.
-* :func:`gelu_single`: exact Gelu in float32, accurate in the negative tail (the fast path of
-  ``Gelu`` and com.microsoft's Gelu family).
+* :func:`gelu_single`: exact Gelu in float32 of ``x`` or ``x + bias``, accurate in the negative
+  tail (the fast path of ``Gelu`` and com.microsoft's Gelu family; one compiled pass with numba).
+* :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
+  (attention's scores), or ``None`` where it does not apply (no numba, another dtype).
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
 * :func:`pool_geometry`, :func:`windows`: output sizes and pads of a sliding window
   (auto_pad, pads, strides, dilations, ceil_mode) and the strided window view of the padded input.
@@ -34,6 +36,7 @@ from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
 from .kernels._numeric import erf, gelu_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
+from .kernels._softmax_jit import softmax_last_axis
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
@@ -42,6 +45,7 @@ __all__ = [
     "PackedConv",
     "gelu_single",
     "rnn_activations",
+    "softmax_last_axis",
     "conv_compute_dtype",
     "convolve",
     "erf",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import gelu_single
+from onnxplug_cpu.numerics import gelu_single, softmax_last_axis
 
 _NARROW = frozenset({"float16", "bfloat16"})
 
@@ -85,7 +85,14 @@ def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     return (0.5 * wide * (1.0 + erf(wide / math.sqrt(2.0)))).astype(x.dtype)
 
 
-def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(scores: np.ndarray, axis: int = -1, *, in_place: bool = False) -> np.ndarray:
+    """Softmax along ``axis``; ``in_place``: ``scores`` (C-contiguous, the caller's) may be
+    written over.  float32 over the last axis takes the CPU provider's compiled loop (attention's
+    scores: five numpy passes become one loop per row)."""
+    if axis in (-1, scores.ndim - 1):
+        fast = softmax_last_axis(scores, in_place=in_place and scores.flags.c_contiguous)
+        if fast is not None:
+            return fast
     shifted = scores - scores.max(axis=axis, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= shifted.sum(axis=axis, keepdims=True)

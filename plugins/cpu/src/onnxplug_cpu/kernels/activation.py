@@ -13,6 +13,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, erf, float_unary, gelu_single, widen
 from ._registry import kernel
+from ._softmax_jit import softmax_last_axis
 
 
 def _legacy(fn, name):
@@ -60,6 +61,10 @@ def _axis(x, axis, op):
 
 
 def _softmax(x, axis):
+    if axis == x.ndim - 1:  # float32 over the last axis: one compiled loop per row (attention)
+        fast = softmax_last_axis(x)
+        if fast is not None:
+            return fast
     exp_x = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return exp_x / np.sum(exp_x, axis=axis, keepdims=True)
 
