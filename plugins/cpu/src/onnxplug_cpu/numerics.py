@@ -10,6 +10,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   faster single-precision path otherwise.
 * :func:`gelu_single`: exact Gelu in float32 of ``x`` or ``x + bias``, accurate in the negative
   tail (the fast path of ``Gelu`` and com.microsoft's Gelu family; one compiled pass with numba).
+* :func:`layer_norm_last_axis`: float32 layer normalisation over the last axis in one compiled
+  loop per row, with its mean and inverse deviation (``None`` where it does not apply).
 * :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
   (attention's scores), or ``None`` where it does not apply (no numba, another dtype).
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
@@ -34,6 +36,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
+from .kernels._layernorm_jit import layer_norm_last_axis
 from .kernels._numeric import erf, gelu_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._softmax_jit import softmax_last_axis
@@ -50,6 +53,7 @@ __all__ = [
     "convolve",
     "erf",
     "is_float",
+    "layer_norm_last_axis",
     "pack_conv_weights",
     "pool_geometry",
     "widen",
