@@ -1,7 +1,7 @@
 """Exact Gelu in float32 (``numerics.gelu_single``): the compiled pass (``kernels._gelu_jit``)
 and the numpy fallback (``ONNXPLUG_CPU_JIT=0``) against float64 ``math.erfc``, the negative
 tail and the special values included; the fused bias; views and other input types; the ONNX
-``Gelu`` node in float16/float32/float64."""
+``Gelu`` node in float16/float32/float64; the tanh form (``gelu_tanh_single``, FastGelu)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from onnx import helper
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _gelu_jit, _numeric
-from onnxplug_cpu.numerics import gelu_single
+from onnxplug_cpu.numerics import gelu_single, gelu_tanh_single
 
 try:
     import numba  # noqa: F401
@@ -178,3 +178,47 @@ def test_onnx_gelu_node(dtype):
     else:  # float64 takes 1 + erf (not this module's paths): relative accuracy down to -3
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
         np.testing.assert_allclose(got[x >= -3], want[x >= -3], rtol=1e-12)
+
+
+def _exact_tanh(x) -> np.ndarray:
+    """Gelu's tanh form in float64 as ``x / (1 + exp(-2u))``: no cancellation for negative x."""
+    x = np.asarray(x, dtype=np.float64)
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+    with np.errstate(over="ignore"):
+        return x / (1 + np.exp(-2 * u))
+
+
+@pytest.mark.parametrize("jit", ["compiled", "numpy"])
+def test_tanh_form(jit, monkeypatch):
+    if jit == "numpy":
+        monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
+    elif not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+        pytest.skip("needs numba")
+    _gelu_jit.compiled.cache_clear()
+    try:
+        x = np.linspace(-30, 30, 60001).astype(np.float32)
+        b = np.float32(0.25) * np.ones(x.shape[-1], np.float32)
+        with np.errstate(all="ignore"):
+            got, with_bias = gelu_tanh_single(x), gelu_tanh_single(x.reshape(1, -1), b)
+        want = _exact_tanh(x)
+        assert got.dtype == np.float32 and with_bias.shape == (1, x.size)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # numpy's 1 + tanh cancels below
+        if jit == "compiled":  # the exp form keeps its relative accuracy in the negative tail
+            rel = np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+            assert rel[np.abs(x) < 5].max() < 2e-6 and rel[(x < -5) & (want < -1e-30)].max() < 2e-5
+            np.testing.assert_allclose(with_bias[0], _exact_tanh(x + b), rtol=2e-5, atol=1e-37)
+            special = gelu_tanh_single(np.array([np.nan, np.inf, 0.0, -0.0, -1e30], np.float32))
+            assert np.isnan(special[0]) and special[1] == np.inf and special[4] == 0
+            assert special[2] == 0 and not np.signbit(special[2]) and np.signbit(special[3])
+    finally:
+        _gelu_jit.compiled.cache_clear()
+
+
+def test_onnx_gelu_tanh_node():
+    x = np.linspace(-8, 8, 401).astype(np.float32).reshape(1, -1)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(np.float32))
+    node = helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")
+    model = make_model([node], [("x", elem, x.shape)], [("y", elem, x.shape)], opset=20)
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, _exact_tanh(x), rtol=0, atol=1e-6)

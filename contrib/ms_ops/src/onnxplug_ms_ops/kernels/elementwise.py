@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail
+from onnxplug_cpu.numerics import gelu_tanh_single
 
 from ._common import gelu as _gelu
 from ._common import widen
@@ -29,6 +30,8 @@ def bias_gelu(a, b):
 
 @kernel("FastGelu", since=(1,))
 def fast_gelu(x, bias=None):
+    if x.dtype == np.float32 and (bias is None or (bias.dtype == np.float32 and bias.shape == x.shape[-1:])):
+        return gelu_tanh_single(x, bias)  # the bias add fused into one compiled pass
     if bias is not None:
         x = x + bias
     w = widen(x)

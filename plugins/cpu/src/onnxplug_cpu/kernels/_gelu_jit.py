@@ -34,28 +34,28 @@ import numpy as np
 
 from ._jit import compiler
 
-__all__ = ["compiled", "gelu_float32"]
+__all__ = ["compiled", "gelu_float32", "tanh_gelu_float32"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 
 
 @functools.cache
-def compiled() -> Any | None:
+def compiled(form: str = "erf") -> Any | None:
     """``gelu_rows(x, bias, out)``: ``out[i, j] = gelu(x[i, j] + bias[j])`` for ``x`` and ``out``
     ``(rows, cols)`` float32 (``out`` may be ``x``) and ``bias`` ``(cols,)`` float32 or empty
-    (no bias); or ``None``."""
+    (no bias); ``form="tanh"``: the tanh approximation (FastGelu); or ``None``."""
     if compiler() is None:
         return None
     from . import _gelu_loops
 
-    return _gelu_loops.gelu_rows
+    return _gelu_loops.tanh_gelu_rows if form == "tanh" else _gelu_loops.gelu_rows
 
 
-def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
+def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None, form: str = "erf") -> np.ndarray | None:
     """Gelu of ``x + bias`` in float32 (a new array of ``x``'s shape), the add in float32 as
-    numpy's; ``bias`` is 1-D with ``x``'s last dimension.  ``None`` when there is no compiled
-    loop (the caller computes it in numpy)."""
-    loop = compiled()
+    numpy's; ``bias`` is 1-D with ``x``'s last dimension; ``form`` ``"erf"`` (exact) or
+    ``"tanh"``.  ``None`` when there is no compiled loop (the caller computes it in numpy)."""
+    loop = compiled(form)
     if loop is None:
         return None
     x = np.asarray(x)
@@ -72,3 +72,8 @@ def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | 
         raise ValueError(f"gelu bias of shape {bias.shape} does not match x's last dimension {x.shape[-1:]}")
     loop(x.reshape(-1, x.shape[-1]), bias, out.reshape(-1, x.shape[-1]))
     return out
+
+
+def tanh_gelu_float32(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
+    """:func:`gelu_float32` of the tanh approximation (``_gelu_loops.tanh_gelu_rows``)."""
+    return gelu_float32(x, bias, "tanh")

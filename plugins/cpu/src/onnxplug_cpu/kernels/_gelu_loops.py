@@ -46,3 +46,25 @@ def gelu_rows(x, bias, out):  # pragma: no cover - compiled
             e = t * exp_value(p - (_HALF * v) * v)  # erfc(|v| / sqrt 2)
             s = _TWO - e if v >= 0 else e  # a select, not a branch
             dst[j] = _HALF * v * s
+
+
+# Gelu's tanh form: sqrt(2/pi) (v + 0.044715 v^3) = v (_K0 + _K1 v^2).
+_K0 = _f32(math.sqrt(2 / math.pi))
+_K1 = _f32(math.sqrt(2 / math.pi) * 0.044715)
+_MINUS_TWO = _f32(-2)
+
+
+@jit
+def tanh_gelu_rows(x, bias, out):  # pragma: no cover - compiled
+    """``out[i, j] = gelu_tanh(x[i, j] + bias[j])`` (``bias`` empty: none), as
+    ``v / (1 + exp(-2u))`` with ``u = sqrt(2/pi) (v + 0.044715 v^3)``: the same function as
+    ``v/2 (1 + tanh u)`` (``1 + tanh u = 2 / (1 + exp(-2u))``) without its cancellation for
+    negative ``v``, and one exp instead of a tanh."""
+    rows, cols = x.shape
+    has_bias = bias.shape[0] > 0
+    for i in range(rows):
+        src, dst = x[i], out[i]
+        for j in range(cols):
+            v = src[j] + bias[j] if has_bias else src[j]
+            u = v * (_K0 + _K1 * v * v)
+            dst[j] = np.divide(v, _ONE + exp_value(_MINUS_TWO * u))

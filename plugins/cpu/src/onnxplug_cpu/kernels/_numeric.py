@@ -14,7 +14,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ._gelu_jit import gelu_float32
+from ._gelu_jit import gelu_float32, tanh_gelu_float32
 
 #: Float dtypes narrower than float32 that are computed in float32.
 NARROW_FLOATS = frozenset(
@@ -144,6 +144,22 @@ def gelu_single(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     if bias is not None:
         x = x + np.asarray(bias, dtype=np.float32)
     return _gelu_numpy(x)
+
+
+def gelu_tanh_single(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Gelu's tanh approximation ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` of ``x + bias``
+    in float32 (a new float32 array; ``bias`` as in :func:`gelu_single`): com.microsoft's
+    FastGelu and ONNX Gelu with ``approximate="tanh"``.  One compiled pass
+    (``_gelu_loops.tanh_gelu_rows``, in the equal form ``x / (1 + exp(-2u))``), or numpy's tanh
+    without numba."""
+    result = tanh_gelu_float32(x, bias)
+    if result is not None:
+        return result
+    x = np.asarray(x, dtype=np.float32)
+    if bias is not None:
+        x = x + np.asarray(bias, dtype=np.float32)
+    inner = np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
+    return np.float32(0.5) * x * (np.float32(1) + np.tanh(inner))
 
 
 def _gelu_numpy(x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._numeric import as_dtype, erf, float_unary, gelu_single, widen
+from ._numeric import as_dtype, erf, float_unary, gelu_single, gelu_tanh_single, widen
 from ._registry import kernel
 from ._softmax_jit import softmax_last_axis
 
@@ -237,6 +237,8 @@ def gelu(x, *, approximate):
             return gelu_single(x)
         return 0.5 * x * (1 + erf(x / np.sqrt(2)).astype(x.dtype))
     if approximate == "tanh":
+        if x.dtype == np.float32:
+            return gelu_tanh_single(x)
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     raise InvalidArgument(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
