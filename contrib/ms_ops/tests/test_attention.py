@@ -238,3 +238,20 @@ def test_attention_and_mha_float16(run_both, close, rng):
         rtol=2e-3,
         atol=2e-3,
     )
+
+
+@pytest.mark.parametrize("mask", [None, "raw2d"])
+@pytest.mark.parametrize("with_qk", [False, True])
+def test_mha_long_sequence(run_both, close, rng, mask, with_qk):
+    # 2×4×96×96 scores: enough values for the compiled softmax (onnxplug_cpu.numerics.softmax_last_axis)
+    # with the attention bias of an exported BERT added in place, and the qk output kept apart.
+    seq = 96
+    q, k, v = ((rng.standard_normal((B, seq, D)) * 2).astype(np.float32) for _ in range(3))
+    inputs = [("q", q), ("k", k), ("v", v), ("", None)]
+    m = None if mask is None else np.ones((B, seq), dtype=np.int32)
+    if m is not None:
+        m[1, -20:] = 0
+    inputs.append(("mask", m) if m is not None else ("", None))
+    inputs.append(("attn_bias", (rng.standard_normal((1, 1, seq, seq)) * 3).astype(np.float32)))
+    outputs = ["y", "", "", ("qk", 1)] if with_qk else ["y"]
+    close(*run_both("MultiHeadAttention", inputs, outputs, num_heads=N))

@@ -23,6 +23,22 @@ def test_skip_layer_norm(run_both, close, rng, skip_shape, with_beta, with_bias)
     close(*run_both("SkipLayerNormalization", inputs, outputs, epsilon=1e-5))
 
 
+@pytest.mark.parametrize("with_beta,with_bias", [(False, False), (True, True)])
+def test_skip_layer_norm_compiled_rows(run_both, close, rng, with_beta, with_bias):
+    # 2×96×128 values: the CPU provider's compiled row loop (numerics.layer_norm_last_axis).
+    shape = (2, 96, 128)
+    inputs = [
+        ("x", (rng.standard_normal(shape) * 3 + 2).astype(np.float32)),
+        ("skip", rng.standard_normal(shape).astype(np.float32)),
+        ("gamma", rng.standard_normal(128).astype(np.float32)),
+        ("beta" if with_beta else "", rng.standard_normal(128).astype(np.float32)),
+    ]
+    if with_bias:
+        inputs.append(("bias", rng.standard_normal(128).astype(np.float32)))
+    outputs = ["y", "mean", "inv_std", "sum"]
+    close(*run_both("SkipLayerNormalization", inputs, outputs, epsilon=1e-5))
+
+
 def test_skip_layer_norm_float16(run_both, close, rng):
     inputs = [
         ("x", rng.standard_normal((B, S, H)).astype(np.float16)),

@@ -8,8 +8,13 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 
 * :func:`erf`: the error function (numpy has none): double precision for float64 inputs, a
   faster single-precision path otherwise.
-* :func:`gelu_single`: exact Gelu in float32, accurate in the negative tail (the fast path of
-  ``Gelu`` and com.microsoft's Gelu family).
+* :func:`gelu_single`: exact Gelu in float32 of ``x`` or ``x + bias``, accurate in the negative
+  tail (the fast path of ``Gelu`` and com.microsoft's Gelu family; one compiled pass with numba).
+* :func:`gelu_tanh_single`: Gelu's tanh approximation in float32 (FastGelu), one compiled pass.
+* :func:`layer_norm_last_axis`: float32 layer normalisation over the last axis in one compiled
+  loop per row, with its mean and inverse deviation (``None`` where it does not apply).
+* :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
+  (attention's scores), or ``None`` where it does not apply (no numba, another dtype).
 * :func:`sigmoid`, :func:`silu`: the logistic function and ``x * sigmoid(alpha * x)``, float32
   in one compiled pass (``kernels._sigmoid_jit``), other types with numpy.
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
@@ -35,9 +40,11 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
-from .kernels._numeric import erf, gelu_single, is_float, widen
+from .kernels._layernorm_jit import layer_norm_last_axis
+from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._sigmoid_jit import logistic
+from .kernels._softmax_jit import softmax_last_axis
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
@@ -45,11 +52,14 @@ from .kernels.rnn import rnn_activations
 __all__ = [
     "PackedConv",
     "gelu_single",
+    "gelu_tanh_single",
     "rnn_activations",
+    "softmax_last_axis",
     "conv_compute_dtype",
     "convolve",
     "erf",
     "is_float",
+    "layer_norm_last_axis",
     "pack_conv_weights",
     "pool_geometry",
     "sigmoid",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import gelu_single
+from onnxplug_cpu.numerics import gelu_single, softmax_last_axis
 
 _NARROW = frozenset({"float16", "bfloat16"})
 
@@ -70,17 +70,29 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(out, x)
 
 
-def gelu(x: np.ndarray) -> np.ndarray:
-    """Exact Gelu in x's dtype: float64 through the erf above; float32 and narrower through the
-    CPU provider's single-precision Gelu (fifteen in-place float32 passes instead of a float64
-    series, accurate to a few float32 ulps, negative tail included)."""
+def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Exact Gelu of ``x + bias`` in x's dtype (``bias``: optional, 1-D, x's last dimension).
+    float64 through the erf above; float32 and narrower through the CPU provider's
+    single-precision Gelu (one compiled pass, or fifteen in-place float32 passes without numba,
+    instead of a float64 series; accurate to a few float32 ulps, negative tail included).
+    A float32 bias is added inside that pass (BiasGelu: one read of the MatMul output instead of
+    an add pass and its temporary); other types add it first, in x's dtype."""
+    if bias is not None and not (x.dtype == np.float32 and bias.dtype == np.float32):
+        x, bias = x + bias, None
     if x.dtype != np.float64:
-        return gelu_single(x).astype(x.dtype, copy=False)
+        return gelu_single(x, bias).astype(x.dtype, copy=False)
     wide = x.astype(np.float64)
     return (0.5 * wide * (1.0 + erf(wide / math.sqrt(2.0)))).astype(x.dtype)
 
 
-def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(scores: np.ndarray, axis: int = -1, *, in_place: bool = False) -> np.ndarray:
+    """Softmax along ``axis``; ``in_place``: ``scores`` (C-contiguous, the caller's) may be
+    written over.  float32 over the last axis takes the CPU provider's compiled loop (attention's
+    scores: five numpy passes become one loop per row)."""
+    if axis in (-1, scores.ndim - 1):
+        fast = softmax_last_axis(scores, in_place=in_place and scores.flags.c_contiguous)
+        if fast is not None:
+            return fast
     shifted = scores - scores.max(axis=axis, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= shifted.sum(axis=axis, keepdims=True)

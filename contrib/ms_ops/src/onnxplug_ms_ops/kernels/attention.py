@@ -56,15 +56,25 @@ def key_mask(mask_index, batch, seq, past, total, filter_value, causal, op):
     return mask[:, None]
 
 
-def attend(q, k, v, *, scale, mask=None, bias=None):
-    """softmax(scale * q k^T + mask + bias) v on (B, N, S, H) float arrays; returns (out, scores)."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+def attend(q, k, v, *, scale, mask=None, bias=None, keep_scores=True):
+    """softmax(scale * q k^T + mask + bias) v on (B, N, S, H) float arrays; returns (out, scores,
+    probs), scores ``None`` unless ``keep_scores`` (without them the softmax works in place on
+    the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries)."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))  # a fresh C-contiguous array
+    scores *= q.dtype.type(scale)
     if mask is not None:
-        scores = scores + mask
+        scores = _add_into(scores, mask)
     if bias is not None:
-        scores = scores + bias.astype(scores.dtype, copy=False)
-    probs = softmax(scores.copy())
-    return np.matmul(probs, v), scores, probs
+        scores = _add_into(scores, bias.astype(scores.dtype, copy=False))
+    probs = softmax(scores.copy() if keep_scores else scores, in_place=True)
+    return np.matmul(probs, v), (scores if keep_scores else None), probs
+
+
+def _add_into(scores, term):
+    """``scores + term``, into ``scores`` when ``term`` broadcasts to its shape."""
+    if np.broadcast_shapes(scores.shape, term.shape) == scores.shape:
+        return np.add(scores, term, out=scores)
+    return scores + term
 
 
 def heads(x, num_heads, op, name):
@@ -147,7 +157,7 @@ def attention_from_qkv(
     _check_bias(attention_bias, batch, num_heads, seq, total, op)
     mask = key_mask(mask_index, batch, seq, past_len, total, filter_value, unidirectional, op)
     head_scale = scale if scale else 1.0 / math.sqrt(sizes[0] // num_heads)
-    out, _, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias)
+    out, _, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias, keep_scores=False)
     output = merge_heads(out).astype(out_dtype, copy=False)
     if share:
         present = np.array(past, copy=True)
@@ -301,7 +311,7 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
         _check_bias(attention_bias, batch, num_heads, seq, total, op)
         mask = key_mask(key_padding_mask, batch, seq, past_len, total, filter_value, unidirectional, op)
         head_scale = scale if scale else 1.0 / math.sqrt(head_size)
-        out, scores, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias)
+        out, scores, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias, keep_scores=want_qk)
         dt = query.dtype
         qk = None
         if want_qk:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import silu
+from onnxplug_cpu.numerics import gelu_tanh_single, silu
 
 from ._common import gelu as _gelu
 from ._common import widen
@@ -25,11 +25,13 @@ def gelu(x):
 def bias_gelu(a, b):
     if b.ndim != 1 or a.shape[-1:] != b.shape:
         raise Fail(f"BiasGelu: B must be 1-D with A's last dimension {a.shape[-1:]}, got {b.shape}")
-    return _gelu(a + b)
+    return _gelu(a, b)
 
 
 @kernel("FastGelu", since=(1,))
 def fast_gelu(x, bias=None):
+    if x.dtype == np.float32 and (bias is None or (bias.dtype == np.float32 and bias.shape == x.shape[-1:])):
+        return gelu_tanh_single(x, bias)  # the bias add fused into one compiled pass
     if bias is not None:
         x = x + bias
     w = widen(x)

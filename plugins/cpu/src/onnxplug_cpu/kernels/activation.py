@@ -11,9 +11,10 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._numeric import as_dtype, erf, float_unary, gelu_single, widen
+from ._numeric import as_dtype, erf, float_unary, gelu_single, gelu_tanh_single, widen
 from ._registry import kernel
 from ._sigmoid_jit import logistic
+from ._softmax_jit import softmax_last_axis
 
 
 def _legacy(fn, name):
@@ -64,6 +65,10 @@ def _axis(x, axis, op):
 
 
 def _softmax(x, axis):
+    if axis == x.ndim - 1:  # float32 over the last axis: one compiled loop per row (attention)
+        fast = softmax_last_axis(x)
+        if fast is not None:
+            return fast
     exp_x = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return exp_x / np.sum(exp_x, axis=axis, keepdims=True)
 
@@ -236,6 +241,8 @@ def gelu(x, *, approximate):
             return gelu_single(x)
         return 0.5 * x * (1 + erf(x / np.sqrt(2)).astype(x.dtype))
     if approximate == "tanh":
+        if x.dtype == np.float32:
+            return gelu_tanh_single(x)
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     raise InvalidArgument(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 

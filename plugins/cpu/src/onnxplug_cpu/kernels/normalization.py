@@ -11,6 +11,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from ._layernorm_jit import layer_norm_last_axis
 from ._registry import kernel
 
 
@@ -98,6 +99,10 @@ def batchnorm_14(x, scale, b, mean, var, *, epsilon, momentum, training_mode):
 @kernel("LayerNormalization", since=(17,))
 def layer_normalization(x, scale, b=None, *, axis, epsilon, stash_type):
     axis = _check_axis(axis, x.ndim, "LayerNormalization")
+    if axis == x.ndim - 1 and stash_type == 1:  # a transformer's: one compiled loop per row
+        fast = layer_norm_last_axis(x, scale, b, epsilon)
+        if fast is not None:
+            return fast
     ct = _compute_dtype(x.dtype, stash_type)
     xc = x.astype(ct)
     axes = tuple(range(axis, x.ndim))
