@@ -11,7 +11,7 @@ when padded positions hold ``a`` — their terms ``(a - a) * v`` vanish, so ``a 
 constant per output channel, folded with the bias.  ``sum u * v`` is what ``kernels._vnni``
 computes exactly in int32; the sum then is an int32 exactly as the spec's accumulator, and
 QLinearConv's requantization (int32 → float32, times the float32 multiplier, round half to even,
-saturate, add the zero point) runs on it in one compiled pass per column block.
+saturate, add the zero point) runs on it in one compiled pass per block of the product.
 
 Layout: the padded image is split into ``stride²`` *phase* images (rows ``py::sh``, columns
 ``px::sw``) of a common width ``Wq``, each stored as ``[c4][position][4]`` (four channels
@@ -193,8 +193,9 @@ class Int8Conv:
 
     @staticmethod
     def accepts(w_centred: np.ndarray, x_dtype, geometry: dict) -> bool:
-        """Whether this path computes the node: VNNI present, a 2-D ungrouped convolution with
-        int8-sized centred weights, and int32 sums that cannot overflow."""
+        """Whether this path can compute the node: VNNI present, a 2-D ungrouped convolution
+        with int8-sized centred weights (whether the sums fit int32 is :attr:`fits_int32`, which
+        also counts the bias)."""
         if not _vnni.available() or _loops() is None:
             return False
         if np.dtype(x_dtype) not in (np.dtype(np.uint8), np.dtype(np.int8)):
