@@ -1,8 +1,23 @@
-"""Fixtures shared by the CPU provider's tests."""
+"""Fixtures and markers shared by the CPU provider's tests."""
 
 from __future__ import annotations
 
 import pytest
+
+from onnxplug_cpu.kernels._jit import compiler
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.numba`` tests check a compiled loop: skipped, with the reason, where the
+    provider would not compile it (numba missing, or ``ONNXPLUG_CPU_JIT=0``)."""
+    if compiler() is not None:
+        return
+    skip = pytest.mark.skip(
+        reason="the compiled loop needs numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0"
+    )
+    for item in items:
+        if item.get_closest_marker("numba"):
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ batches, float16; and the layers that keep the numpy path (pads, groups, overlap
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -14,18 +12,6 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import nn
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 CASES = [
     # x shape, w shape, attributes, bias, whether the compiled path applies
@@ -91,7 +77,7 @@ def test_matches_the_reference(case, constant, monkeypatch):
     assert bool(calls) == compiled
 
 
-@needs_numba
+@pytest.mark.numba
 def test_float16():
     """float16 runs in float32 and comes back, with and without a bias."""
     run = nn.conv_transpose.__wrapped__ if hasattr(nn.conv_transpose, "__wrapped__") else nn.conv_transpose

@@ -5,8 +5,6 @@ evaluator on whole nodes, the dispatch (which layers take them), and the numpy f
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -15,18 +13,6 @@ from onnx.reference import ReferenceEvaluator
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _depthwise, _depthwise_jit
 from onnxplug_cpu.numerics import PackedConv, convolve, pool_geometry
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 CASES = [
     ((1, 8, 11, 9), dict(pads=[1, 1, 1, 1])),
@@ -56,7 +42,7 @@ def _data(shape, dtype):
     return rng.standard_normal(shape).astype(dtype), rng.standard_normal((shape[1], 3, 3)).astype(dtype)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, geometry", CASES)
 def test_compiled_gives_the_numpy_passes_bits(shape, geometry, dtype, monkeypatch):
@@ -125,14 +111,14 @@ def test_jit_off_uses_the_numpy_passes(monkeypatch):
         _depthwise_jit.compiled.cache_clear()
 
 
-@needs_numba
+@pytest.mark.numba
 def test_too_little_padding_is_refused_before_the_unchecked_loop():
     x, w = _data((1, 4, 6, 6), np.float32)
     with pytest.raises(ValueError, match="smaller than output"):
         _depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (6, 6), (1, 1), (1, 1))
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("width, split", [(53, True), (45, False)])
 def test_wide_stride_2_layers_read_split_columns(width, split, monkeypatch):
     calls = []

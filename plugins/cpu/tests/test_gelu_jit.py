@@ -6,7 +6,6 @@ tail and the special values included; the fused bias; views and other input type
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -15,19 +14,8 @@ from onnx import helper
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _gelu_jit, _numeric
+from onnxplug_cpu.kernels._jit import compiler
 from onnxplug_cpu.numerics import gelu_single, gelu_tanh_single
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled loop needs numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 
 def _exact(x) -> np.ndarray:
@@ -62,7 +50,7 @@ def numpy_only(monkeypatch):
     _gelu_jit.compiled.cache_clear()
 
 
-@needs_numba
+@pytest.mark.numba
 def test_compiled_loop_accuracy_against_erfc():
     x = GRID.astype(np.float32)
     got = _gelu_jit.gelu_float32(x)
@@ -82,7 +70,7 @@ def test_numpy_fallback_accuracy_against_erfc(numpy_only):
 def test_special_values(jit, monkeypatch):
     if jit == "numpy":
         monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    elif compiler() is None:
         pytest.skip("needs numba")
     _gelu_jit.compiled.cache_clear()
     try:
@@ -101,7 +89,7 @@ def test_special_values(jit, monkeypatch):
 def test_bias_is_added_in_float32(shape, jit, monkeypatch):
     if jit == "numpy":
         monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    elif compiler() is None:
         pytest.skip("needs numba")
     _gelu_jit.compiled.cache_clear()
     try:
@@ -115,7 +103,7 @@ def test_bias_is_added_in_float32(shape, jit, monkeypatch):
         _gelu_jit.compiled.cache_clear()
 
 
-@needs_numba
+@pytest.mark.numba
 def test_every_row_and_value_is_computed():
     # Each row with the bias against the same row alone; a flat array of odd length.
     rng = np.random.default_rng(3)
@@ -130,7 +118,7 @@ def test_every_row_and_value_is_computed():
     np.testing.assert_array_equal(got[-17:], gelu_single(flat[-17:]))
 
 
-@needs_numba
+@pytest.mark.numba
 def test_inputs_are_not_modified_and_views_work():
     rng = np.random.default_rng(4)
     base = rng.standard_normal((6, 8)).astype(np.float32) * 3
@@ -146,7 +134,7 @@ def test_inputs_are_not_modified_and_views_work():
         _gelu_jit.gelu_float32(base, np.zeros(5, np.float32))
 
 
-@needs_numba
+@pytest.mark.numba
 def test_compiled_and_numpy_agree_to_their_accuracy():
     x = (np.random.default_rng(5).standard_normal(10000) * 3).astype(np.float32)
     got, numpy = _gelu_jit.gelu_float32(x), _numeric._gelu_numpy(x)
@@ -192,7 +180,7 @@ def _exact_tanh(x) -> np.ndarray:
 def test_tanh_form(jit, monkeypatch):
     if jit == "numpy":
         monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    elif compiler() is None:
         pytest.skip("needs numba")
     _gelu_jit.compiled.cache_clear()
     try:

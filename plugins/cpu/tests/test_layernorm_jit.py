@@ -5,8 +5,6 @@ inputs it takes, the ONNX ``LayerNormalization`` node on both paths, and the num
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -15,18 +13,6 @@ import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _layernorm_jit
 from onnxplug_cpu.numerics import layer_norm_last_axis
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled loop needs numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 
 def _reference(x, scale, bias, epsilon, axis=-1):
@@ -44,7 +30,7 @@ def _data(shape, seed, offset=1.0):
     return x, rng.standard_normal(shape[-1]).astype(np.float32), rng.standard_normal(shape[-1]).astype(np.float32)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("shape", [(1, 128, 384), (2, 64, 768), (16384, 1), (40, 1000)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_matches_float64(shape, with_bias):
@@ -61,7 +47,7 @@ def test_matches_float64(shape, with_bias):
     np.testing.assert_allclose(inv, want_inv, rtol=1e-6)
 
 
-@needs_numba
+@pytest.mark.numba
 def test_large_offset_keeps_the_variance():
     # A mean far from 0: the two-pass variance does not cancel (E[x^2] - E[x]^2 would).
     x, scale, bias = _data((64, 512), 7, offset=1000.0)

@@ -4,8 +4,6 @@ states and layout; other activations and float64 keep the numpy loop."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -14,18 +12,6 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import rnn
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 STEPS, BATCH, INPUT, HIDDEN = 7, 3, 5, 6
 #: attributes and inputs onnx's reference LSTM does not implement: those cases are checked against the
@@ -96,7 +82,7 @@ def _call(feeds, names, case):
     return rnn.lstm(*args, **attrs)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiled_matches_numpy_and_reference(name, monkeypatch):
     case = CASES[name]
@@ -146,7 +132,7 @@ def test_which_lstms_are_compiled(monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("clip", [None, 0.7])
 def test_nan_propagates_as_in_the_numpy_loop(monkeypatch, clip):
     case = dict(CASES["forward"], **({} if clip is None else {"clip": clip}))

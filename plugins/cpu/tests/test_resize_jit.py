@@ -4,8 +4,6 @@ on whole nodes, and which calls take it."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -14,18 +12,6 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import resize
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 MODES = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"]
 SCALES = [(2.0, 2.0), (4.0, 3.0), (1.5, 0.6), (0.5, 0.5), (1.0, 2.0), (2.0, 1.0)]
@@ -63,7 +49,7 @@ def _both(monkeypatch, *args):
     return fast, slow, calls
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("scales", SCALES)
 @pytest.mark.parametrize("ctm", MODES)
 @pytest.mark.parametrize("nearest_mode", ["floor", "round_prefer_floor", "round_prefer_ceil", "ceil"])
@@ -75,7 +61,7 @@ def test_nearest_matches_numpy_path(monkeypatch, scales, ctm, nearest_mode):
     np.testing.assert_array_equal(fast, slow)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("scales", [s for s in SCALES if 1.0 not in s])
 @pytest.mark.parametrize("ctm", MODES[:4])
 def test_linear_matches_numpy_path(monkeypatch, scales, ctm):

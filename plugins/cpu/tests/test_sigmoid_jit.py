@@ -19,18 +19,6 @@ from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _sigmoid_jit
 from onnxplug_cpu.numerics import sigmoid, silu
 
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled kernels need numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
-
 
 def _reference(x, alpha=None):
     """float64 of ``x``'s function, from ``-alpha * x`` rounded to ``x``'s type as any float32
@@ -48,7 +36,7 @@ def _inputs(rng, n):
     return wide.astype(np.float32)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("alpha", [None, 1.0, 1.702, -0.5])
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("n", [_sigmoid_jit.MIN_ELEMENTS, 3 * _sigmoid_jit.BLOCK + 17])
@@ -66,7 +54,7 @@ def test_compiled_matches_float64(alpha, in_place, n):
         np.testing.assert_array_equal(src, x)  # the input is left alone
 
 
-@needs_numba
+@pytest.mark.numba
 def test_compiled_edges():
     x = np.zeros(_sigmoid_jit.MIN_ELEMENTS, np.float32)
     edges = np.array([-np.inf, -1e30, -100, -89, 0.0, -0.0, 1e-30, 88, 100, 1e30, np.inf, np.nan], np.float32)

@@ -5,8 +5,6 @@ path with ``ONNXPLUG_CPU_JIT=0``."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -15,18 +13,6 @@ import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import _softmax_jit
 from onnxplug_cpu.numerics import softmax_last_axis
-
-try:
-    import numba  # noqa: F401
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency of the CPU plugin
-    HAVE_NUMBA = False
-
-needs_numba = pytest.mark.skipif(
-    not HAVE_NUMBA or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0",
-    reason="the compiled loop needs numba, which is not installed or is disabled by ONNXPLUG_CPU_JIT=0",
-)
 
 
 def _reference(x):
@@ -48,7 +34,7 @@ def _scores(rng, shape, spread):
     return (rng.standard_normal(shape) * spread).astype(np.float32)
 
 
-@needs_numba
+@pytest.mark.numba
 @pytest.mark.parametrize("shape", [(2, 12, 128, 128), (300, 77), (5, 4096), (16384, 1)])
 @pytest.mark.parametrize("spread", [0.1, 3.0, 40.0])
 def test_matches_float64(shape, spread):
@@ -59,7 +45,7 @@ def test_matches_float64(shape, spread):
     np.testing.assert_allclose(got.astype(np.float64).sum(axis=-1), 1.0, rtol=2e-6)
 
 
-@needs_numba
+@pytest.mark.numba
 def test_masked_keys_and_special_rows():
     x = _scores(np.random.default_rng(1), (200, 128), 2.0)
     x[0, 5:] = -10000.0  # a padding mask (onnxruntime's filter value)
@@ -80,7 +66,7 @@ def test_masked_keys_and_special_rows():
     np.testing.assert_allclose(got[2], 1 / 128, rtol=1e-6)
 
 
-@needs_numba
+@pytest.mark.numba
 def test_in_place_and_copies():
     x = _scores(np.random.default_rng(2), (4, 64, 96), 3.0)
     kept = x.copy()
