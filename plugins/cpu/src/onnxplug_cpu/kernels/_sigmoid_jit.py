@@ -4,12 +4,9 @@ Why: numpy makes ``1 / (1 + exp(-x))`` four passes over the map (negate, exp, ad
 and a SiLU one more pass and one more array for its Mul; YOLO-style detectors follow every
 convolution with a SiLU, and those passes were 19 % of the ``yolo`` benchmark model's run.
 numba alone does not help: its ``exp`` is a scalar libm call per element (5× slower than numpy's
-SIMD exp), and its default error model puts a zero-division check in every division, which stops
-LLVM from vectorising the loop.  So ``exp`` is written out here as Cephes' ``expf`` (range
-reduction by ``ln 2`` split in two constants, a degree-5 polynomial, the power of two built from
-its exponent bits; about 1 ulp), with ``error_model="numpy"``, in straight loops LLVM vectorises.
-The power of two goes through an int32 scratch block viewed as float32 (a bit cast numba has no
-scalar form for), so the work is done in blocks of :data:`BLOCK` elements that stay in L1.
+SIMD exp), and a division carries a zero-division check, either of which keeps LLVM from
+vectorising the loop.  So the loop (``kernels._sigmoid_loops``) uses the branch-free float32
+``exp`` of ``kernels._vexp`` (the one Gelu and softmax use) and ``np.divide``.
 
 Results are within a few ulp of ``x / (1 + exp(-alpha x))`` in float64 (the tests check 1e-6
 relative); where ``exp`` overflows (``alpha x`` below about -88.4) the power of two is +inf and
@@ -27,7 +24,7 @@ from ._jit import compiler
 
 __all__ = ["BLOCK", "MIN_ELEMENTS", "compiled", "logistic"]
 
-#: Elements per block: the float32 scratch and the block of input and output stay in L1.
+#: Elements per block of the compiled loop: its copy of the block, the input and the output stay in L1.
 BLOCK = 2048
 
 
@@ -35,53 +32,15 @@ BLOCK = 2048
 def compiled() -> tuple[Any, Any] | None:
     """``(sigmoid(x, out), silu(x, alpha, out))`` on contiguous float32 arrays of one shape
     (``out`` may be ``x``), or ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``."""
-    jit = compiler(error_model="numpy")
-    if jit is None:
+    if compiler() is None:
         return None
-
-    # One function per kernel with the exp written out in it: numba's on-disk cache cannot key
-    # a function that calls other jitted closures, which would be recompiled in every process.
-    def build(with_x):
-        @jit
-        def kernel(x, scale, out):  # pragma: no cover - compiled
-            flat, dest = x.reshape(-1), out.reshape(-1)
-            bits = np.empty(BLOCK, np.int32)
-            power, g, xs = bits.view(np.float32), np.empty(BLOCK, np.float32), np.empty(BLOCK, np.float32)
-            for start in range(0, flat.size, BLOCK):
-                stop = min(flat.size, start + BLOCK)
-                block, target = flat[start:stop], dest[start:stop]  # slices: loads provably contiguous
-                # exp(a) for a = scale * x: a = k ln2 + g, |g| <= ln2 / 2; bits: 2^k as float32 bits.
-                # xs: a copy of the block, so that ``out`` may be ``x`` (an output that may alias
-                # its input keeps LLVM's loop scalar: 8× slower).
-                for j in range(stop - start):
-                    v = block[j]
-                    xs[j] = v
-                    a = scale * v
-                    a = np.float32(-87.0) if a < np.float32(-87.0) else a  # 2^-126: the least normal power
-                    a = np.float32(89.0) if a > np.float32(89.0) else a  # k = 128: the exponent bits of +inf
-                    k = np.floor(a * np.float32(1.44269504088896341) + np.float32(0.5))
-                    g[j] = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
-                    bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
-                for j in range(stop - start):
-                    r = g[j]
-                    p = np.float32(1.9875691500e-4)
-                    p = p * r + np.float32(1.3981999507e-3)
-                    p = p * r + np.float32(8.3334519073e-3)
-                    p = p * r + np.float32(4.1665795894e-2)
-                    p = p * r + np.float32(1.6666665459e-1)
-                    p = p * r + np.float32(5.0000001201e-1)
-                    e = (p * r * r + r + np.float32(1.0)) * power[j]
-                    target[j] = (xs[j] if with_x else np.float32(1.0)) / (np.float32(1.0) + e)
-
-        return kernel
-
-    sigmoid_kernel, silu_kernel = build(False), build(True)
+    from ._sigmoid_loops import logistic_flat
 
     def sigmoid(x, out):
-        sigmoid_kernel(x, np.float32(-1.0), out)
+        logistic_flat(x.reshape(-1), np.float32(-1.0), False, out.reshape(-1))
 
     def silu(x, alpha, out):
-        silu_kernel(x, np.float32(-alpha), out)
+        logistic_flat(x.reshape(-1), np.float32(-alpha), True, out.reshape(-1))
 
     return sigmoid, silu
 

@@ -1,0 +1,29 @@
+"""The compiled loop of :mod:`._sigmoid_jit` (imported only when :func:`._jit.compiler` gives a
+decorator: this module needs numba).  Module globals only, as in :mod:`._vexp`, whose
+vectorisable ``exp`` it shares with Gelu and softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._sigmoid_jit import BLOCK
+from ._vexp import exp_value, jit
+
+_ONE = np.float32(1)
+
+
+@jit
+def logistic_flat(flat, scale, with_x, dest):  # pragma: no cover - compiled
+    """``dest = (flat if with_x else 1) / (1 + exp(scale * flat))`` over 1-D float32 arrays.
+
+    Block by block through a local copy, so that ``dest`` may be ``flat``: an output that may
+    alias its input keeps LLVM's loop scalar (8× slower).  ``np.divide``: no zero-division branch."""
+    xs = np.empty(BLOCK, np.float32)
+    for start in range(0, flat.size, BLOCK):
+        stop = min(flat.size, start + BLOCK)
+        block, target = flat[start:stop], dest[start:stop]
+        for j in range(stop - start):
+            xs[j] = block[j]
+        for j in range(stop - start):
+            v = xs[j]
+            target[j] = np.divide(v if with_x else _ONE, _ONE + exp_value(scale * v))
