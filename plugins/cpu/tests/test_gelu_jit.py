@@ -50,6 +50,18 @@ def numpy_only(monkeypatch):
     _gelu_jit.compiled.cache_clear()
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def jit(request, monkeypatch):
+    """Each path in turn: the compiled loop (skipped without numba) and the numpy passes."""
+    if request.param == "numpy":
+        monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
+    elif compiler() is None:
+        pytest.skip("needs numba")
+    _gelu_jit.compiled.cache_clear()
+    yield request.param
+    _gelu_jit.compiled.cache_clear()
+
+
 @pytest.mark.numba
 def test_compiled_loop_accuracy_against_erfc():
     x = GRID.astype(np.float32)
@@ -66,41 +78,23 @@ def test_numpy_fallback_accuracy_against_erfc(numpy_only):
     _check_accuracy(got, x)
 
 
-@pytest.mark.parametrize("jit", ["compiled", "numpy"])
-def test_special_values(jit, monkeypatch):
-    if jit == "numpy":
-        monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif compiler() is None:
-        pytest.skip("needs numba")
-    _gelu_jit.compiled.cache_clear()
-    try:
-        x = np.array([np.nan, np.inf, 0.0, -0.0, 1e30, -1e30, -40.0], dtype=np.float32)
-        with np.errstate(all="ignore"):
-            got = gelu_single(x)
-        assert np.isnan(got[0]) and got[1] == np.inf
-        assert got[2] == 0 and not np.signbit(got[2]) and got[3] == 0 and np.signbit(got[3])
-        assert got[4] == np.float32(1e30) and got[5] == 0 and got[6] == 0
-    finally:
-        _gelu_jit.compiled.cache_clear()
+def test_special_values(jit):
+    x = np.array([np.nan, np.inf, 0.0, -0.0, 1e30, -1e30, -40.0], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        got = gelu_single(x)
+    assert np.isnan(got[0]) and got[1] == np.inf
+    assert got[2] == 0 and not np.signbit(got[2]) and got[3] == 0 and np.signbit(got[3])
+    assert got[4] == np.float32(1e30) and got[5] == 0 and got[6] == 0
 
 
-@pytest.mark.parametrize("jit", ["compiled", "numpy"])
 @pytest.mark.parametrize("shape", [(3, 5), (2, 128, 1536), (1, 7), (40, 3000), (5,)])
-def test_bias_is_added_in_float32(shape, jit, monkeypatch):
-    if jit == "numpy":
-        monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif compiler() is None:
-        pytest.skip("needs numba")
-    _gelu_jit.compiled.cache_clear()
-    try:
-        rng = np.random.default_rng(len(shape) * 100 + shape[-1])
-        x = (rng.standard_normal(shape) * 4).astype(np.float32)
-        b = (rng.standard_normal(shape[-1]) * 2).astype(np.float32)
-        got = gelu_single(x, b)
-        assert got.shape == x.shape and got.dtype == np.float32
-        _check_accuracy(got, x + b)  # the float32 sum, as numpy adds it
-    finally:
-        _gelu_jit.compiled.cache_clear()
+def test_bias_is_added_in_float32(shape, jit):
+    rng = np.random.default_rng(len(shape) * 100 + shape[-1])
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    b = (rng.standard_normal(shape[-1]) * 2).astype(np.float32)
+    got = gelu_single(x, b)
+    assert got.shape == x.shape and got.dtype == np.float32
+    _check_accuracy(got, x + b)  # the float32 sum, as numpy adds it
 
 
 @pytest.mark.numba
@@ -176,30 +170,21 @@ def _exact_tanh(x) -> np.ndarray:
         return x / (1 + np.exp(-2 * u))
 
 
-@pytest.mark.parametrize("jit", ["compiled", "numpy"])
-def test_tanh_form(jit, monkeypatch):
-    if jit == "numpy":
-        monkeypatch.setenv("ONNXPLUG_CPU_JIT", "0")
-    elif compiler() is None:
-        pytest.skip("needs numba")
-    _gelu_jit.compiled.cache_clear()
-    try:
-        x = np.linspace(-30, 30, 60001).astype(np.float32)
-        b = np.float32(0.25) * np.ones(x.shape[-1], np.float32)
-        with np.errstate(all="ignore"):
-            got, with_bias = gelu_tanh_single(x), gelu_tanh_single(x.reshape(1, -1), b)
-        want = _exact_tanh(x)
-        assert got.dtype == np.float32 and with_bias.shape == (1, x.size)
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # numpy's 1 + tanh cancels below
-        if jit == "compiled":  # the exp form keeps its relative accuracy in the negative tail
-            rel = np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
-            assert rel[np.abs(x) < 5].max() < 2e-6 and rel[(x < -5) & (want < -1e-30)].max() < 2e-5
-            np.testing.assert_allclose(with_bias[0], _exact_tanh(x + b), rtol=2e-5, atol=1e-37)
-            special = gelu_tanh_single(np.array([np.nan, np.inf, 0.0, -0.0, -1e30], np.float32))
-            assert np.isnan(special[0]) and special[1] == np.inf and special[4] == 0
-            assert special[2] == 0 and not np.signbit(special[2]) and np.signbit(special[3])
-    finally:
-        _gelu_jit.compiled.cache_clear()
+def test_tanh_form(jit):
+    x = np.linspace(-30, 30, 60001).astype(np.float32)
+    b = np.float32(0.25) * np.ones(x.shape[-1], np.float32)
+    with np.errstate(all="ignore"):
+        got, with_bias = gelu_tanh_single(x), gelu_tanh_single(x.reshape(1, -1), b)
+    want = _exact_tanh(x)
+    assert got.dtype == np.float32 and with_bias.shape == (1, x.size)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # numpy's 1 + tanh cancels below
+    if jit == "compiled":  # the exp form keeps its relative accuracy in the negative tail
+        rel = np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+        assert rel[np.abs(x) < 5].max() < 2e-6 and rel[(x < -5) & (want < -1e-30)].max() < 2e-5
+        np.testing.assert_allclose(with_bias[0], _exact_tanh(x + b), rtol=2e-5, atol=1e-37)
+        special = gelu_tanh_single(np.array([np.nan, np.inf, 0.0, -0.0, -1e30], np.float32))
+        assert np.isnan(special[0]) and special[1] == np.inf and special[4] == 0
+        assert special[2] == 0 and not np.signbit(special[2]) and np.signbit(special[3])
 
 
 def test_onnx_gelu_tanh_node():
