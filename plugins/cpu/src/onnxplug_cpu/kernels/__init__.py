@@ -38,6 +38,7 @@ MODULES = (
     "optional",
     "pool",
     "quantization",
+    "quantized_products",
     "random",
     "reduce",
     "resize",
