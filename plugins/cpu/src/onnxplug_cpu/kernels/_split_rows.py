@@ -52,9 +52,7 @@ def one_blas_thread():
     the int8 convolutions and row blocks that followed it — the next run's first layers included:
     measured on quantized ResNet-50, 65 → 52 ms per run with its final Gemm on one thread.
     The count is process-wide: a concurrent run's BLAS calls see one thread meanwhile."""
-    controllers = _blas_controllers()
-    saved = [(c, c.get_num_threads()) for c in controllers]
-    changed = [(c, n) for c, n in saved if n and n > 1]
+    changed = [(c, n) for c in _blas_controllers() if (n := c.get_num_threads() or 1) > 1]
     for c, _ in changed:
         c.set_num_threads(1)
     try:

@@ -14,9 +14,9 @@ from ._numeric import as_dtype, widen
 from ._registry import kernel
 from ._split_rows import one_blas_thread
 
-#: Float products of fewer multiply-adds run on one BLAS thread (``_split_rows.one_blas_thread``:
-#: a second thread gains little there and leaves a worker polling); from this many on, OpenBLAS
-#: itself may thread them.
+#: Float products with ``low <= multiply-adds < high`` run on one BLAS thread
+#: (``_split_rows.one_blas_thread``): OpenBLAS would thread them, yet a second thread gains
+#: little there and leaves a worker polling.  Below ``low`` OpenBLAS stays on one thread itself.
 _SMALL_PRODUCT = (1 << 16, 1 << 22)
 
 
