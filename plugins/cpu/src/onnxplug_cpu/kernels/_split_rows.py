@@ -50,7 +50,8 @@ def one_blas_thread():
     2**28 cycles (a tenth of a second) before they sleep, holding a core each.  A product too
     small to gain from a second thread (a classifier's final 1×2048 × 2048×1000) therefore slowed
     the int8 convolutions and row blocks that followed it — the next run's first layers included:
-    measured on quantized ResNet-50, 65 → 52 ms per run with its final Gemm on one thread.
+    measured on quantized ResNet-50 (a hand-made A/B in one process), 65 → 52 ms per run with its
+    final Gemm on one thread.
     The count is process-wide: a concurrent run's BLAS calls see one thread meanwhile."""
     changed = [(c, n) for c in _blas_controllers() if (n := c.get_num_threads() or 1) > 1]
     for c, _ in changed:
