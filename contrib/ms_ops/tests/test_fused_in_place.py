@@ -1,4 +1,5 @@
-"""FusedConv's activations applied in place on the convolution's fresh output."""
+"""FusedConv's activations applied in place on the convolution's fresh output, or (Relu, Clip) as
+the clamp of the convolution's epilogue."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from onnx import TensorProto, helper
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.numerics import convolve, pack_conv_weights
-from onnxplug_ms_ops.kernels.fused import _in_place_activation
+from onnxplug_ms_ops.kernels.fused import _clamp, _in_place_activation
 
 
 @pytest.mark.parametrize("activation, params", [("Relu", []), ("Clip", [-0.5, 0.75]), ("Sigmoid", []), ("Tanh", [])])
 def test_fused_conv_in_place_activations(activation, params):
-    """The common activations write into the array they are given, and FusedConv with them equals
-    Conv, the residual add and then the op."""
+    """The common activations write into the array they are given or are the epilogue's clamp, and
+    FusedConv with them equals Conv, the residual add and then the op."""
     y = np.linspace(-100, 100, 11, dtype=np.float32)
-    assert _in_place_activation(activation, params)(y) is y
+    if activation in ("Relu", "Clip"):
+        assert _clamp(activation, params, np.float32) == {"Relu": (0.0, np.inf), "Clip": (-0.5, 0.75)}[activation]
+        assert _in_place_activation(activation) is None
+    else:
+        assert _in_place_activation(activation)(y) is y
     rng = np.random.default_rng(5)
     w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
     x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)

@@ -1,5 +1,6 @@
-"""Conv's epilogue (``kernels._epilogue.finish``): bias, FusedConv's Z and Relu in one compiled
-pass, bit-identical to the numpy passes it replaces, on every convolution path."""
+"""Conv's epilogue (``kernels._epilogue.finish``): bias, FusedConv's Z and its Relu or Clip in one
+compiled pass (or the depthwise kernels' store), bit-identical to the numpy passes it replaces,
+on every convolution path."""
 
 from __future__ import annotations
 
@@ -19,26 +20,32 @@ needs_numba = pytest.mark.skipif(
 )
 
 
-def numpy_passes(y, b, z, relu):
+RELU = (0.0, np.inf)
+RELU6 = (0.0, 6.0)
+
+
+def numpy_passes(y, b, z, clamp):
     y = y.copy()
     if b is not None:
         y += b.reshape((1, -1) + (1,) * (y.ndim - 2))
     if z is not None:
         y += z
-    return np.maximum(y, 0, out=y) if relu else y
+    if clamp == RELU:
+        return np.maximum(y, 0, out=y)
+    return np.clip(y, *clamp, out=y) if clamp else y
 
 
 @needs_numba
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("residual", [True, False])
-@pytest.mark.parametrize("relu", [True, False])
-def test_one_pass_matches_numpy_passes_exactly(rng, bias, residual, relu):
+@pytest.mark.parametrize("clamp", [RELU, RELU6, (-0.5, 0.25), None])
+def test_one_pass_matches_numpy_passes_exactly(rng, bias, residual, clamp):
     y = rng.standard_normal((2, 5, 7, 3)).astype(np.float32)
-    y[0, 1, 2, 0] = np.nan  # NaN stays NaN through the Relu, as with np.maximum
+    y[0, 1, 2, 0] = np.nan  # NaN stays NaN through the clamp, as with np.maximum and np.clip
     b = rng.standard_normal(5).astype(np.float32) if bias else None
     z = rng.standard_normal(y.shape).astype(np.float32) if residual else None
-    want = numpy_passes(y, b, z, relu)
-    got = _epilogue.finish(y.copy(), b, z, relu)
+    want = numpy_passes(y, b, z, clamp)
+    got = _epilogue.finish(y.copy(), b, z, clamp)
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[0, 1, 2, 0])
 
@@ -47,11 +54,11 @@ def test_broadcast_residual_and_float64_take_the_numpy_passes(rng):
     y = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
     z = rng.standard_normal((1, 4, 1, 3)).astype(np.float32)
-    np.testing.assert_array_equal(_epilogue.finish(y.copy(), b, z, True), numpy_passes(y, b, z, True))
+    np.testing.assert_array_equal(_epilogue.finish(y.copy(), b, z, RELU), numpy_passes(y, b, z, RELU))
     y64, b64 = y.astype(np.float64), b.astype(np.float64)
-    got = _epilogue.finish(y64.copy(), b64, None, True)
+    got = _epilogue.finish(y64.copy(), b64, None, RELU6)
     assert got.dtype == np.float64
-    np.testing.assert_array_equal(got, numpy_passes(y64, b64, None, True))
+    np.testing.assert_array_equal(got, numpy_passes(y64, b64, None, RELU6))
 
 
 @pytest.mark.parametrize(
@@ -64,16 +71,22 @@ def test_broadcast_residual_and_float64_take_the_numpy_passes(rng):
         ((2, 8, 10, 10), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8)),  # depthwise
     ],
 )
-def test_convolve_with_residual_and_relu(rng, x_shape, w_shape, geometry):
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = (rng.standard_normal(w_shape) * 0.2).astype(np.float32)
-    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+@pytest.mark.parametrize("clamp", [RELU, RELU6])
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_convolve_with_bias_residual_and_clamp(rng, x_shape, w_shape, geometry, clamp, residual, dtype):
+    x = (rng.standard_normal(x_shape) * 4).astype(dtype)
+    w = (rng.standard_normal(w_shape) * 0.5).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
     group = geometry.get("group", 1)
     plain = convolve(x, w, None, packed=PackedConv(w, group), **geometry)
-    z = rng.standard_normal(plain.shape).astype(np.float32)
-    got = convolve(x, w, b, packed=PackedConv(w, group), residual=z, relu=True, **geometry)
-    np.testing.assert_array_equal(got, numpy_passes(plain, b, z, True))
+    z = rng.standard_normal(plain.shape).astype(dtype) if residual else None
+    got = convolve(x, w, b, packed=PackedConv(w, group), residual=z, clamp=clamp, **geometry)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, numpy_passes(plain, b, z, clamp))
     assert (got == 0).any() and (got > 0).any()
+    if clamp == RELU6:
+        assert (got == 6).any()
 
 
 @pytest.fixture

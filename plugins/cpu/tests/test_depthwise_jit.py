@@ -1,7 +1,7 @@
 """The numba 3×3 depthwise kernels (``kernels._depthwise_jit``): the numpy passes' bits on both
-strides (also on wide layers, which the numpy passes compute channels-last), onnx's reference
-evaluator on whole nodes, the dispatch (which layers take them), and the numpy fallback with
-``ONNXPLUG_CPU_JIT=0``."""
+strides (also on wide layers, which the numpy passes compute channels-last), with the bias and
+clamp in their store; onnx's reference evaluator on whole
+nodes, the dispatch (which layers take them), and the numpy fallback with ``ONNXPLUG_CPU_JIT=0``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ CASES = [
     ((2, 64, 9, 7), dict(pads=[1, 2, 0, 1])),  # the numpy passes go channels-last from here
     ((1, 96, 14, 14), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
     ((1, 144, 7, 7), dict(pads=[1, 1, 1, 1])),
-    # stride 2 with 24+ output columns: split into even and odd columns, both pad parities
+    # stride 2 on wide maps, both pad parities
     ((1, 6, 50, 53), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 5, 49, 50), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
     ((1, 70, 30, 52), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
@@ -119,13 +119,13 @@ def test_too_little_padding_is_refused_before_the_unchecked_loop():
 
 
 @pytest.mark.numba
-@pytest.mark.parametrize("width, split", [(53, True), (45, False)])
-def test_wide_stride_2_layers_read_split_columns(width, split, monkeypatch):
-    calls = []
-    splitter = _depthwise._split_columns
-    monkeypatch.setattr(_depthwise, "_split_columns", lambda *args: calls.append(1) or splitter(*args))
-    x, w = _data((1, 3, 9, width), np.float32)
-    call = _call(x, w, dict(strides=[2, 2], pads=[1, 1, 1, 1]))
-    assert (call[4][1] >= _depthwise._SPLIT_FROM_WIDTH) == split
-    np.testing.assert_array_equal(_depthwise.depthwise_conv(*call), _depthwise.depthwise_conv_numpy(*call))
-    assert len(calls) == int(split)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
+    x, w = _data((1, 9, 17, 16), np.float32)
+    x[0, 3, 4, 5] = np.nan
+    call = _call(x, w, dict(strides=[stride, stride], pads=[1, 1, 1, 1]))
+    b = np.linspace(-1, 1, 9, dtype=np.float32)
+    want = np.clip(_depthwise.depthwise_conv_numpy(*call) + b.reshape(1, -1, 1, 1), np.float32(-0.5), np.float32(1.5))
+    got = _depthwise.depthwise_conv(*call, b, (-0.5, 1.5))
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got).any() and (got == np.float32(-0.5)).any() and (got == np.float32(1.5)).any()

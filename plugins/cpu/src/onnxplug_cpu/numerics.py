@@ -217,14 +217,15 @@ def convolve(
     packed: np.ndarray | PackedConv | None = None,
     op: str = "Conv",
     residual: np.ndarray | None = None,
-    relu: bool = False,
+    clamp: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """ONNX ``Conv`` of ``x`` ``(N, C, *spatial)`` with ``w`` ``(M, C/group, *k)`` and bias ``b``,
     in ``x``'s dtype.  ``packed`` is :func:`pack_conv_weights` or :class:`PackedConv` of ``w`` when
     the caller has it (a :class:`PackedConv` also enables the depthwise and Winograd paths).  The
     result is always a fresh array the caller may modify in place.  ``residual`` (added after the
-    bias; broadcastable) and ``relu`` are FusedConv's Z and Relu: with the bias they are applied in
-    one compiled pass over the output (``kernels._epilogue``) instead of one numpy pass each.
+    bias; broadcastable) and ``clamp`` ``(low, high)`` are FusedConv's Z and its Relu or Clip: with
+    the bias they are applied in one compiled pass over the output (``kernels._epilogue``), or in
+    the depthwise kernels' store, instead of one numpy pass each.
 
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
@@ -260,7 +261,10 @@ def convolve(
     elif prepared is not None and prepared.depthwise is not None:
         st = tuple(strides) if strides else (1, 1)
         dl = tuple(dilations) if dilations else (1, 1)
-        y = depthwise_conv(xc, prepared.depthwise, begin, end, out, st, dl)
+        # The bias and the clamp in the kernel's store; a residual is added between the two.
+        in_store = clamp if residual is None else None
+        y = depthwise_conv(xc, prepared.depthwise, begin, end, out, st, dl, bias, in_store)
+        bias, clamp = None, None if in_store is not None else clamp
     elif out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
         # A pointwise convolution is a plain matmul over channels: no im2col copy.
         pixels = xc.reshape(n, group, c // group, math.prod(out))
@@ -274,5 +278,5 @@ def convolve(
         order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
         y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
-    y = finish(y, bias, residual, relu)
+    y = finish(y, bias, residual, clamp)
     return y.astype(x.dtype, copy=False)

@@ -66,6 +66,6 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 produces=[OpRef("", "LayerNormalization")],
                 anchors={"ReduceMean", "LayerNormalization"},  # the decomposition; LN + bias Add
                 description="torch's layer norm decomposition → LayerNormalization (opset ≥ 17)",
-            )
+            ),
         ]
     return []

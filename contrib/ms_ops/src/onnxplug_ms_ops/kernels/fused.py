@@ -109,16 +109,24 @@ def fused_matmul(a, b, *, alpha, transA, transB, transBatchA, transBatchB):
     return y.astype(a.dtype, copy=False)
 
 
-def _in_place_activation(name, params):
-    """Relu, Clip, Sigmoid and Tanh written into the convolution's fresh output instead of new
-    arrays (the common fusions: a memory-bound pointwise convolution otherwise pays more passes
-    than its matmul; the table's Sigmoid goes through a slow ``logaddexp``)."""
+def _clamp(name, params, dtype):
+    """Relu and Clip as the ``(low, high)`` clamp the convolution applies in its epilogue (one
+    pass with the bias and Z, or in the depthwise kernels' store), for float32 and float64."""
+    if dtype not in (np.float32, np.float64):
+        return None
     if name == "Relu":
-        return lambda y: np.maximum(y, 0, out=y)
+        return (0.0, np.inf)
     if name == "Clip":
         low = params[0] if len(params) > 0 and params[0] is not None else -np.inf
         high = params[1] if len(params) > 1 and params[1] is not None else np.inf
-        return lambda y: np.clip(y, low, high, out=y)
+        return (low, high)
+    return None
+
+
+def _in_place_activation(name):
+    """Sigmoid and Tanh written into the convolution's fresh output instead of new arrays (a
+    memory-bound pointwise convolution otherwise pays more passes than its matmul; the table's
+    Sigmoid goes through a slow ``logaddexp``)."""
     if name == "Sigmoid":
         return lambda y: sigmoid(y, out=y)
     if name == "Tanh":
@@ -141,7 +149,7 @@ def fused_conv(
 ):
     params = tuple(activation_params or ())
     act = _activation(activation, params, "FusedConv")
-    in_place = _in_place_activation(activation, params)
+    in_place = _in_place_activation(activation)
     constant_w = ctx.constant(1)
     packed = None if constant_w is None else PackedConv(constant_w, group, "FusedConv")
     geometry = dict(
@@ -149,9 +157,10 @@ def fused_conv(
     )
 
     def run(x, w, b=None, z=None):
-        if activation == "Relu" and x.dtype == np.float32 and (z is None or z.dtype == np.float32):
-            # bias, Z and Relu in the convolution's one epilogue pass (a residual block's end)
-            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, relu=True, **geometry)
+        clamp = _clamp(activation, params, x.dtype)
+        if clamp is not None and (z is None or z.dtype == x.dtype):
+            # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
+            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, clamp=clamp, **geometry)
         y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)  # a fresh array
         if z is not None:
             if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):
