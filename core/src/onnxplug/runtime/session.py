@@ -27,7 +27,8 @@ from ..graph import load_model
 from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
-from ._blas_threads import BlasThreads
+from ._blas_threads import CONFIG_KEY as ADAPTIVE_THREADS_KEY
+from ._blas_threads import BlasThreads, ThreadGovernor, adaptive_enabled
 from ._capture import SessionCapture
 from ._device_run import run_on_devices
 from ._evaluate import KernelEvaluator
@@ -49,8 +50,13 @@ from .report import PartitionReport, build_report
 __all__ = ["InferenceSession"]
 
 
-def _thread_controller(threads: int) -> BlasThreads | None:
-    """What holds BLAS threads at ``intra_op_num_threads`` during ``run`` (``None``: 0, the default)."""
+def _thread_controller(options: SessionOptions) -> BlasThreads | None:
+    """What holds BLAS threads at ``intra_op_num_threads`` during ``run``, with the governor that
+    falls back to one thread under contention (``None``: the default count, ungoverned)."""
+    threads = options.intra_op_num_threads
+    governed = threads != 1 and (os.cpu_count() or 1) > 1
+    if governed and adaptive_enabled(options._entries().get(ADAPTIVE_THREADS_KEY, "")):
+        return BlasThreads(threads, ThreadGovernor())
     return BlasThreads(threads) if threads > 0 else None
 
 
@@ -115,7 +121,7 @@ class InferenceSession:
         apply_global_threads(options)  # set_global_thread_pool_sizes
         if self._profiler is None and options.enable_profiling:  # enabled by the model's config
             self._profiler = Profiler(options.profile_file_prefix)
-        self._threads = _thread_controller(options.intra_op_num_threads)
+        self._threads = _thread_controller(options)
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
         self._optimized: OptimizedModel | None = None
@@ -345,7 +351,7 @@ class InferenceSession:
             if self._threads is None:
                 results = self._execute(plan, inputs, profiler)
             else:
-                saved = self._threads.enter()
+                saved = self._threads.enter(inputs)
                 try:
                     results = self._execute(plan, inputs, profiler)
                 finally:

@@ -1,0 +1,112 @@
+"""The thread governor (``onnxplug.runtime._blas_threads``): one thread while the full count is
+measurably slower than it was (another process holding the cores), the full count again when it
+is not, nothing tried on a steady machine; and a session that turns it off keeps its count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.runtime._blas_threads import BlasThreads, ThreadGovernor, signature
+from onnxplug.testing import make_model
+
+KEY = ((1, 3, 224, 224),)
+
+
+def feed(governor, times_by_count, runs, key=KEY):
+    """Record ``runs`` runs whose duration is ``times_by_count[one_thread]``; returns the counts used."""
+    used = []
+    for _ in range(runs):
+        one = governor.one_thread(key)
+        used.append(one)
+        governor.record(key, one, times_by_count[one])
+    return used
+
+
+def test_a_steady_machine_keeps_the_full_count():
+    governor = ThreadGovernor()
+    assert not any(feed(governor, {False: 0.050, True: 0.090}, 500))
+
+
+def test_contention_moves_to_one_thread_and_back():
+    governor = ThreadGovernor(recheck=50)
+    feed(governor, {False: 0.050, True: 0.090}, 20)  # quiet: 50 ms at the full count
+    contended = feed(governor, {False: 0.300, True: 0.095}, 60)  # the full count stalls
+    assert contended[-1] and sum(contended) >= 50  # a trial, then one thread kept
+    assert not all(contended[:5])  # the slowdown had to show in a window first
+    quiet = feed(governor, {False: 0.050, True: 0.090}, 80)
+    assert not quiet[-1] and quiet.index(False) <= 50  # a recheck of the full count brought it back
+
+
+def test_a_failed_trial_waits_before_trying_again():
+    governor = ThreadGovernor(recheck=50)
+    feed(governor, {False: 0.050, True: 0.090}, 20)
+    # Slower for a reason one thread does not help with (a larger input's work, say).
+    used = feed(governor, {False: 0.200, True: 0.400}, 100)
+    trials = sum(used)
+    assert 3 <= trials <= 6  # at most two trials of three runs in 100 runs
+    assert not used[-1]
+
+
+def test_short_runs_and_too_many_signatures_are_not_followed():
+    governor = ThreadGovernor()
+    feed(governor, {False: 0.0001, True: 0.0001}, 20)
+    assert not governor.following()
+    for size in range(ThreadGovernor.MAX_SIGNATURES + 5):
+        governor.record(((size,),), False, 0.01)
+    assert len(governor._states) == ThreadGovernor.MAX_SIGNATURES
+
+
+def test_signature_is_the_input_shapes():
+    assert signature([np.zeros((2, 3)), [np.zeros(1)], None]) == ((2, 3), None, None)
+
+
+def test_blas_threads_uses_one_thread_when_the_governor_says_so():
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="BLAS threads are set through it")
+    blas = [c for c in threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers]
+    if not blas:
+        pytest.skip("numpy has no BLAS library threadpoolctl can control")
+
+    class Always(ThreadGovernor):
+        def following(self):
+            return True
+
+        def one_thread(self, key):
+            return True
+
+    inputs = [np.zeros((1, 3))]
+    threads = BlasThreads(2, Always())
+    token = threads.enter(inputs)
+    try:
+        assert {c.get_num_threads() for c in blas} == {1}
+    finally:
+        threads.leave(token)
+
+
+@pytest.mark.parametrize("entry, governed", [(None, True), ("0", False), ("1", True)])
+def test_session_config_entry_turns_the_governor_off(entry, governed, monkeypatch):
+    monkeypatch.delenv("ONNXPLUG_ADAPTIVE_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = 2
+    if entry is not None:
+        options.add_session_config_entry("onnxplug.adaptive_threads", entry)
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert (session._threads._governor is not None) == governed
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([-1, 2], np.float32)})[0], [0, 2])
+
+
+def test_environment_turns_the_governor_off(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_ADAPTIVE_THREADS", "0")
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert session._threads._governor is None
