@@ -110,3 +110,12 @@ def test_environment_turns_the_governor_off(monkeypatch):
     options.intra_op_num_threads = 2
     session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     assert session._threads._governor is None
+
+
+def test_a_signature_whose_runs_turn_out_short_is_forgotten():
+    """A first run slowed by warm-up gets a small model followed; its short runs then drop it."""
+    governor = ThreadGovernor()
+    governor.record(KEY, False, 0.5)
+    assert governor.following()
+    feed(governor, {False: 0.0001, True: 0.0001}, 10)
+    assert not governor.following()
