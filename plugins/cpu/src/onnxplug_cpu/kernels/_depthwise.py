@@ -32,7 +32,16 @@ def depthwise_conv(x, w, begin, end, out, strides, dilations, bias=None, clamp=N
     stride = strides[0] if strides[0] == strides[1] else 0
     if kernels is not None and stride in (1, 2):
         return _compiled_3x3(kernels[stride], x, w, begin, end, out, stride, bias, clamp)
-    y = depthwise_conv_numpy(x, w, begin, end, out, strides, dilations)
+    return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias, clamp)
+
+
+def depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias=None, clamp=None):
+    """:func:`depthwise_conv` with numpy passes only (any kernel, stride, dilation); the bias
+    and the clamp are one more pass each."""
+    if x.shape[1] >= _CHANNELS_LAST_FROM:
+        y = _channels_last(x, w, begin, end, out, strides, dilations)
+    else:
+        y = _channels_first(x, w, begin, end, out, strides, dilations)
     if bias is not None:
         y += bias.astype(y.dtype, copy=False).reshape(1, -1, 1, 1)
     if clamp is not None:
@@ -40,10 +49,7 @@ def depthwise_conv(x, w, begin, end, out, strides, dilations, bias=None, clamp=N
     return y
 
 
-def depthwise_conv_numpy(x, w, begin, end, out, strides, dilations):
-    """:func:`depthwise_conv` with numpy passes only (any kernel, stride, dilation)."""
-    if x.shape[1] >= _CHANNELS_LAST_FROM:
-        return _channels_last(x, w, begin, end, out, strides, dilations)
+def _channels_first(x, w, begin, end, out, strides, dilations):
     n, c, h, wd = x.shape
     kh, kw = w.shape[1:]
     if any(begin) or any(end):
