@@ -124,6 +124,5 @@ def _compiled_3x3(kernel, x, w, begin, end, out, stride, bias, clamp):
     kind = x.dtype.type
     b = np.ascontiguousarray(bias.reshape(c), dtype=x.dtype) if bias is not None else np.zeros(c, dtype=x.dtype)
     low, high = (-np.inf, np.inf) if clamp is None else clamp
-    args = (planes, taps, b, bias is not None, kind(low), kind(high), begin[0], begin[1], cells)
-    kernel(*args)
+    kernel(planes, taps, b, bias is not None, kind(low), kind(high), begin[0], begin[1], cells)
     return y

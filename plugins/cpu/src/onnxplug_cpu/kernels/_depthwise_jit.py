@@ -9,12 +9,15 @@ clamped and written once.  A generic loop that accumulated into the output row p
 LLVM cannot prove distinct from the input stays scalar.  A local sum with one store per cell,
 with the kernel size and the stride fixed at compile time, vectorises.
 
-No padded copy of the input: for each output row the three input rows it reads are copied into a
-small zero-padded row buffer (in L1), and for stride 2 split into their even and odd columns, so
-the window's columns are unit-stride loads (``even[ox]``, ``odd[ox]``, ``even[ox + 1]``) that
-vectorise where ``row[2 * ox + j]`` did not (measured: 96 channels at 112×112, 0.69 against
-1.62 ms).  Rows above or below the map read a zero buffer.  The whole-map padded copy this
-replaces cost about as much as onnxruntime's whole layer on MobileNetV2's first blocks.
+No padded copy of the input (on MobileNetV2's first blocks that copy cost about as much as
+onnxruntime's whole layer).  Stride 1 reads the input rows themselves: the interior columns in a
+loop without checks, the border columns with them, and rows above or below the map read a row of
+zeros.  Stride 2 first splits each input row of a plane, once, into its even and odd padded
+columns (the padding cells are never written, so they stay zero), so that a window's columns are
+unit-stride loads (``even[ox]``, ``odd[ox]``, ``even[ox + 1]``) that vectorise where
+``row[2 * ox + j]`` did not (measured: 96 channels at 112×112, 0.69 against 1.62 ms).  Every
+index is into a view that starts at the first cell read, so it is provably non-negative: numba's
+negative-index wraparound otherwise keeps a loop scalar.
 
 The nine products are added in the numpy path's order (offset ``(0, 0)``, ``(0, 1)``, …
 ``(2, 2)``; the first one is the start value), then the bias, with no fused multiply-add (numba
@@ -31,8 +34,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from ._jit import compiler
 
 __all__ = ["compiled"]
@@ -47,129 +48,8 @@ def compiled() -> dict[int, Any] | None:
     (added when ``has_bias``), ``low``/``high`` the clamp (``-inf``/``inf`` for none) in ``x``'s dtype, ``top`` and
     ``left`` the padding before the map, ``y`` ``(P, oh, ow)`` (plane ``p`` has channel
     ``p % C``)."""
-    jit = compiler()
-    if jit is None:
+    if compiler() is None:
         return None
+    from . import _depthwise_loops
 
-    @jit
-    def tap(row, i, width):  # pragma: no cover - compiled
-        return row[i] if 0 <= i < width else row.dtype.type(0)
-
-    @jit
-    def window(r0, r1, r2, ix, width, t0, t1, t2, t3, t4, t5, t6, t7, t8):  # pragma: no cover - compiled
-        """One border cell's sum: columns outside ``[0, width)`` read the padding's zeros."""
-        s = tap(r0, ix, width) * t0
-        s = s + tap(r0, ix + 1, width) * t1
-        s = s + tap(r0, ix + 2, width) * t2
-        s = s + tap(r1, ix, width) * t3
-        s = s + tap(r1, ix + 1, width) * t4
-        s = s + tap(r1, ix + 2, width) * t5
-        s = s + tap(r2, ix, width) * t6
-        s = s + tap(r2, ix + 1, width) * t7
-        return s + tap(r2, ix + 2, width) * t8
-
-    @jit
-    def stride_1(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover - compiled
-        height, width = x.shape[1], x.shape[2]
-        channels = t.shape[0]
-        oh, ow = y.shape[1], y.shape[2]
-        zero = np.zeros(width, dtype=x.dtype)
-        # Output columns [first, last) read only input columns: no check in their loop.
-        first = min(left, ow)
-        last = max(first, min(ow, width - 2 + left))
-        for p in range(y.shape[0]):
-            c = p % channels
-            t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
-            t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
-            b = bias[c]
-            for oy in range(oh):
-                iy = oy - top
-                r0 = x[p, iy] if 0 <= iy < height else zero
-                r1 = x[p, iy + 1] if 0 <= iy + 1 < height else zero
-                r2 = x[p, iy + 2] if 0 <= iy + 2 < height else zero
-                # Views that start at the first interior column, so that every index below is
-                # provably non-negative: numba's negative-index wraparound otherwise keeps the
-                # loop scalar (measured 2.1 against 0.38 ms on 144 channels at 56×56).
-                o = y[p, oy]
-                a0, a1, a2, out = r0[first - left :], r1[first - left :], r2[first - left :], o[first:]
-                for ix in range(last - first):
-                    s = a0[ix] * t0
-                    s = s + a0[ix + 1] * t1
-                    s = s + a0[ix + 2] * t2
-                    s = s + a1[ix] * t3
-                    s = s + a1[ix + 1] * t4
-                    s = s + a1[ix + 2] * t5
-                    s = s + a2[ix] * t6
-                    s = s + a2[ix + 1] * t7
-                    s = s + a2[ix + 2] * t8
-                    if has_bias:
-                        s = s + b
-                    s = low if s < low else s
-                    out[ix] = high if s > high else s
-                for ox in range(first):  # the border columns, with the padding's zeros
-                    s = window(r0, r1, r2, ox - left, width, t0, t1, t2, t3, t4, t5, t6, t7, t8)
-                    if has_bias:
-                        s = s + b
-                    s = low if s < low else s
-                    o[ox] = high if s > high else s
-                for ox in range(last, ow):
-                    s = window(r0, r1, r2, ox - left, width, t0, t1, t2, t3, t4, t5, t6, t7, t8)
-                    if has_bias:
-                        s = s + b
-                    s = low if s < low else s
-                    o[ox] = high if s > high else s
-
-    @jit
-    def stride_2(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover - compiled
-        height, width = x.shape[1], x.shape[2]
-        channels = t.shape[0]
-        oh, ow = y.shape[1], y.shape[2]
-        # One plane's padded rows as their even and odd columns; the padding cells are never
-        # written, so they stay zero from plane to plane.
-        even = np.zeros((height, ow + 1), dtype=x.dtype)
-        odd = np.zeros((height, ow + 1), dtype=x.dtype)
-        zero = np.zeros(ow + 1, dtype=x.dtype)
-        # Input columns 2j and 2j + 1 are padded columns 2j + left and 2j + 1 + left: one goes to
-        # ``even``, the other to ``odd``, at index j + offset; one loop writes both (two strided
-        # loops, one per parity, measured 4.7× slower).
-        first, second = (even, odd) if left % 2 == 0 else (odd, even)
-        first_at, second_at = left // 2, (left + 1) // 2
-        pairs = max(0, min(width // 2, ow + 1 - second_at))
-        last_at = width // 2 + first_at  # an odd width's last column, kept if a window reads it
-        for p in range(y.shape[0]):
-            c = p % channels
-            t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
-            t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
-            b = bias[c]
-            for iy in range(height):  # (non-negative indices into views, as in stride_1)
-                row, a, z = x[p, iy], first[iy, first_at:], second[iy, second_at:]
-                for j in range(pairs):
-                    a[j] = row[2 * j]
-                    z[j] = row[2 * j + 1]
-                if width % 2 and last_at <= ow:
-                    first[iy, last_at] = row[width - 1]
-            for oy in range(oh):
-                iy = 2 * oy - top
-                e0 = even[iy] if 0 <= iy < height else zero
-                d0 = odd[iy] if 0 <= iy < height else zero
-                e1 = even[iy + 1] if 0 <= iy + 1 < height else zero
-                d1 = odd[iy + 1] if 0 <= iy + 1 < height else zero
-                e2 = even[iy + 2] if 0 <= iy + 2 < height else zero
-                d2 = odd[iy + 2] if 0 <= iy + 2 < height else zero
-                o = y[p, oy]
-                for ox in range(ow):
-                    s = e0[ox] * t0
-                    s = s + d0[ox] * t1
-                    s = s + e0[ox + 1] * t2
-                    s = s + e1[ox] * t3
-                    s = s + d1[ox] * t4
-                    s = s + e1[ox + 1] * t5
-                    s = s + e2[ox] * t6
-                    s = s + d2[ox] * t7
-                    s = s + e2[ox + 1] * t8
-                    if has_bias:
-                        s = s + b
-                    s = low if s < low else s
-                    o[ox] = high if s > high else s
-
-    return {1: stride_1, 2: stride_2}
+    return {1: _depthwise_loops.stride_1, 2: _depthwise_loops.stride_2}
