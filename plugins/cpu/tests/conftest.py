@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from onnxplug_cpu.kernels._jit import compiler
@@ -38,3 +42,22 @@ def count_calls(monkeypatch):
         return counted
 
     return install
+
+
+@pytest.fixture
+def cache_misses_in_new_processes(tmp_path):
+    """``cache_misses_in_new_processes(code)`` runs ``code`` (which prints the compiled loops'
+    total ``stats.cache_misses``) in two fresh processes sharing an empty numba cache and returns
+    both counts: a loop numba's on-disk cache serves has misses in the first process only.  Why a
+    test: a jitted closure calling another jitted closure misses the cache, and was compiled
+    again in every process (about 1 s)."""
+
+    def run(code):
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+        counts = []
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            counts.append(int(done.stdout))
+        return counts
+
+    return run

@@ -5,10 +5,6 @@ nodes, the dispatch (which layers take them), and the numpy fallback with ``ONNX
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -136,9 +132,7 @@ def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
 
 
 @pytest.mark.numba
-def test_a_new_process_loads_the_loops_from_numba_cache(tmp_path):
-    """The loops (and the helpers they call) are module-level, so numba's on-disk cache serves
-    them: a jitted closure calling another closure was compiled again in every process (~1 s)."""
+def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
         "import numpy as np\n"
         "from onnxplug_cpu.kernels import _depthwise, _depthwise_loops as loops\n"
@@ -147,9 +141,5 @@ def test_a_new_process_loads_the_loops_from_numba_cache(tmp_path):
         "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.stride_1, loops.stride_2)))\n"
     )
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    runs = [
-        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True) for _ in "ab"
-    ]
-    assert int(runs[0].stdout) > 0  # the first process compiled them
-    assert int(runs[1].stdout) == 0, runs[1].stdout
+    first, second = cache_misses_in_new_processes(code)
+    assert first > 0 and second == 0

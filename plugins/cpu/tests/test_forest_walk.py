@@ -132,3 +132,20 @@ def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
     )
     x = np.array([[1.0, 2.0], [2.0, 3.0], [3.0, np.nan], [np.nan, 2.0]])
     np.testing.assert_array_equal(forest.leaves(x), [[0, 2], [1, 3], [0, 2], [1, 2]])
+
+
+@pytest.mark.numba
+def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
+    code = (
+        "import numpy as np\n"
+        "from onnxplug_cpu.kernels import _forest_loops as loops\n"
+        "i = np.zeros(3, np.int64)\n"
+        "ok = loops.aggregate(np.array([[0.2], [0.9]]), i, np.array([0.5, 0, 0]), i, np.zeros(3, np.bool_),\n"
+        "    np.array([-1, -1, -1]), np.array([-2, -1, -1]), np.array([0]), np.zeros((1, 1)), i,\n"
+        "    np.array([[1.0], [2.0]]), np.ones((2, 1), np.bool_), 0, 0.0,\n"
+        "    np.empty((2, 1)), np.empty((2, 1), np.bool_))\n"
+        "assert ok\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.aggregate, loops.walk)))\n"
+    )
+    first, second = cache_misses_in_new_processes(code)
+    assert first > 0 and second == 0
