@@ -1,0 +1,64 @@
+"""What the first session of a fresh process imports: start-up cost is mostly imports.
+
+Each check runs in a fresh interpreter, since this one has imported everything already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from onnx import TensorProto, helper
+
+from onnxplug.testing import make_model
+
+
+def _fresh(code: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_SESSION = """
+import json, sys
+import onnxplug
+session = onnxplug.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+print(json.dumps({name: name in sys.modules for name in sys.argv[2:]}))
+"""
+
+
+def _elementwise_model(tmp_path) -> str:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Add", ["a", "x"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "small.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def test_a_small_session_does_not_import_sympy(tmp_path):
+    loaded = _fresh(_SESSION, _elementwise_model(tmp_path), "sympy", "onnx_ir")
+    assert loaded == {"sympy": False, "onnx_ir": True}
+
+
+_SYMBOLIC = """
+import json, sys
+import onnxplug
+import onnx_ir as ir
+before = "sympy" in sys.modules
+total = ir.SymbolicDim("N") * 2 + 1          # onnx-ir's arithmetic loads sympy on first use
+import sympy.core                           # and an ordinary import afterwards gets the real package
+import sympy
+print(json.dumps({"before": before, "dim": str(total), "same": sympy.core is sys.modules["sympy.core"],
+                  "expr": isinstance(total._expr, sympy.Expr), "symbol": str(sympy.Symbol("x") + 1)}))
+"""
+
+
+def test_symbolic_dimensions_still_compute_with_sympy_loaded_on_use():
+    result = _fresh(_SYMBOLIC)
+    assert result == {"before": False, "dim": "2*N + 1", "same": True, "expr": True, "symbol": "x + 1"}
+
+
+def test_sympy_imported_before_onnxplug_is_used_as_it_is():
+    code = "import json, sympy, onnxplug, onnx_ir as ir; print(json.dumps(ir._core.sympy is sympy))"
+    assert _fresh(code) is True
