@@ -118,9 +118,18 @@ class RuleGate:
     def __init__(self, providers: Iterable[str], has_kernel: Callable[[str, str, int], bool]) -> None:
         self._providers = frozenset(providers)
         self._has_kernel = has_kernel
+        # (id(rule set), opsets) → answer: a session asks for its cache key, then optimize asks
+        # again; the sets live in the Environment, which outlives the session's gate.
+        self._answers: dict[tuple[int, frozenset], str | None] = {}
 
     def why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         """``None`` when ``rule_set`` may run; otherwise the reason it may not."""
+        key = (id(rule_set), frozenset(opsets.items()))
+        if key not in self._answers:
+            self._answers[key] = self._why_not(rule_set, opsets)
+        return self._answers[key]
+
+    def _why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         if rule_set.providers is not None and not self._providers.intersection(rule_set.providers):
             return f"meant for {', '.join(rule_set.providers)}, not among the session's providers"
         for op in rule_set.produces:
