@@ -88,6 +88,10 @@ def import_onnx_ir() -> None:
         for name, stand_in in stand_ins.items():
             if sys.modules.get(name) is stand_in:
                 del sys.modules[name]
+    # The import system sets a submodule on its package only when it loads it: the stand-in
+    # takes that place until an ordinary import of the real module replaces it.
+    if "_symbolic_shapes" not in vars(onnx_ir):
+        onnx_ir._symbolic_shapes = stand_ins["onnx_ir._symbolic_shapes"]
 
 
 import_onnx_ir()  # on import: the package's __init__ imports this module before any other
