@@ -249,3 +249,29 @@ def test_light_models_give_the_same_outputs_at_every_level(path):
         for got, want in zip(session.run(None, {name: x}), expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         assert len(session.get_partition_report().nodes) < len(plain.get_partition_report().nodes)
+
+
+@pytest.mark.parametrize("kind", ["the input", "a view of the input", "a fresh array"])
+def test_a_folded_constant_never_shares_memory_with_another_constant(kind):
+    # Folding keeps a kernel's result as it is only when the result owns its memory and is not
+    # an input: a view or the input itself would tie two constants (or a whole buffer) together.
+    import onnx_ir as ir
+
+    from onnxplug.optimizer import optimize
+
+    nodes = [helper.make_node("Neg", ["w"], ["n"]), helper.make_node("Add", ["x", "n"], ["y"])]
+    model = make_model(
+        nodes, [("x", F, [2, 3])], [("y", F, [2, 3])], {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    )
+    loaded = ir.serde.deserialize_model(model)
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+    loaded.graph.initializers["w"].const_value = ir.tensor(weights, name="w")  # numpy() is this array
+    results = {"the input": lambda a: a, "a view of the input": lambda a: a[:], "a fresh array": lambda a: -a}
+
+    def evaluate(node, opsets, inputs):
+        return [results[kind](inputs[0])] if node.op_type == "Neg" else None
+
+    optimized = optimize(loaded, int(LEVEL.ORT_ENABLE_BASIC), evaluate=evaluate).model
+    folded = optimized.graph.initializers["n"].const_value.numpy()
+    assert not np.shares_memory(folded, weights)
+    np.testing.assert_array_equal(folded, results[kind](weights))

@@ -265,6 +265,48 @@ def test_a_rule_set_is_tried_only_where_one_of_its_anchors_is():
     assert _ops(session) == ["MatMul", "Relu"]
 
 
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ({("MatMul", "Relu")}, ["MatMul", "Relu"]),  # the graph has the edge: tried
+        ({("Relu", "Relu")}, ["MatMul", "Relu"]),
+        ({("Relu", "MatMul"), ("Relu", "Relu")}, ["MatMul", "Relu"]),  # any one of them
+        ({("Relu", "MatMul")}, ["MatMul", "Relu", "Relu"]),  # both ops present, not that edge: not tried
+    ],
+)
+def test_a_rule_set_with_anchor_edges_is_tried_only_where_one_of_them_is(edges, expected):
+    rule_set = RuleSet(
+        "test.edges", [_double_relu_rule()], produces=[OpRef("", "Relu")], anchors={"Relu"}, anchor_edges=edges
+    )
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(rule_set)))
+    assert _ops(session) == expected
+
+
+def test_anchor_edges_are_pairs():
+    with pytest.raises(TypeError, match="pairs"):
+        RuleSet("test.bad", [], anchor_edges=[("Relu", "Relu", "Relu")])
+
+
+def test_a_rule_set_that_found_nothing_is_not_tried_again_on_the_same_graph(monkeypatch):
+    from onnxplug.optimizer import pipeline
+
+    tried, original = [], pipeline.rewrite_in_place
+
+    def rewrite_in_place(model, rule_sets):
+        tried.extend(rule_set.name for rule_set in rule_sets if rule_set.name.startswith("test."))
+        return original(model, rule_sets)
+
+    monkeypatch.setattr(pipeline, "rewrite_in_place", rewrite_in_place)
+    fuses = RuleSet("test.fuses", [_double_relu_rule()], produces=[OpRef("", "Relu")])
+    softmaxes = pattern.RewriteRule(lambda op, x: op.Softmax(op.Softmax(x)), lambda op, x: op.Softmax(x))
+    never = RuleSet("test.never", [softmaxes], produces=[OpRef("", "Softmax")])
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(fuses, never)))
+    assert _ops(session) == ["MatMul", "Relu"]
+    # round 1: the fusion, then "never" on the fused graph; round 2: the fusion again (it may
+    # match its own results), but not "never": the graph is the one it found nothing in
+    assert tried == ["test.fuses", "test.never", "test.fuses"]
+
+
 def test_anchors_are_op_types_not_a_string():
     with pytest.raises(TypeError, match="not a string"):
         RuleSet("test.bad", [], anchors="Relu")

@@ -7,6 +7,7 @@ needed (never at import).
 
 import logging
 
+from . import _deferred  # noqa: F401 - first: imports onnx-ir with its sympy deferred
 from ._plugins import Environment, PluginRecord, default_environment
 from ._version import __version__
 from .compile_cache import CompileCache, default_compile_cache

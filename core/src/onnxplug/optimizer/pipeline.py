@@ -17,7 +17,8 @@ ORT_ENABLE_ALL       + the ``"layout"`` rule sets (layout choices, provider-spec
 ==================== ==========================================================================
 
 A rule set runs only when the session can run what it produces (see :class:`RuleGate`), and is
-tried only on a graph holding one of its :attr:`RuleSet.anchors` op types.
+tried only on a graph holding one of its :attr:`RuleSet.anchors` op types (and, where it names
+them, one of its :attr:`RuleSet.anchor_edges`), and not again on a graph it found nothing in.
 """
 
 from __future__ import annotations
@@ -117,9 +118,18 @@ class RuleGate:
     def __init__(self, providers: Iterable[str], has_kernel: Callable[[str, str, int], bool]) -> None:
         self._providers = frozenset(providers)
         self._has_kernel = has_kernel
+        # (id(rule set), opsets) → answer: a session asks for its cache key, then optimize asks
+        # again; the sets live in the Environment, which outlives the session's gate.
+        self._answers: dict[tuple[int, frozenset], str | None] = {}
 
     def why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         """``None`` when ``rule_set`` may run; otherwise the reason it may not."""
+        key = (id(rule_set), frozenset(opsets.items()))
+        if key not in self._answers:
+            self._answers[key] = self._why_not(rule_set, opsets)
+        return self._answers[key]
+
+    def _why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         if rule_set.providers is not None and not self._providers.intersection(rule_set.providers):
             return f"meant for {', '.join(rule_set.providers)}, not among the session's providers"
         for op in rule_set.produces:
@@ -169,36 +179,60 @@ def _op_types(model: ir.Model) -> set[str]:
     return found
 
 
+def _edges(model: ir.Model) -> set[tuple[str, str]]:
+    """``(producer, consumer)`` op types of every value read by a node, in every graph and
+    function (a read from inside a subgraph counts for the outer producer: that only adds)."""
+    found = set()
+    nodes = [*model.graph.all_nodes(), *(n for f in model.functions.values() for n in f.all_nodes())]
+    for node in nodes:
+        for output in node.outputs:
+            found.update((node.op_type, user.op_type) for user, _ in output.uses())
+    return found
+
+
 class _Recorder:
     """Runs passes on the optimizer's own copy and records a PassReport for each.
 
     Only passes change the copy, so the node count after one pass is the count before the next,
-    and the op types present stay known until a pass changes something.
+    a pass that reports no change leaves the count (it is not walked again), and the op types
+    present stay known until a pass changes something.  ``version`` counts the changes, so that
+    a rule set that found nothing is not tried again on the same graph.
     """
 
     def __init__(self, model: ir.Model) -> None:
         self.model = model
         self.reports: list[PassReport] = []
+        self.version = 0
         self._nodes = _count(model)
         self._op_types: set[str] | None = None
+        self._edges: set[tuple[str, str]] | None = None
 
     def run(self, name: str, function: Callable[[ir.Model], Mapping[str, int]]) -> bool:
         before = self._nodes
         changes = {key: int(count) for key, count in function(self.model).items() if count}
-        self._nodes = _count(self.model)
+        if changes:
+            self._nodes = _count(self.model)
         report = PassReport(name, before, self._nodes, changes)
         self.reports.append(report)
         if report.changed:
-            self._op_types = None
+            self._op_types = self._edges = None
+            self.version += 1
         return report.changed
 
     def may_match(self, rule_set: RuleSet) -> bool:
-        """Whether some rule of ``rule_set`` could match (one of its anchors is present)."""
-        if rule_set.anchors is None:
-            return True
-        if self._op_types is None:
-            self._op_types = _op_types(self.model)
-        return not self._op_types.isdisjoint(rule_set.anchors)
+        """Whether some rule of ``rule_set`` could match (one of its anchors is present, and one
+        of its anchor edges where it names them)."""
+        if rule_set.anchors is not None:
+            if self._op_types is None:
+                self._op_types = _op_types(self.model)
+            if self._op_types.isdisjoint(rule_set.anchors):
+                return False
+        if rule_set.anchor_edges is not None:
+            if self._edges is None:
+                self._edges = _edges(self.model)
+            if self._edges.isdisjoint(rule_set.anchor_edges):
+                return False
+        return True
 
 
 def _basic(
@@ -268,6 +302,8 @@ def optimize(
     if "basic" in stages:
         _basic(recorder, opsets, evaluate, resolve, keep)
     fused = False
+    # id(rule set) → the graph version it last found nothing in: the same graph, the same nothing.
+    settled: dict[int, int] = {}
     for stage in stages:
         applicable = applicable_by_stage[stage]
         # Sets of different plugins may build on each other's results (a skip norm over the
@@ -275,10 +311,12 @@ def optimize(
         for _ in range(_RULE_ROUNDS):
             matched = False
             for rule_set in applicable:
-                if recorder.may_match(rule_set):
-                    matched |= recorder.run(
-                        f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set])
-                    )
+                if settled.get(id(rule_set)) == recorder.version or not recorder.may_match(rule_set):
+                    continue
+                if recorder.run(f"rules:{stage}", lambda m, rule_set=rule_set: rewrite_in_place(m, [rule_set])):
+                    matched = True
+                else:
+                    settled[id(rule_set)] = recorder.version
             fused |= matched
             if not matched:
                 break

@@ -99,6 +99,14 @@ class RuleSet:
         fusion's matcher at every node.  ``None`` (the default): always tried.
 
         .. versionadded:: 0.2
+    :ivar anchor_edges: pairs ``(producer, consumer)`` of op types (any domain) of which every
+        match of every rule contains at least one: a node of the first type whose output a node
+        of the second type reads (QuickGelu's ``x * Sigmoid(x)`` needs ``("Sigmoid", "Mul")``).
+        Checked in addition to :attr:`anchors`, for sets whose anchor ops are common on their
+        own: a Sigmoid that feeds no Mul no longer imports onnxscript's rewriter.  ``None``
+        (the default): not checked.
+
+        .. versionadded:: 0.4
     :ivar keeps_unfolded: op types (standard domain) whose nodes the rules consume with their
         constant inputs, so the basic level's constant folding must leave them for the rule
         stages (a QDQ fusion needs ``DequantizeLinear(weights)``, not the float weights folding
@@ -114,6 +122,7 @@ class RuleSet:
     providers: tuple[str, ...] | None = None
     description: str = ""
     anchors: frozenset[str] | None = None
+    anchor_edges: frozenset[tuple[str, str]] | None = None
     keeps_unfolded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -126,6 +135,11 @@ class RuleSet:
             if isinstance(self.anchors, str):
                 raise TypeError(f"RuleSet {self.name}: anchors must be a collection of op types, not a string")
             object.__setattr__(self, "anchors", frozenset(self.anchors))
+        if self.anchor_edges is not None:
+            edges = frozenset(tuple(edge) for edge in self.anchor_edges)
+            if not all(len(edge) == 2 and all(isinstance(op, str) for op in edge) for edge in edges):
+                raise TypeError(f"RuleSet {self.name}: anchor_edges must be (producer, consumer) pairs of op types")
+            object.__setattr__(self, "anchor_edges", edges)
         if isinstance(self.keeps_unfolded, str):
             raise TypeError(f"RuleSet {self.name}: keeps_unfolded must be a collection of op types, not a string")
         object.__setattr__(self, "keeps_unfolded", frozenset(self.keeps_unfolded))

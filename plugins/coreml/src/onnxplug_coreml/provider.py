@@ -16,13 +16,18 @@ import platform
 import sys
 import tempfile
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from onnxplug import CompileCache, default_compile_cache
 from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderFactory
 from onnxplug.errors import InvalidArgument
-from onnxplug.partition.targets import CapabilityTable, table_claims
 
-from .package import Settings, parse_settings
+# The planning tables and the package builder (onnx, the translator) are imported where they are
+# used: discovery imports this module in every session, and off macOS nothing else needs them.
+if TYPE_CHECKING:
+    from onnxplug.partition.targets import CapabilityTable
+
+    from .package import Settings
 
 __all__ = ["CoremlProvider", "CoremlProviderFactory", "detect"]
 
@@ -52,6 +57,8 @@ class CoremlProvider(Provider):
         self._folder = tempfile.TemporaryDirectory(prefix="onnxplug-coreml-")
 
     def capability(self, graph, kernels):
+        from onnxplug.partition.targets import table_claims
+
         from .table import TABLE
         from .translate import declines
 
@@ -103,7 +110,7 @@ class CoremlProviderFactory(ProviderFactory):
 
     def convert_model(self, model, out: str, options: Mapping[str, str] | None = None) -> str:
         """The whole model as one ``.mlpackage`` at ``out`` (``onnxplug convert --to coreml``); any machine."""
-        from .package import convert_model
+        from .package import convert_model, parse_settings
 
         options = dict(options or {})
         self.check_options(options)
@@ -125,6 +132,8 @@ class CoremlProviderFactory(ProviderFactory):
         return self._reason or "no device found"
 
     def create(self, device: Device, options: Mapping[str, str], context=None) -> CoremlProvider:
+        from .package import parse_settings
+
         self.check_options(options)
         settings = parse_settings(options, self.ort_name)
         if not self.devices():

@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from .rule_values import constant_array, fresh_initializer_name, static_shape, trailing_reduce_axis
+from .rule_values import constant_array, fresh_initializer_names, static_shape, trailing_reduce_axis
 
 __all__ = ["conv_bn_rules", "layer_norm_rules", "matmul_add_gemm_rules"]
 
@@ -58,10 +58,8 @@ class FoldBatchNormIntoConv(pattern.RewriteRuleClassBase):
             if array.shape != (channels,):
                 return result.fail(f"expected shape ({channels},), got {array.shape}", value)
         self._arrays = (weights, *params)
-        self._names = (
-            fresh_initializer_name(context.graph_or_function, f"{w.name or 'W'}_bn"),
-            fresh_initializer_name(context.graph_or_function, f"{w.name or 'W'}_bn_bias"),
-        )
+        base = f"{w.name or 'W'}_bn"
+        self._names = fresh_initializer_names(context.graph_or_function, base, f"{base}_bias")
         self._epsilon = bn.attributes.get_float("epsilon", 1e-5)
         return result
 

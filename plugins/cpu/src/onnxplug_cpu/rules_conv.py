@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from .rule_values import constant_array, fresh_initializer_name
+from .rule_values import constant_array, fresh_initializer_names
 
 __all__ = ["bn_mul_add_rules", "conv_mul_add_rules"]
 
@@ -62,10 +62,8 @@ class _FoldIntoConv(pattern.RewriteRuleClassBase):
             return result.fail("not a constant per-output-channel tensor of the weights' type", c)
         self._arrays = (weights, vector, bias)
         graph = context.graph_or_function
-        self._names = (
-            fresh_initializer_name(graph, f"{w.name or 'W'}_{self._op_type.lower()}"),
-            fresh_initializer_name(graph, f"{w.name or 'W'}_{self._op_type.lower()}_bias"),
-        )
+        base = f"{w.name or 'W'}_{self._op_type.lower()}"
+        self._names = fresh_initializer_names(graph, base, f"{base}_bias")
         return result
 
     def rewrite(self, op, x, w, conv_out, **_):
@@ -114,10 +112,9 @@ class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
             return result.fail("not a constant per-channel tensor of the parameters' type (or unknown rank)", c)
         self._arrays = (*arrays, vector)
         graph = context.graph_or_function
-        self._names = (
-            fresh_initializer_name(graph, f"{scale.name or 'scale'}_{self._op_type.lower()}"),
-            fresh_initializer_name(graph, f"{bias.name or 'bias'}_{self._op_type.lower()}"),
-        )
+        suffix = self._op_type.lower()
+        bases = (f"{scale.name or 'scale'}_{suffix}", f"{bias.name or 'bias'}_{suffix}")
+        self._names = fresh_initializer_names(graph, *bases)
         return result
 
     def rewrite(self, op, x, scale, mean, var, bn_out, **_):

@@ -13,7 +13,6 @@ from typing import Any
 from onnxplug.api import Device, KernelProvider, ProviderContext, ProviderFactory
 from onnxplug.errors import InvalidArgument
 
-from .kernels import decline_reason
 from .memory import ArrayMemory, backend_named
 
 __all__ = ["CUDAProvider", "CUDAProviderFactory"]
@@ -31,6 +30,10 @@ class CUDAProvider(KernelProvider):
         self.cuda_graph = cuda_graph
 
     def capability(self, graph, kernels):
+        # Imported here: the kernels package registers every kernel (~15 ms), which discovery
+        # (the factory's import) must not pay in a session that never asks this provider.
+        from .kernels import decline_reason
+
         has_half = hasattr(self.memory.backend.namespace(), "float16")
         kept = []
         for claim in super().capability(graph, kernels):

@@ -16,10 +16,14 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderFactory
 from onnxplug.errors import InvalidArgument
-from onnxplug.partition.targets import CapabilityTable, table_claims
+
+# The planning tables are imported where used: discovery imports this module in every session.
+if TYPE_CHECKING:
+    from onnxplug.partition.targets import CapabilityTable
 
 __all__ = ["FLAGS", "NnapiProvider", "NnapiProviderFactory", "Settings", "detect", "parse_flags"]
 
@@ -105,6 +109,8 @@ class NnapiProvider(Provider):
         self._models: list = []
 
     def capability(self, graph, kernels):
+        from onnxplug.partition.targets import table_claims
+
         from .table import TABLE
         from .translate import declines
 

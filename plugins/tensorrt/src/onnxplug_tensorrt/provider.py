@@ -11,12 +11,15 @@ provider's (``onnxplug-cuda``): TensorRT engines read and write its CuPy arrays.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnxplug import CompileCache, default_compile_cache, default_environment
 from onnxplug.api import CompiledPartition, Device, FuseClaim, Provider, ProviderContext, ProviderFactory
 from onnxplug.errors import InvalidArgument
-from onnxplug.partition.targets import CapabilityTable, table_claims
+
+# The planning tables are imported where used: discovery imports this module in every session.
+if TYPE_CHECKING:
+    from onnxplug.partition.targets import CapabilityTable
 
 __all__ = ["TensorrtProvider", "TensorrtProviderFactory", "detect"]
 
@@ -70,6 +73,8 @@ class TensorrtProvider(Provider):
         self.memory = memory
 
     def capability(self, graph, kernels):
+        from onnxplug.partition.targets import table_claims
+
         from ._engine import parser_declines
         from .table import TABLE
 

@@ -11,20 +11,25 @@ characters are dropped.  MurmurHash3 is MurmurHash3_x86_32 over each element's b
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import regex
 
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.errors import NotImplemented as NotImplementedError_
 
 from ._registry import kernel
 
+if TYPE_CHECKING:
+    import regex
+
 _START, _END = "\x02", "\x03"
 
 
 @functools.lru_cache(maxsize=64)
 def _compile(pattern: str, what: str) -> regex.Pattern:
+    import regex  # here: every session loads this registry, few run a Tokenizer (~7 ms to import)
+
     try:
         compiled = regex.compile(pattern, flags=regex.POSIX)
     except regex.error as error:

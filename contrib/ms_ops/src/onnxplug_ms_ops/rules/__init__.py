@@ -31,6 +31,8 @@ def rule_sets(stage: str) -> list[RuleSet]:
             _rules("attention", "attention_rules"),
             produces=[OpRef(DOMAIN, "MultiHeadAttention")],
             anchors={"Softmax"},
+            # the scores reach Softmax from their scaling (Mul or Div) or the mask's Add
+            anchor_edges={("Mul", "Softmax"), ("Div", "Softmax"), ("Add", "Softmax")},
             description="scaled dot-product attention (torch exports) -> com.microsoft MultiHeadAttention",
         ),
         RuleSet(
@@ -73,6 +75,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
             _rules("gelu", "quick_gelu_rules"),
             produces=[OpRef(DOMAIN, "QuickGelu")],
             anchors={"Sigmoid"},
+            anchor_edges={("Sigmoid", "Mul")},
             description="x * Sigmoid(x) (SiLU) → com.microsoft QuickGelu(alpha=1)",
         ),
         RuleSet(

@@ -1,0 +1,79 @@
+"""What the first session of a fresh process imports: start-up cost is mostly imports.
+
+Each check runs in a fresh interpreter, since this one has imported everything already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from onnx import TensorProto, helper
+
+from onnxplug.testing import make_model
+
+
+def _fresh(code: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_SESSION = """
+import json, sys
+import onnxplug
+session = onnxplug.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+print(json.dumps({name: name in sys.modules for name in sys.argv[2:]}))
+"""
+
+
+def _elementwise_model(tmp_path) -> str:
+    """Relu, Add, Sigmoid, Sub: a Sigmoid (QuickGelu's anchor) that feeds no Mul."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Add", ["a", "x"], ["b"]),
+        helper.make_node("Sigmoid", ["b"], ["c"]),
+        helper.make_node("Sub", ["c", "a"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "small.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+#: Imported by nothing a small CPU session needs: onnx-ir's sympy, onnxscript's rewriter (no
+#: rule set can match), the Tokenizer's regex, the CUDA kernels and the planning tables of the
+#: providers that are discovered but not asked.
+_NOT_NEEDED = ("sympy", "onnxscript", "regex", "onnxplug_cuda.kernels", "onnxplug.partition.targets")
+
+
+def test_a_small_session_imports_only_what_it_needs(tmp_path):
+    loaded = _fresh(_SESSION, _elementwise_model(tmp_path), "onnx_ir", "onnxplug_cpu", *_NOT_NEEDED)
+    assert loaded == {"onnx_ir": True, "onnxplug_cpu": True, **dict.fromkeys(_NOT_NEEDED, False)}
+
+
+_SYMBOLIC = """
+import json, sys
+import onnxplug
+import onnx_ir as ir
+before = "sympy" in sys.modules
+parsed = ir._symbolic_shapes.parse_symbolic_expression("N + 1")  # the package attribute works
+total = ir.SymbolicDim("N") * 2 + 1          # onnx-ir's arithmetic loads sympy on first use
+import sympy.core                           # and an ordinary import afterwards gets the real package
+import sympy
+print(json.dumps({"before": before, "dim": str(total), "parsed": str(parsed),
+                  "same": sympy.core is sys.modules["sympy.core"],
+                  "expr": isinstance(total._expr, sympy.Expr), "symbol": str(sympy.Symbol("x") + 1)}))
+"""
+
+
+def test_symbolic_dimensions_still_compute_with_sympy_loaded_on_use():
+    result = _fresh(_SYMBOLIC)
+    expected = {"before": False, "dim": "2*N + 1", "parsed": "N + 1", "same": True, "expr": True, "symbol": "x + 1"}
+    assert result == expected
+
+
+def test_sympy_imported_before_onnxplug_is_used_as_it_is():
+    code = "import json, sympy, onnxplug, onnx_ir as ir; print(json.dumps(ir._core.sympy is sympy))"
+    assert _fresh(code) is True
