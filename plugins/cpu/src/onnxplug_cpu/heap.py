@@ -1,4 +1,4 @@
-"""Keep freed feature maps in the C heap for the next run (opt-in, with ``use_arena``).
+"""Keep freed feature maps in the C heap for the next run (with ``use_arena``, on by default).
 
 Why: numpy allocates every intermediate with ``malloc``.  glibc serves blocks above its mmap
 threshold (128 KiB, rising dynamically only as far as the largest block freed so far) with a
@@ -10,14 +10,17 @@ batch, as the buffers do), at batch 1 none.  onnxruntime avoids this with its ar
 is one ``mallopt`` call: blocks up to glibc's maximum threshold (32 MiB on 64-bit) come from the
 heap, and the heap is not trimmed below 1 GiB of free space, so the next run reuses the pages.
 
-Opt-in (``ONNXPLUG_CPU_ARENA=1``), because fewer faults did not show as a faster run: on
-light_resnet50 at 2 threads, ``scripts/batch_gain.py`` alternating processes with it off and on
-printed onnxplug/onnxruntime per image at batch 8 of 1.79 / 1.61 / 1.96 off against 2.03 / 1.88
-/ 1.88 on (batch 1: 1.71 / 1.91 / 1.93 against 1.78 / 1.99 / 1.85).  Heap pages are reused as
-4 KiB pages, where numpy advises fresh large mappings onto transparent huge pages, which may
-cost the GEMMs more in TLB misses than the faults cost.  With the variable set, the setting is
-made once, when the first CPU provider with ``use_arena`` on (onnxruntime's default) is
-created; it is process-wide, peak memory does not change (558 against 556 MiB for ResNet-50 in
+On by default, as onnxruntime's ``use_arena``; ``ONNXPLUG_CPU_ARENA=0`` or the provider option
+``use_arena=0`` leave malloc alone.  It was opt-in until transformers were measured: BERT-base,
+GPT-2 small and ViT-B/16 each took 11,000-22,500 minor faults and 20-55 ms of system time per run
+without it, none with it, and ran 10-20 % faster (alternating fresh processes, 3 each: BERT 166,
+175, 176 against 151, 155, 185 ms; GPT-2 194, 185, 200 against 157, 171, 162; ViT 274, 298, 292
+against 238, 237, 302).  CNNs at batch 1 fault no page either way and ran no slower (ResNet-50,
+yolo); at batch 8 on light_resnet50 ``scripts/batch_gain.py`` showed no faster run either
+(onnxplug/onnxruntime per image 1.79 / 1.61 / 1.96 off against 2.03 / 1.88 / 1.88 on: reused
+4 KiB heap pages where numpy advises fresh large mappings onto transparent huge pages).  The
+setting is made once, when the first CPU provider with ``use_arena`` on is created; it is
+process-wide, peak memory does not change (558 against 556 MiB for ResNet-50 in
 ``scripts/bench.py --sections memory``), and the process keeps its peak once reached, as
 onnxruntime's arena does.  It is a no-op away from glibc.
 """
@@ -45,7 +48,7 @@ _state: dict[str, bool] = {}
 
 def keep_freed_heap() -> bool:
     """Set glibc's mmap and trim thresholds once per process; return whether they are set
-    (``False``: not glibc, or ``ONNXPLUG_CPU_ARENA`` is not ``1``)."""
+    (``False``: not glibc, or ``ONNXPLUG_CPU_ARENA=0``)."""
     with _lock:
         if "done" not in _state:
             _state["done"] = _configure()
@@ -58,7 +61,7 @@ def freed_heap_kept() -> bool:
 
 
 def _configure() -> bool:
-    if os.environ.get("ONNXPLUG_CPU_ARENA", "0") != "1":
+    if os.environ.get("ONNXPLUG_CPU_ARENA", "1") == "0":
         return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False

@@ -40,8 +40,8 @@ class CPUProviderFactory(ProviderFactory):
     name = "cpu"
     ort_name = "CPUExecutionProvider"
     priority = 0  # the last resort: every other provider is asked first
-    # onnxruntime's CPU options: use_arena (default on) with ONNXPLUG_CPU_ARENA=1 keeps freed
-    # buffers in the C heap (onnxplug_cpu.heap); arena_extend_strategy is accepted for
+    # onnxruntime's CPU options: use_arena (default on; ONNXPLUG_CPU_ARENA=0 turns it off too)
+    # keeps freed buffers in the C heap (onnxplug_cpu.heap); arena_extend_strategy is accepted for
     # compatibility (see the README).
     option_names = frozenset({"arena_extend_strategy", "use_arena"})
 
