@@ -13,6 +13,8 @@ model bytes, FP32 and the same thread count (``--threads``, default 2: onnxplug'
 OpenVINO's ``INFERENCE_NUM_THREADS``).  After warm-up the runtimes are timed in interleaved rounds
 (a block of calls each per round, after a pause and two untimed calls, so that one runtime's
 spinning threads do not slow the next; the order rotates), so that machine noise hits them alike;
+onnxplug's thread governor is off here (it would take onnxruntime's spinning pool in the same
+process for contention; ``scripts/bench_contention.py`` measures it);
 tables show medians and the ratios measured in this one run.  "max rel diff" is the largest
 difference between the runtimes' first outputs relative to the output's largest magnitude.
 
@@ -69,6 +71,10 @@ def onnxplug_runner(data: bytes, provider: str, threads: int) -> tuple[Callable[
     so = onnxplug.SessionOptions()
     if provider == "cpu":  # the numpy kernels' BLAS threads (OpenVINO gets num_of_threads)
         so.intra_op_num_threads = threads
+    # The thread governor (onnxplug.runtime._blas_threads) would answer onnxruntime's spinning
+    # pool in this same process as contention and move to one thread: compare at a fixed count,
+    # as onnxruntime runs.  scripts/bench_contention.py measures the governor.
+    so.add_session_config_entry("onnxplug.adaptive_threads", "0")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         session = onnxplug.InferenceSession(data, so, providers=[(name, options)])
