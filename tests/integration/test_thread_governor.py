@@ -119,3 +119,17 @@ def test_a_signature_whose_runs_turn_out_short_is_forgotten():
     assert governor.following()
     feed(governor, {False: 0.0001, True: 0.0001}, 10)
     assert not governor.following()
+
+
+def test_runs_of_the_other_count_during_a_trial_do_not_end_it():
+    """Concurrent runs that started before a trial report the count they used; the trial waits
+    for its own runs (ending it with none of them crashed on an empty window)."""
+    governor = ThreadGovernor()
+    feed(governor, {False: 0.050, True: 0.090}, 20)
+    feed(governor, {False: 0.300, True: 0.095}, 5)  # slow: a trial of one thread starts
+    assert governor.one_thread(KEY)
+    for _ in range(10):
+        governor.record(KEY, False, 0.300)  # runs begun before the trial
+    assert governor.one_thread(KEY)  # still in the trial
+    feed(governor, {False: 0.300, True: 0.095}, 3)
+    assert governor.one_thread(KEY)  # the trial ended and one thread was kept

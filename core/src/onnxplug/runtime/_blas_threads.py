@@ -118,9 +118,12 @@ class ThreadGovernor:
             state.recent[one_thread].append(seconds)
             state.since_switch += 1
             if state.trial:
-                state.trial_left -= 1
-                if state.trial_left <= 0:
-                    self._finish_trial(state)
+                # Only runs made with the tried count count (a concurrent run may have started
+                # before the trial did).
+                if one_thread != state.fallback:
+                    state.trial_left -= 1
+                    if state.trial_left <= 0:
+                        self._finish_trial(state)
                 return
             current = state.recent[state.fallback]
             if len(current) < self._window:
