@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 
@@ -135,17 +136,26 @@ def test_two_serve_replicas_answer_v2_requests(cluster, batch_model, serving_hel
             ]
         }
     )
-    replicas = set()
-    for _ in range(60):
+
+    def replica_of_one_request(_):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        connection.request("POST", "/v2/models/scaler/infer", body=body)
-        response = connection.getresponse()
-        assert response.status == 200
-        assert json.loads(response.read())["outputs"][0]["data"] == [2.0, 4.0]
-        replicas.add(response.getheader("x-onnxplug-replica"))
-        connection.close()
-        if len(replicas) == 2:
-            break
+        try:
+            connection.request("POST", "/v2/models/scaler/infer", body=body)
+            response = connection.getresponse()
+            assert response.status == 200
+            assert json.loads(response.read())["outputs"][0]["data"] == [2.0, 4.0]
+            return response.getheader("x-onnxplug-replica")
+        finally:
+            connection.close()
+
+    # Requests in flight together: one at a time, Ray's router may keep choosing the same idle
+    # replica (a CI run saw 60 sequential requests all answered by one).
+    replicas = set()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(10):
+            replicas.update(pool.map(replica_of_one_request, range(16)))
+            if len(replicas) >= 2:
+                break
     assert len(replicas) == 2 and None not in replicas
     # Errors keep the v2 shape behind Ray's proxy too.
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
