@@ -14,6 +14,7 @@ the ones before it falls back (see ``onnxplug.runtime._blas_threads``).
 from __future__ import annotations
 
 import argparse
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import onnxruntime
 
 import onnxplug
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_families import cnn, transformers
 
 

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from typing import Any
 
-__all__ = ["CONFIG_KEY", "BlasThreads", "ThreadGovernor", "adaptive_enabled", "signature"]
+__all__ = ["CONFIG_KEY", "BlasThreads", "ThreadGovernor", "adaptive_enabled", "controller_for", "signature"]
 
 #: Session config entry that turns the governor off (``"0"``).
 CONFIG_KEY = "onnxplug.adaptive_threads"
@@ -44,6 +44,16 @@ def adaptive_enabled(config_value: str) -> bool:
     if config_value:
         return config_value != "0"
     return os.environ.get("ONNXPLUG_ADAPTIVE_THREADS", "1") != "0"
+
+
+def controller_for(threads: int, adaptive_entry: str) -> BlasThreads | None:
+    """What holds a session's BLAS threads at ``threads`` (``intra_op_num_threads``) during
+    ``run``, with a governor unless the count is 1, the machine has one core, or the config
+    entry ``adaptive_entry`` (or the environment) turns it off; ``None``: the libraries' own
+    count, ungoverned."""
+    if threads != 1 and (os.cpu_count() or 1) > 1 and adaptive_enabled(adaptive_entry):
+        return BlasThreads(threads, ThreadGovernor())
+    return BlasThreads(threads) if threads > 0 else None
 
 
 def _median(values: deque[float]) -> float:

@@ -28,7 +28,7 @@ from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
 from ._blas_threads import CONFIG_KEY as ADAPTIVE_THREADS_KEY
-from ._blas_threads import BlasThreads, ThreadGovernor, adaptive_enabled
+from ._blas_threads import controller_for
 from ._capture import SessionCapture
 from ._device_run import run_on_devices
 from ._evaluate import KernelEvaluator
@@ -48,16 +48,6 @@ from .ortvalue import OrtValue
 from .report import PartitionReport, build_report
 
 __all__ = ["InferenceSession"]
-
-
-def _thread_controller(options: SessionOptions) -> BlasThreads | None:
-    """What holds BLAS threads at ``intra_op_num_threads`` during ``run``, with the governor that
-    falls back to one thread under contention (``None``: the default count, ungoverned)."""
-    threads = options.intra_op_num_threads
-    governed = threads != 1 and (os.cpu_count() or 1) > 1
-    if governed and adaptive_enabled(options._entries().get(ADAPTIVE_THREADS_KEY, "")):
-        return BlasThreads(threads, ThreadGovernor())
-    return BlasThreads(threads) if threads > 0 else None
 
 
 #: ProviderContext.optimization_level by session level.
@@ -121,7 +111,8 @@ class InferenceSession:
         apply_global_threads(options)  # set_global_thread_pool_sizes
         if self._profiler is None and options.enable_profiling:  # enabled by the model's config
             self._profiler = Profiler(options.profile_file_prefix)
-        self._threads = _thread_controller(options)
+        # BLAS threads at intra_op_num_threads during run, governed (_blas_threads)
+        self._threads = controller_for(options.intra_op_num_threads, options._entries().get(ADAPTIVE_THREADS_KEY, ""))
         self._providers: list[Provider] = []
         self._plan: GraphPlan | None = None
         self._optimized: OptimizedModel | None = None

@@ -70,6 +70,7 @@ def fresh_initializer_names(graph: ir.Graph | ir.Function, *bases: str) -> tuple
         while name in taken:
             n += 1
             name = f"{base}_{n}"
+        taken.add(name)  # the next base's name must differ from this one too
         names.append(name)
     return tuple(names)
 

@@ -16,11 +16,16 @@ from ._common import widen
 from ._registry import kernel
 
 
+def _param(params, i, default):
+    """Activation parameter ``i``, or onnxruntime's ``default`` where it is absent or ``None``."""
+    return default if len(params) <= i or params[i] is None else params[i]
+
+
 def _activation(name, params, op):
     """The element-wise function ``name`` with its parameters (``None`` = onnxruntime's default)."""
 
     def p(i, default):
-        return default if len(params) <= i or params[i] is None else params[i]
+        return _param(params, i, default)
 
     def hard_sigmoid(x):
         return np.clip(p(0, 0.2) * x + p(1, 0.5), 0, 1)
@@ -117,9 +122,7 @@ def _clamp(name, params, dtype):
     if name == "Relu":
         return (0.0, np.inf)
     if name == "Clip":
-        low = params[0] if len(params) > 0 and params[0] is not None else -np.inf
-        high = params[1] if len(params) > 1 and params[1] is not None else np.inf
-        return (low, high)
+        return (_param(params, 0, -np.inf), _param(params, 1, np.inf))
     return None
 
 

@@ -34,6 +34,15 @@ def window(r0, r1, r2, ix, width, t0, t1, t2, t3, t4, t5, t6, t7, t8):  # pragma
 
 
 @jit
+def finish(s, b, has_bias, low, high):  # pragma: no cover - compiled
+    """A cell's sum plus the bias, clamped to ``[low, high]`` (NaN stays NaN): the value stored."""
+    if has_bias:
+        s = s + b
+    s = low if s < low else s
+    return high if s > high else s
+
+
+@jit
 def stride_1(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover - compiled
     height, width = x.shape[1], x.shape[2]
     channels = t.shape[0]
@@ -67,22 +76,13 @@ def stride_1(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover
                 s = s + a2[ix] * t6
                 s = s + a2[ix + 1] * t7
                 s = s + a2[ix + 2] * t8
-                if has_bias:
-                    s = s + b
-                s = low if s < low else s
-                out[ix] = high if s > high else s
+                out[ix] = finish(s, b, has_bias, low, high)
             for ox in range(first):  # the border columns, with the padding's zeros
                 s = window(r0, r1, r2, ox - left, width, t0, t1, t2, t3, t4, t5, t6, t7, t8)
-                if has_bias:
-                    s = s + b
-                s = low if s < low else s
-                o[ox] = high if s > high else s
+                o[ox] = finish(s, b, has_bias, low, high)
             for ox in range(last, ow):
                 s = window(r0, r1, r2, ox - left, width, t0, t1, t2, t3, t4, t5, t6, t7, t8)
-                if has_bias:
-                    s = s + b
-                s = low if s < low else s
-                o[ox] = high if s > high else s
+                o[ox] = finish(s, b, has_bias, low, high)
 
 
 @jit
@@ -133,7 +133,4 @@ def stride_2(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover
                 s = s + e2[ox] * t6
                 s = s + d2[ox] * t7
                 s = s + e2[ox + 1] * t8
-                if has_bias:
-                    s = s + b
-                s = low if s < low else s
-                o[ox] = high if s > high else s
+                o[ox] = finish(s, b, has_bias, low, high)
