@@ -39,8 +39,10 @@ _OPS = (
 )
 
 
-def _random_forest(rng, trees, mode, features):
-    """Random unbalanced trees: each interior node's children are new interior nodes or leaves."""
+def _random_forest(rng, trees, mode, features, tracks_missing=True, float32=False):
+    """Random unbalanced trees: each interior node's children are new interior nodes or leaves.
+    ``tracks_missing=False`` leaves every missing-value track off (the compiled walks' simple
+    path); ``float32`` rounds the thresholds to float32 values (its float32 comparisons)."""
     feature, threshold, true_next, false_next, missing, roots = [], [], [], [], [], []
     leaves = 0
 
@@ -51,8 +53,9 @@ def _random_forest(rng, trees, mode, features):
             return -leaves  # leaf index leaves - 1, as -(leaf + 1)
         index = len(feature)
         feature.append(int(rng.integers(features)))
-        threshold.append(float(rng.integers(-2, 3)) if mode in (4, 5) else float(rng.normal()))
-        missing.append(bool(rng.random() < 0.5))
+        value = float(rng.integers(-2, 3)) if mode in (4, 5) else float(rng.normal())
+        threshold.append(float(np.float32(value)) if float32 else value)
+        missing.append(bool(tracks_missing and rng.random() < 0.5))
         true_next.append(0)
         false_next.append(0)
         true_next[index] = grow(depth + 1)
@@ -89,13 +92,31 @@ def _reference(forest, x):
     return out
 
 
+@pytest.mark.parametrize("tracks_missing", [True, False], ids=["tracks-missing", "simple"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("rows", [13, 1, 2])
 @pytest.mark.parametrize("mode", range(6))
-def test_leaves_match_a_plain_traversal(mode, engine):
+def test_leaves_match_a_plain_traversal(mode, rows, dtype, tracks_missing, engine):
+    """13 rows: four samples walk a tree in step, then three alone; 1 and 2 rows: one sample
+    walks four trees in step (9 trees: two groups and one alone).  float32 input against
+    float32-exact thresholds is compared in float32 by the compiled walks."""
     rng = np.random.default_rng(mode)
-    forest = _random_forest(rng, trees=9, mode=mode, features=4)
-    x = rng.normal(size=(13, 4)) if mode < 4 else rng.integers(-2, 3, size=(13, 4)).astype(np.float64)
+    forest = _random_forest(rng, trees=9, mode=mode, features=4, tracks_missing=tracks_missing, float32=True)
+    x = rng.normal(size=(rows, 4)) if mode < 4 else rng.integers(-2, 3, size=(rows, 4)).astype(np.float64)
     x[rng.random(x.shape) < 0.15] = np.nan
+    x = x.astype(dtype)
     np.testing.assert_array_equal(forest.leaves(x), _reference(forest, x))
+
+
+def test_thresholds_that_are_not_float32_values_compare_in_float64(engine):
+    """A threshold between two float32 values: float32 input must still be compared with it in
+    float64 (rounding the threshold would send 1.0000000001 > x = 1.0 the other way)."""
+    forest = Forest(
+        feature=[0], threshold=[1.0000000001], mode=[1], missing_true=[False], true_next=[-1], false_next=[-2],
+        roots=[0], leaf_values=np.array([[1.0], [2.0]], np.float32), leaf_has=np.ones((2, 1), bool),
+    )  # fmt: skip
+    x = np.array([[1.0], [1.0000001]], np.float32)
+    np.testing.assert_array_equal(forest.leaves(x), [[0], [1]])
 
 
 @pytest.mark.parametrize("how", [0, 1, 2, 3])
@@ -112,6 +133,22 @@ def test_aggregates_follow_the_reached_leaves(how, engine):
         masked = np.where(has, weights, np.inf if how == 2 else -np.inf)
         expected = np.where(has.any(axis=1), masked.min(axis=1) if how == 2 else masked.max(axis=1), 0)
     np.testing.assert_allclose(forest.aggregate(x, how), expected, rtol=1e-6)
+
+
+def test_always_scored_targets():
+    """Random-forest leaves weigh every class; boosted trees weigh one class each; a class
+    weighed on some leaves of a tree only is not always scored."""
+    one_split = dict(feature=[0, 0], threshold=[0.0, 0.0], mode=[0, 0], missing_true=[False, False])
+    two_trees = dict(true_next=[-1, -3], false_next=[-2, -4], roots=[0, 1])
+    values = np.ones((4, 2), np.float32)
+    every = Forest(**one_split, **two_trees, leaf_values=values, leaf_has=np.ones((4, 2), bool))
+    per_tree = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], bool)  # tree 0: class 0, tree 1: class 1
+    boosted = Forest(**one_split, **two_trees, leaf_values=values, leaf_has=per_tree)
+    patchy_has = np.array([[1, 1], [1, 0], [1, 0], [1, 0]], bool)  # class 1 on one leaf of tree 0 only
+    patchy = Forest(**one_split, **two_trees, leaf_values=values, leaf_has=patchy_has)
+    assert every.always_scored.tolist() == [True, True]
+    assert boosted.always_scored.tolist() == [True, True]
+    assert patchy.always_scored.tolist() == [True, False]
 
 
 def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
@@ -138,14 +175,13 @@ def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
 def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
         "import numpy as np\n"
+        "from onnxplug_cpu.kernels.ml_forest import Forest\n"
         "from onnxplug_cpu.kernels import _forest_loops as loops\n"
-        "i = np.zeros(3, np.int64)\n"
-        "ok = loops.aggregate(np.array([[0.2], [0.9]]), i, np.array([0.5, 0, 0]), i, np.zeros(3, np.bool_),\n"
-        "    np.array([-1, -1, -1]), np.array([-2, -1, -1]), np.array([0]), np.zeros((1, 1)), i,\n"
-        "    np.array([[1.0], [2.0]]), np.ones((2, 1), np.bool_), 0, 0.0,\n"
-        "    np.empty((2, 1)), np.empty((2, 1), np.bool_))\n"
-        "assert ok\n"
-        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.aggregate, loops.walk)))\n"
+        "f = Forest(feature=[0], threshold=[0.5], mode=[0], missing_true=[False], true_next=[-1],\n"
+        "    false_next=[-2], roots=[0], leaf_values=np.array([[1.0], [2.0]], np.float32),\n"
+        "    leaf_has=np.ones((2, 1), bool))\n"
+        "assert f.aggregate(np.array([[0.2], [0.9]], np.float32), 1).tolist() == [[1.0], [2.0]]\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.scores, loops.leaf_of)))\n"
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0

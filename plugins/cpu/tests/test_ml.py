@@ -631,3 +631,16 @@ def test_tree_ensemble_is_vectorised_over_samples():
     )
     model = _model("TreeEnsembleRegressor", attrs, [("X", FLOAT)], [("Y", FLOAT)])
     _same(_run(model, {"X": x}), _ort(model, {"X": x}))
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.maximum, np.fmax])
+@pytest.mark.parametrize("shape", [(1, 3), (100, 1), (100, 2), (100, 3), (100, 7), (100, 8), (100, 12)])
+def test_row_reduce_gives_numpys_bits(ufunc, shape):
+    """Column by column (short rows of many samples) or numpy's own: the same bits either way."""
+    from onnxplug_cpu.kernels.ml_linear import row_reduce
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)
+    table[rng.random(shape) < 0.05] = np.nan
+    expected = ufunc.reduce(table, axis=1, keepdims=True)
+    np.testing.assert_array_equal(row_reduce(ufunc, table), expected)

@@ -1,7 +1,18 @@
 """The compiled loops of :mod:`._forest_jit` (imported only when :func:`._jit.compiler` gives a
-decorator: this module needs numba).  Module-level functions only: as closures, ``aggregate``
-calling ``walk`` and ``gather`` (and ``walk`` calling ``goes_true``) missed numba's on-disk cache
-and were compiled again in every process, about 1 s when a tree model's session was created."""
+decorator: this module needs numba).  Module-level functions only: as closures, a loop calling
+another loop missed numba's on-disk cache and was compiled again in every process, about 1 s
+when a tree model's session was created.
+
+The node tables are packed (see ``Forest._jit_tables``): ``nodes[i] = (feature, true next,
+false next, spare)`` as int32, and the threshold is ``splits[i, column]`` -- with float32
+thresholds, ``splits`` is ``nodes`` itself viewed as float32 and ``column`` 3, so one 16-byte
+record holds everything a walk reads at a node.  The earlier layout (five int64/float64 arrays,
+40 bytes a node in five places) made every level of a 100-tree forest a cache miss.
+
+``simple`` is the forest's one comparison mode (0-5) when no node tracks missing values to the
+true branch, else -1; only then are ``modes``, ``missing`` and the membership tables read.
+Every walk takes at most ``depth`` steps: ``Forest`` refuses cyclic trees when it is built.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +25,12 @@ if jit is None:  # pragma: no cover - the caller checks compiler() first
     raise ImportError("numba is disabled (ONNXPLUG_CPU_JIT=0) or not installed")
 
 
-@jit
-def goes_true(mode, v, t, member_sets, row):
+inline = compiler(inline="always")  # inlined at numba's level: a call per level cost 3x
+
+
+@inline
+def compare(mode, v, t):
+    """Comparison modes 0-5 (BRANCH_LEQ, LT, GTE, GT, EQ, NEQ)."""
     if mode == 0:
         return v <= t
     if mode == 1:
@@ -26,53 +41,144 @@ def goes_true(mode, v, t, member_sets, row):
         return v > t
     if mode == 4:
         return v == t
-    if mode == 5:
-        return v != t
-    for k in range(member_sets.shape[1]):  # BRANCH_MEMBER: NaN padding never equals
-        if member_sets[row, k] == v:
-            return True
-    return False
+    return v != t
+
+
+@inline
+def simple_leaf(values, n, root, nodes, splits, column, depth, mode):
+    """The leaf sample ``n`` reaches from ``root`` (a node index, or a leaf as ``-(leaf + 1)``)
+    in a forest whose nodes all compare with ``mode`` and track no missing values."""
+    node = root
+    for _ in range(depth):
+        if node < 0:
+            break
+        node = nodes[node, 1] if compare(mode, values[n, nodes[node, 0]], splits[node, column]) else nodes[node, 2]
+    return -node - 1
 
 
 @jit
-def walk(values, feature, threshold, mode, missing_true, true_next, false_next, roots, member_sets, member_row):
-    """The leaf each sample reaches in each tree, ``[samples, trees]`` (leaf indices)."""
-    samples, trees = values.shape[0], roots.shape[0]
-    leaves = np.empty((samples, trees), np.int64)
-    limit = feature.shape[0] + 1
-    for n in range(samples):
-        for tree in range(trees):
-            node = roots[tree]
-            steps = 0
-            while node >= 0:
-                v = values[n, feature[node]]
-                if (missing_true[node] and np.isnan(v)) or goes_true(
-                    mode[node], v, threshold[node], member_sets, member_row[node]
-                ):
-                    node = true_next[node]
-                else:
-                    node = false_next[node]
-                steps += 1
-                if steps > limit:
-                    return leaves, False  # a cycle (refused at creation; never reached)
-            leaves[n, tree] = -node - 1
-    return leaves, True
+def general_leaf(values, n, root, nodes, splits, column, depth, modes, missing, member_sets, member_row):
+    """:func:`simple_leaf` for any forest: per-node modes, BRANCH_MEMBER sets (NaN padding
+    never equals) and missing values (NaN) sent to the true branch where ``missing`` says so."""
+    node = root
+    for _ in range(depth):
+        if node < 0:
+            break
+        v = values[n, nodes[node, 0]]
+        mode = modes[node]
+        if missing[node] and np.isnan(v):
+            taken = True
+        elif mode < 6:
+            taken = compare(mode, v, splits[node, column])
+        else:
+            taken = False
+            row = member_row[node]
+            for k in range(member_sets.shape[1]):
+                if member_sets[row, k] == v:
+                    taken = True
+        node = nodes[node, 1] if taken else nodes[node, 2]
+    return -node - 1
+
+
+@inline
+def leaf_of(values, n, root, nodes, splits, column, depth, simple, modes, missing, member_sets, member_row):
+    if simple >= 0:
+        return simple_leaf(values, n, root, nodes, splits, column, depth, simple)
+    return general_leaf(values, n, root, nodes, splits, column, depth, modes, missing, member_sets, member_row)
+
+
+#: Samples walked together before their weights are gathered: one block's ``[trees, BLOCK]``
+#: leaf table stays in cache between the two.
+BLOCK = 64
+
+
+@inline
+def walk_four(values, na, nb, nc, nd, ra, rb, rc, rd, nodes, splits, column, depth, mode):
+    """Four walks in step in a simple forest: sample ``na`` from root ``ra``, and so on.  The
+    next node is picked by index (``nodes[node, 2 - taken]``) rather than by a branch, so the
+    four chains of dependent loads overlap and a comparison that goes either way costs no
+    mispredicted branch."""
+    a, b, c, d = ra, rb, rc, rd
+    for _ in range(depth):
+        if a < 0 and b < 0 and c < 0 and d < 0:
+            break
+        if a >= 0:
+            a = nodes[a, 2 - compare(mode, values[na, nodes[a, 0]], splits[a, column])]
+        if b >= 0:
+            b = nodes[b, 2 - compare(mode, values[nb, nodes[b, 0]], splits[b, column])]
+        if c >= 0:
+            c = nodes[c, 2 - compare(mode, values[nc, nodes[c, 0]], splits[c, column])]
+        if d >= 0:
+            d = nodes[d, 2 - compare(mode, values[nd, nodes[d, 0]], splits[d, column])]
+    return -a - 1, -b - 1, -c - 1, -d - 1
 
 
 @jit
-def gather(leaves, leaf_values, leaf_has, how, zero, result, present):
-    """Per target over trees: the sum (``how`` 0/1), minimum (2) or maximum (3) of the
-    reached leaves' weights, into ``result`` (zeros where no leaf has a weight for a target
-    under min/max), and whether any reached leaf has one into ``present``.  ``zero`` is 0 in
-    the weights' precision, which the sums keep."""
-    samples, trees = leaves.shape
+def walk_block(
+    values, start, stop, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row, leaves
+):
+    """Samples ``start:stop`` through every tree: ``leaves[tree, n - start]`` gets the leaf.
+
+    Trees are the outer loop, so one tree's nodes stay in cache while the block walks it.  In
+    simple forests four walks go in step (:func:`walk_four`): four samples through one tree,
+    or, for fewer than four samples, one sample through four trees.  Measured at batch 1000,
+    2.5-3x faster than one branchy walk at a time."""
+    trees = roots.shape[0]
+    if simple >= 0 and stop - start < 4:
+        for n in range(start, stop):
+            j = n - start
+            tree = 0
+            while tree + 4 <= trees:
+                a, b, c, d = walk_four(
+                    values, n, n, n, n, roots[tree], roots[tree + 1], roots[tree + 2], roots[tree + 3],
+                    nodes, splits, column, depth, simple,
+                )  # fmt: skip
+                leaves[tree, j] = a
+                leaves[tree + 1, j] = b
+                leaves[tree + 2, j] = c
+                leaves[tree + 3, j] = d
+                tree += 4
+            for rest in range(tree, trees):
+                leaves[rest, j] = simple_leaf(values, n, roots[rest], nodes, splits, column, depth, simple)
+        return
+    for tree in range(trees):
+        root = roots[tree]
+        n = start
+        if simple >= 0:
+            while n + 4 <= stop:
+                a, b, c, d = walk_four(
+                    values, n, n + 1, n + 2, n + 3, root, root, root, root, nodes, splits, column, depth, simple
+                )
+                j = n - start
+                leaves[tree, j] = a
+                leaves[tree, j + 1] = b
+                leaves[tree, j + 2] = c
+                leaves[tree, j + 3] = d
+                n += 4
+        while n < stop:
+            leaves[tree, n - start] = leaf_of(
+                values, n, root, nodes, splits, column, depth, simple, modes, missing, member_sets, member_row
+            )
+            n += 1
+
+
+@jit
+def gather_block(leaves, start, stop, leaf_values, leaf_has, how, result, present):
+    """Per target over trees, for samples ``start:stop`` (``leaves`` from :func:`walk_block`):
+    the sum (``how`` 0/1), minimum (2) or maximum (3) of the reached leaves' weights, into
+    ``result`` (zero where no reached leaf has a weight for a target under min/max), and
+    whether any reached leaf has one into ``present``.  Weights are added tree by tree, in
+    order, in the leaf weights' precision (``result``'s dtype), as onnxruntime adds them."""
+    trees = leaves.shape[0]
     targets = leaf_values.shape[1]
-    for n in range(samples):
+    zero = result.dtype.type(0)
+    for n in range(start, stop):
+        j = n - start
         for t in range(targets):
             acc = zero
             has = False
             for tree in range(trees):
-                leaf = leaves[n, tree]
+                leaf = leaves[tree, j]
                 weight = leaf_values[leaf, t]
                 if how <= 1:
                     acc += weight
@@ -86,14 +192,57 @@ def gather(leaves, leaf_values, leaf_has, how, zero, result, present):
 
 
 @jit
-def aggregate(
-    values, feature, threshold, mode, missing_true, true_next, false_next, roots, member_sets, member_row,
-    leaf_values, leaf_has, how, zero, result, present,
+def walk(values, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row):
+    """The leaf each sample reaches in each tree, ``[samples, trees]`` (leaf indices)."""
+    samples, trees = values.shape[0], roots.shape[0]
+    out = np.empty((samples, trees), np.int32)
+    leaves = np.empty((trees, BLOCK), np.int32)
+    for start in range(0, samples, BLOCK):
+        stop = min(start + BLOCK, samples)
+        walk_block(
+            values,
+            start,
+            stop,
+            nodes,
+            splits,
+            column,
+            roots,
+            depth,
+            simple,
+            modes,
+            missing,
+            member_sets,
+            member_row,
+            leaves,
+        )
+        out[start:stop, :] = leaves[:, : stop - start].T
+    return out
+
+
+@jit
+def scores(
+    values, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row,
+    leaf_values, leaf_has, how, result, present,
 ):  # fmt: skip
-    """``walk`` then ``gather`` in one call (a small batch pays the call overhead once)."""
-    leaves, finished = walk(
-        values, feature, threshold, mode, missing_true, true_next, false_next, roots, member_sets, member_row
-    )
-    if finished:
-        gather(leaves, leaf_values, leaf_has, how, zero, result, present)
-    return finished
+    """:func:`walk_block` then :func:`gather_block` over every block of samples."""
+    samples, trees = values.shape[0], roots.shape[0]
+    leaves = np.empty((trees, BLOCK), np.int32)
+    for start in range(0, samples, BLOCK):
+        stop = min(start + BLOCK, samples)
+        walk_block(
+            values,
+            start,
+            stop,
+            nodes,
+            splits,
+            column,
+            roots,
+            depth,
+            simple,
+            modes,
+            missing,
+            member_sets,
+            member_row,
+            leaves,
+        )
+        gather_block(leaves, start, stop, leaf_values, leaf_has, how, result, present)

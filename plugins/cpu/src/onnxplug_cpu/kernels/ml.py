@@ -13,6 +13,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._registry import kernel
+from .ml_linear import row_reduce
 
 ML = "ai.onnx.ml"
 
@@ -301,20 +302,21 @@ def label_encoder_4(
 
 @kernel("Normalizer", since=(1,), domain=ML)
 def normalizer(x, *, norm):
-    table = _rows(x).astype(np.float64 if x.dtype == np.float64 else np.float32)
+    table = np.asarray(_rows(x), np.float64 if x.dtype == np.float64 else np.float32)
     if table.shape[1] == 0:
         return table.astype(np.float32).reshape(x.shape)
     if norm == "MAX":
-        scale = np.fmax.reduce(table, axis=1, keepdims=True)  # NaN entries do not win the max
+        scale = row_reduce(np.fmax, table)  # NaN entries do not win the max
     elif norm == "L1":
-        scale = np.sum(np.abs(table), axis=1, keepdims=True)
+        scale = row_reduce(np.add, np.abs(table))
     elif norm == "L2":
-        scale = np.sqrt(np.sum(table * table, axis=1, keepdims=True))
+        scale = np.sqrt(row_reduce(np.add, table * table))
     else:
         raise Fail(f"unknown norm {norm!r}")
     # A row whose norm is 0 is left as it is (all zeros) instead of dividing by zero.
-    out = table / np.where(scale != 0, scale, 1)
-    return out.astype(np.float32).reshape(x.shape)
+    scale[scale == 0] = 1
+    out = table / scale
+    return out.astype(np.float32, copy=False).reshape(x.shape)
 
 
 @kernel("OneHotEncoder", since=(1,), domain=ML, factory=True)
@@ -342,13 +344,19 @@ def scaler(ctx, *, offset=None, scale=None):
     shift = np.asarray(offset if offset else (0.0,), np.float32)
     factor = np.asarray(scale if scale else (1.0,), np.float32)
 
+    checked = set()  # input widths whose attribute sizes were checked
+
     def run(x):
-        table = x.astype(np.float32)
+        table = x if x.dtype == np.float32 else x.astype(np.float32)
         width = table.shape[-1] if table.ndim else 1
-        for name, values in (("offset", shift), ("scale", factor)):
-            if values.size not in (1, width):
-                raise InvalidArgument(f"{name} has {values.size} values for {width} features")
-        return (table - shift) * factor
+        if width not in checked:
+            for name, values in (("offset", shift), ("scale", factor)):
+                if values.size not in (1, width):
+                    raise InvalidArgument(f"{name} has {values.size} values for {width} features")
+            checked.add(width)
+        out = table - shift
+        out *= factor
+        return out
 
     return run
 

@@ -5,8 +5,8 @@ Every tree op is converted once, when the session is created, into one flat :cla
 walks every (sample, tree) pair one level per step, so the Python loop runs over tree depth (and
 over trees when summing leaf weights), never over samples.
 
-Where numba is installed, walks and weight sums run compiled instead (``_forest_jit``: one loop
-per (sample, tree), the same numerics); the numpy walk is the fallback.
+Where numba is installed, walks and weight sums run compiled instead (``_forest_jit``: packed
+16-byte node records, four walks in step, the same numerics); the numpy walk is the fallback.
 
 This module registers no kernels.
 """
@@ -95,29 +95,51 @@ class Forest:
         if 6 in self.modes_used and member_sets is None:
             raise Fail("BRANCH_MEMBER nodes need membership_values")
         self.depth = self._depth()
+        self.always_scored = self._always_scored()
         self._walk_tables()
+        self._float32_ok = False
         self._jit = compiled()
         if self._jit is not None:
             self._jit_tables()
 
     def _jit_tables(self) -> None:
-        """Contiguous arrays for the compiled walk, which is run once here on one sample so that
-        the first ``run`` finds it compiled (or loaded from numba's cache)."""
+        """Packed tables for the compiled loops (see ``_forest_loops``); the scores loop is run
+        once here on one sample so that the first ``run`` finds it compiled (or loaded from
+        numba's cache).
+
+        Thresholds that are all exact float32 values (every float attribute, and most double
+        tensors written from float models) are compared in float32 against float32 or integer
+        input: the same answers as comparing both in float64, with no float64 copy of the input
+        and half the bytes a node.  Other thresholds and float64 input compare in float64."""
+        count = self.feature.size
+        if count >= 2**31 or self.leaf_values.shape[0] >= 2**31:
+            self._jit = None  # beyond int32 indices: the numpy engine
+            return
+        nodes = np.zeros((count, 4), np.int32)
+        nodes[:, 0] = self.feature
+        nodes[:, 1] = self.true_next
+        nodes[:, 2] = self.false_next
+        single = self.threshold.astype(np.float32)
+        self._float32_ok = bool(np.array_equal(single.astype(np.float64), self.threshold, equal_nan=True))
+        nodes.view(np.float32)[:, 3] = single
         sets = self.member_sets if self.member_sets is not None else np.full((1, 1), np.nan)
-        rows = self.member_row if self.member_row is not None else np.full(self.feature.size, -1, np.int64)
-        self._jit_args = (
-            np.ascontiguousarray(self.feature),
-            np.ascontiguousarray(self.threshold),
-            np.ascontiguousarray(self.mode),
+        rows = self.member_row if self.member_row is not None else np.full(count, -1, np.int64)
+        simple = self.single_mode if self.single_mode is not None and self.single_mode < 6 else -1
+        if self.any_missing_true:
+            simple = -1
+        rest = (
+            max(self.depth, 1),
+            simple,
+            np.ascontiguousarray(self.mode, np.int8),
             np.ascontiguousarray(self.missing_true),
-            np.ascontiguousarray(self.true_next),
-            np.ascontiguousarray(self.false_next),
-            np.ascontiguousarray(self.roots),
             np.ascontiguousarray(sets, np.float64),
             np.ascontiguousarray(rows, np.int64),
         )
+        self._tables32 = (nodes, nodes.view(np.float32), 3, np.ascontiguousarray(self.roots, np.int32), *rest)
+        self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, self._tables32[3], *rest)
+        self._leaf_tables = (np.ascontiguousarray(self.leaf_values), np.ascontiguousarray(self.leaf_has))
         width = max(self.width_needed, 1)
-        self._aggregate_jit(np.zeros((1, width)), 1)
+        self._aggregate_jit(np.zeros((1, width), np.float32 if self._float32_ok else np.float64), 1)
 
     def _depth(self) -> int:
         """The longest root-to-leaf path (interior nodes on it); a cycle is refused."""
@@ -130,6 +152,33 @@ class Forest:
             frontier = np.unique(np.concatenate([self.true_next[frontier], self.false_next[frontier]]))
             frontier = frontier[frontier >= 0]
         return depth
+
+    def _always_scored(self) -> np.ndarray:
+        """Per target, whether every sample's reached leaves include a weight for it: true when
+        some tree has a weight for the target on all of its leaves (every tree of a random
+        forest, one tree per class in gradient boosting).  Classifiers then skip masking the
+        classes that were never scored."""
+        targets = self.leaf_values.shape[1]
+        if self.roots.size == 0 or targets == 0:
+            return np.zeros(targets, bool)
+        tree_of_node = np.full(self.feature.size, -1, np.int64)
+        tree_of_leaf = np.full(self.leaf_values.shape[0], -1, np.int64)
+        trees = np.arange(self.roots.size)
+        frontier, owner = self.roots, trees
+        for _ in range(self.depth + 1):  # one level a step; depth bounds it (cycles were refused)
+            leaves = frontier < 0
+            tree_of_leaf[-frontier[leaves] - 1] = owner[leaves]
+            inner, owner = frontier[~leaves], owner[~leaves]
+            if inner.size == 0:
+                break
+            tree_of_node[inner] = owner
+            frontier = np.concatenate([self.true_next[inner], self.false_next[inner]])
+            owner = np.concatenate([owner, owner])
+        reached = tree_of_leaf >= 0
+        # A tree lacks target t when one of its leaves has no weight for t.
+        lacking = np.zeros((self.roots.size, targets), bool)
+        np.logical_or.at(lacking, tree_of_leaf[reached], ~self.leaf_has[reached])
+        return ~lacking.all(axis=0)
 
     def _walk_tables(self) -> None:
         """Tables for :meth:`_walk`: leaves become nodes ``interior + leaf`` that lead to
@@ -182,36 +231,38 @@ class Forest:
         return go_true
 
     def _values(self, x):
-        """The input checked and converted to the float64 values the walks compare."""
+        """The input checked and converted to the values the walks compare: float64, or
+        float32 where the compiled loops compare in float32 (see :meth:`_jit_tables`)."""
         if x.ndim != 2:
             raise InvalidArgument(f"tree ensembles expect [N, F] input, got shape {x.shape}")
         if self.width_needed > x.shape[1]:
             raise InvalidArgument(f"feature id {self.width_needed - 1} is out of range for {x.shape[1]} features")
         if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
             x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
+        if self._jit is not None and self._float32_ok and x.dtype == np.float32:
+            return np.ascontiguousarray(x)
         return np.ascontiguousarray(x, np.float64)
 
+    def _tables(self, values):
+        return self._tables32 if values.dtype == np.float32 else self._tables64
+
     def _leaves_jit(self, values):
-        leaves, finished = self._jit.walk(values, *self._jit_args)
-        if not finished:
-            raise Fail("tree ensemble has a cycle")
-        return leaves
+        return self._jit.walk(values, *self._tables(values))
 
     def _aggregate_jit(self, values, how):
         n, targets = values.shape[0], self.leaf_values.shape[1]
         result = np.empty((n, targets), self.leaf_values.dtype)
         present = np.empty((n, targets), bool)
-        zero = self.leaf_values.dtype.type(0)
-        weights = (self.leaf_values, self.leaf_has)
+        tables = (*self._tables(values), *self._leaf_tables, how)
+        scores = self._jit.scores
+        if n < 2 * _ROWS_PER_THREAD:  # one block: no closure, no thread budget read
+            scores(values, *tables, result, present)
+            return result, present
 
-        def rows(start, stop):  # the compiled walk releases the GIL: blocks run in parallel
-            block = slice(start, stop)
-            return self._jit.aggregate(
-                values[block], *self._jit_args, *weights, how, zero, result[block], present[block]
-            )
+        def rows(start, stop):  # the compiled loop releases the GIL: blocks run in parallel
+            scores(values[start:stop], *tables, result[start:stop], present[start:stop])
 
-        if not all(run_in_row_blocks(rows, n, min_rows=_ROWS_PER_THREAD)):
-            raise Fail("tree ensemble has a cycle")
+        run_in_row_blocks(rows, n, min_rows=_ROWS_PER_THREAD)
         return result, present
 
     def leaves(self, x):

@@ -21,6 +21,32 @@ ML = "ai.onnx.ml"
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
+#: Below this many columns a row reduction runs column by column (see :func:`row_reduce`).
+_SHORT_ROWS = 8
+
+
+def row_reduce(ufunc, table):
+    """``ufunc.reduce`` over each row of a ``[N, C]`` table, as a ``[N, 1]`` column.
+
+    Scores have a few columns (classes), and numpy reduces a short axis one row at a time:
+    18 us for the sums of 1000 rows of 3, against 2.6 us column by column.  With fewer than 8
+    columns numpy adds a row in order, left to right, so the column-by-column sums are the same
+    bits; wider tables and small batches keep numpy's own reduction."""
+    columns = table.shape[1]
+    if table.shape[0] < 64 or not 1 < columns < _SHORT_ROWS:
+        return ufunc.reduce(table, axis=1, keepdims=True)
+    out = ufunc(table[:, 0], table[:, 1])
+    for column in range(2, columns):
+        ufunc(out, table[:, column], out=out)
+    return out[:, None]
+
+
+def softmax(scores):
+    exp = np.exp(scores - row_reduce(np.maximum, scores))
+    exp /= row_reduce(np.add, exp)
+    return exp
+
+
 def logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -38,9 +64,9 @@ def probit(x):
 def softmax_zero(scores):
     """Softmax over the non-zero entries of each row; zeros stay zero, an all-zero row is 0.5."""
     nonzero = np.abs(scores) > 1e-7
-    top = np.max(scores, axis=1, keepdims=True)
+    top = row_reduce(np.maximum, scores)
     exp = np.where(nonzero, np.exp(scores - top), 0.0)
-    total = exp.sum(axis=1, keepdims=True)
+    total = row_reduce(np.add, exp)
     return np.where(total == 0, 0.5, exp / np.where(total == 0, 1.0, total))
 
 
@@ -51,8 +77,7 @@ def post_transform(scores, name):
     if name == "LOGISTIC":
         return logistic(scores)
     if name == "SOFTMAX":
-        exp = np.exp(scores - np.max(scores, axis=1, keepdims=True))
-        return exp / exp.sum(axis=1, keepdims=True)
+        return softmax(scores)
     if name == "SOFTMAX_ZERO":
         return softmax_zero(scores)
     if name == "PROBIT":
@@ -96,10 +121,12 @@ def linear_classifier(
     if not binary and len(labels) != targets:
         raise Fail(f"{targets} score columns but {len(labels)} class labels")
 
+    transposed = np.ascontiguousarray(weights.T)  # [features, classes], made once
+
     def run(x):
-        scores = _features(x, weights.shape[1], "LinearClassifier") @ weights.T
+        scores = _features(x, weights.shape[1], "LinearClassifier") @ transposed
         if bias.size:
-            scores = scores + bias
+            scores += bias
         if binary:
             s = scores[:, 0]
             label = labels[np.where(s > 0, 1, 0)]
@@ -111,7 +138,7 @@ def linear_classifier(
         else:
             label = labels[np.argmax(scores, axis=1)]
             out = _post(scores, post_transform)
-        return label, out.astype(np.float32)
+        return label, out.astype(np.float32, order="C")
 
     return run
 
@@ -132,8 +159,11 @@ def linear_regressor(ctx, *, coefficients=None, intercepts=None, post_transform,
     if bias.size != targets:
         raise Fail(f"{bias.size} intercepts for {targets} targets")
 
+    transposed = np.ascontiguousarray(weights.T)  # [features, targets], made once
+
     def run(x):
-        scores = _features(x, weights.shape[1], "LinearRegressor") @ weights.T + bias
+        scores = _features(x, weights.shape[1], "LinearRegressor") @ transposed
+        scores += bias
         return _post(scores, post_transform).astype(np.float32)
 
     return run

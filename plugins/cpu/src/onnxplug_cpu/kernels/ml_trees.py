@@ -80,6 +80,8 @@ def tree_ensemble_regressor(
 
     def run(x):
         scores = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, how) + base
+        if post_transform == "NONE":  # no float64 round trip: the same values
+            return scores.astype(np.float32, copy=False)
         return apply_post_transform(scores.astype(np.float64), post_transform).astype(np.float32)
 
     return run
@@ -140,22 +142,28 @@ def tree_ensemble_classifier(
         "post": post_transform,
         "binary_case": classes == 2 and len(set(class_ids or ())) == 1,
         "all_positive": all(w >= 0 for w in weights),
+        "always_scored": bool(forest.always_scored.all()),
     }
 
     def run(x):
         scores, present = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, 1, with_presence=True)
         label, out = finish(scores, present, **rules)
-        return label, out.astype(np.float32)
+        return label, out.astype(np.float32, copy=False)
 
     return run
 
 
-def _multiclass(scores, present, *, labels, base, post, **_):
+def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
     """Base values are added (and count as a score); the label is the best class that has a
     score; classes without any score are reported as 0."""
     if base.size:
         scores = scores + base
         present = present | (np.arange(scores.shape[1]) < base.size)
+    if always_scored:  # every sample has a score for every class (``Forest.always_scored``)
+        best = np.argmax(scores, axis=1)
+        if post == "NONE":  # no float64 round trip: the same values
+            return labels[best], scores
+        return labels[best], apply_post_transform(scores.astype(np.float64), post)
     best = np.argmax(np.where(present, scores, -np.inf), axis=1)
     values = np.where(present, scores, 0).astype(np.float64)
     return labels[best], apply_post_transform(values, post)
@@ -185,7 +193,7 @@ def _single(scores, present, *, labels, base, post, **_):
     return label, out
 
 
-def _binary(scores, present, *, labels, base, post, binary_case, all_positive):
+def _binary(scores, present, *, labels, base, post, binary_case, all_positive, **_):
     """onnxruntime's two-class rules (kept for compatibility with converted models):
 
     * two base values: if class 1 scored, its score becomes ``base[1] + score0`` and class 0's
