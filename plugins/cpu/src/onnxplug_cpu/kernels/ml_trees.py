@@ -158,12 +158,13 @@ def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
     score; classes without any score are reported as 0."""
     if base.size:
         scores = scores + base
-        present = present | (np.arange(scores.shape[1]) < base.size)
     if always_scored:  # every sample has a score for every class (``Forest.always_scored``)
         best = np.argmax(scores, axis=1)
         if post == "NONE":  # no float64 round trip: the same values
             return labels[best], scores
         return labels[best], apply_post_transform(scores.astype(np.float64), post)
+    if base.size:
+        present = present | (np.arange(scores.shape[1]) < base.size)
     best = np.argmax(np.where(present, scores, -np.inf), axis=1)
     values = np.where(present, scores, 0).astype(np.float64)
     return labels[best], apply_post_transform(values, post)
