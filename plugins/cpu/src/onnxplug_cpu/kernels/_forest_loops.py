@@ -4,13 +4,14 @@ another loop missed numba's on-disk cache and was compiled again in every proces
 when a tree model's session was created.
 
 The node tables are packed (see ``Forest._jit_tables``): ``nodes[i] = (feature, true next,
-false next, spare)`` as int32, and the threshold is ``splits[i, column]`` -- with float32
-thresholds, ``splits`` is ``nodes`` itself viewed as float32 and ``column`` 3, so one 16-byte
-record holds everything a walk reads at a node.  The earlier layout (five int64/float64 arrays,
-40 bytes a node in five places) made every level of a 100-tree forest a cache miss.
+false next, threshold bits)`` as int32, and the threshold is ``splits[i, column]`` -- for float32
+comparisons ``splits`` is ``nodes`` itself viewed as float32 and ``column`` 3, so one 16-byte
+record holds everything a walk reads at a node (float64 comparisons read a ``[nodes, 1]``
+float64 table instead).  The earlier layout read five int64/float64 arrays, 40 bytes a node in
+five places.
 
 ``simple`` is the forest's one comparison mode (0-5) when no node tracks missing values to the
-true branch, else -1; only then are ``modes``, ``missing`` and the membership tables read.
+true branch, else -1; only then is ``rules`` (modes, missing-value tracks, membership tables) read.
 Every walk takes at most ``depth`` steps: ``Forest`` refuses cyclic trees when it is built.
 """
 
@@ -57,9 +58,11 @@ def simple_leaf(values, n, root, nodes, splits, column, depth, mode):
 
 
 @jit
-def general_leaf(values, n, root, nodes, splits, column, depth, modes, missing, member_sets, member_row):
+def general_leaf(values, n, root, nodes, splits, column, depth, rules):
     """:func:`simple_leaf` for any forest: per-node modes, BRANCH_MEMBER sets (NaN padding
-    never equals) and missing values (NaN) sent to the true branch where ``missing`` says so."""
+    never equals) and missing values (NaN) sent to the true branch where ``missing`` says so;
+    ``rules`` is ``(modes, missing, member_sets, member_row)``."""
+    modes, missing, member_sets, member_row = rules
     node = root
     for _ in range(depth):
         if node < 0:
@@ -81,10 +84,10 @@ def general_leaf(values, n, root, nodes, splits, column, depth, modes, missing, 
 
 
 @inline
-def leaf_of(values, n, root, nodes, splits, column, depth, simple, modes, missing, member_sets, member_row):
+def leaf_of(values, n, root, nodes, splits, column, depth, simple, rules):
     if simple >= 0:
         return simple_leaf(values, n, root, nodes, splits, column, depth, simple)
-    return general_leaf(values, n, root, nodes, splits, column, depth, modes, missing, member_sets, member_row)
+    return general_leaf(values, n, root, nodes, splits, column, depth, rules)
 
 
 #: Samples walked together before their weights are gathered: one block's ``[trees, BLOCK]``
@@ -114,9 +117,7 @@ def walk_four(values, na, nb, nc, nd, ra, rb, rc, rd, nodes, splits, column, dep
 
 
 @jit
-def walk_block(
-    values, start, stop, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row, leaves
-):
+def walk_block(values, start, stop, nodes, splits, column, roots, depth, simple, rules, leaves):
     """Samples ``start:stop`` through every tree: ``leaves[tree, n - start]`` gets the leaf.
 
     Trees are the outer loop, so one tree's nodes stay in cache while the block walks it.  In
@@ -156,9 +157,7 @@ def walk_block(
                 leaves[tree, j + 3] = d
                 n += 4
         while n < stop:
-            leaves[tree, n - start] = leaf_of(
-                values, n, root, nodes, splits, column, depth, simple, modes, missing, member_sets, member_row
-            )
+            leaves[tree, n - start] = leaf_of(values, n, root, nodes, splits, column, depth, simple, rules)
             n += 1
 
 
@@ -192,57 +191,24 @@ def gather_block(leaves, start, stop, leaf_values, leaf_has, how, result, presen
 
 
 @jit
-def walk(values, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row):
+def walk(values, nodes, splits, column, roots, depth, simple, rules):
     """The leaf each sample reaches in each tree, ``[samples, trees]`` (leaf indices)."""
     samples, trees = values.shape[0], roots.shape[0]
     out = np.empty((samples, trees), np.int32)
     leaves = np.empty((trees, BLOCK), np.int32)
     for start in range(0, samples, BLOCK):
         stop = min(start + BLOCK, samples)
-        walk_block(
-            values,
-            start,
-            stop,
-            nodes,
-            splits,
-            column,
-            roots,
-            depth,
-            simple,
-            modes,
-            missing,
-            member_sets,
-            member_row,
-            leaves,
-        )
+        walk_block(values, start, stop, nodes, splits, column, roots, depth, simple, rules, leaves)
         out[start:stop, :] = leaves[:, : stop - start].T
     return out
 
 
 @jit
-def scores(
-    values, nodes, splits, column, roots, depth, simple, modes, missing, member_sets, member_row,
-    leaf_values, leaf_has, how, result, present,
-):  # fmt: skip
+def scores(values, nodes, splits, column, roots, depth, simple, rules, leaf_values, leaf_has, how, result, present):
     """:func:`walk_block` then :func:`gather_block` over every block of samples."""
-    samples, trees = values.shape[0], roots.shape[0]
+    trees = roots.shape[0]
     leaves = np.empty((trees, BLOCK), np.int32)
-    for start in range(0, samples, BLOCK):
-        stop = min(start + BLOCK, samples)
-        walk_block(
-            values,
-            start,
-            stop,
-            nodes,
-            splits,
-            column,
-            roots,
-            depth,
-            simple,
-            modes,
-            missing,
-            member_sets,
-            member_row,
-            leaves,
-        )
+    for start in range(0, values.shape[0], BLOCK):
+        stop = min(start + BLOCK, values.shape[0])
+        walk_block(values, start, stop, nodes, splits, column, roots, depth, simple, rules, leaves)
         gather_block(leaves, start, stop, leaf_values, leaf_has, how, result, present)

@@ -127,14 +127,13 @@ class Forest:
         simple = self.single_mode if self.single_mode is not None and self.single_mode < 6 else -1
         if self.any_missing_true:
             simple = -1
-        rest = (
-            max(self.depth, 1),
-            simple,
+        rules = (  # read only by the general walk (``simple`` is -1)
             np.ascontiguousarray(self.mode, np.int8),
             np.ascontiguousarray(self.missing_true),
             np.ascontiguousarray(sets, np.float64),
             np.ascontiguousarray(rows, np.int64),
         )
+        rest = (max(self.depth, 1), simple, rules)
         self._tables32 = (nodes, nodes.view(np.float32), 3, np.ascontiguousarray(self.roots, np.int32), *rest)
         self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, self._tables32[3], *rest)
         self._leaf_tables = (np.ascontiguousarray(self.leaf_values), np.ascontiguousarray(self.leaf_has))
