@@ -151,6 +151,26 @@ def test_always_scored_targets():
     assert patchy.always_scored.tolist() == [True, False]
 
 
+def test_always_scored_with_shared_nodes():
+    """Trees may share nodes (a DAG): 40 levels whose both branches lead to the next node would
+    be 2**40 paths; the search keeps one entry per (tree, node).  The leaf both trees share
+    lacks class 1, so neither tree scores class 1 on all of its leaves."""
+    levels = 40
+    nexts = list(range(1, levels)) + [-1]  # the last level ends in leaf 0
+    forest = Forest(
+        feature=[0] * levels,
+        threshold=[0.0] * levels,
+        mode=[0] * levels,
+        missing_true=[False] * levels,
+        true_next=nexts,
+        false_next=nexts,
+        roots=[0, 1],
+        leaf_values=np.ones((1, 2), np.float32),
+        leaf_has=np.array([[True, False]]),
+    )
+    assert forest.always_scored.tolist() == [True, False]
+
+
 def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
     """BRANCH_MEMBER (TreeEnsemble 5): one node per tree tests set membership, NaN never a member."""
     sets = np.array([[1.0, 3.0, np.nan], [2.0, np.nan, np.nan]])

@@ -112,7 +112,7 @@ class Forest:
         input: the same answers as comparing both in float64, with no float64 copy of the input
         and half the bytes a node.  Other thresholds and float64 input compare in float64."""
         count = self.feature.size
-        if count >= 2**31 or self.leaf_values.shape[0] >= 2**31:
+        if max(count, self.leaf_values.shape[0], self.width_needed) >= 2**31:
             self._jit = None  # beyond int32 indices: the numpy engine
             return
         nodes = np.zeros((count, 4), np.int32)
@@ -157,26 +157,22 @@ class Forest:
         some tree has a weight for the target on all of its leaves (every tree of a random
         forest, one tree per class in gradient boosting).  Classifiers then skip masking the
         classes that were never scored."""
-        targets = self.leaf_values.shape[1]
+        targets, leaves = self.leaf_values.shape[1], self.leaf_values.shape[0]
         if self.roots.size == 0 or targets == 0:
             return np.zeros(targets, bool)
-        tree_of_node = np.full(self.feature.size, -1, np.int64)
-        tree_of_leaf = np.full(self.leaf_values.shape[0], -1, np.int64)
-        trees = np.arange(self.roots.size)
-        frontier, owner = self.roots, trees
+        span = self.feature.size + leaves  # (tree, node or leaf) pairs as one key
+        lacking = np.zeros((self.roots.size, targets), bool)  # a tree has a leaf without the target
+        owner, frontier = np.arange(self.roots.size), self.roots
         for _ in range(self.depth + 1):  # one level a step; depth bounds it (cycles were refused)
-            leaves = frontier < 0
-            tree_of_leaf[-frontier[leaves] - 1] = owner[leaves]
-            inner, owner = frontier[~leaves], owner[~leaves]
+            at_leaf = frontier < 0
+            np.logical_or.at(lacking, owner[at_leaf], ~self.leaf_has[-frontier[at_leaf] - 1])
+            owner, inner = owner[~at_leaf], frontier[~at_leaf]
             if inner.size == 0:
                 break
-            tree_of_node[inner] = owner
             frontier = np.concatenate([self.true_next[inner], self.false_next[inner]])
-            owner = np.concatenate([owner, owner])
-        reached = tree_of_leaf >= 0
-        # A tree lacks target t when one of its leaves has no weight for t.
-        lacking = np.zeros((self.roots.size, targets), bool)
-        np.logical_or.at(lacking, tree_of_leaf[reached], ~self.leaf_has[reached])
+            # Trees that share nodes must not multiply the frontier: one entry per (tree, node).
+            keys = np.unique(np.concatenate([owner, owner]) * span + frontier + leaves)
+            owner, frontier = keys // span, keys % span - leaves
         return ~lacking.all(axis=0)
 
     def _walk_tables(self) -> None:
