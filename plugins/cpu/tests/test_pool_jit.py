@@ -18,7 +18,7 @@ import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import pool
 
-# The compiled pools run only where numba is loaded already (kernels._jit.numba_loaded).
+# The compiled pools run where numba is loaded (a float32 convolution loads it: kernels._jit).
 numba = pytest.importorskip("numba")
 if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
     pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
@@ -97,3 +97,42 @@ def test_pools_alone_do_not_load_numba(tmp_path):
         "assert 'numba' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_blocks_of_planes_on_two_threads_match_the_numpy_path(monkeypatch, op):
+    """64 planes of 48×48 at two threads: the compiled pool runs in two blocks of planes."""
+    from onnxplug_cpu.kernels import _split_rows
+
+    monkeypatch.setattr(_split_rows, "thread_budget", lambda: 2)
+    blocks = []
+    real = pool.run_in_row_blocks
+    monkeypatch.setattr(
+        pool, "run_in_row_blocks", lambda work, rows, **kw: blocks.append(rows) or real(work, rows, **kw)
+    )
+    x = np.random.default_rng(3).standard_normal((2, 32, 48, 48)).astype(np.float32)
+    model = _model(op, list(x.shape), GEOMETRIES[0])
+    compiled = _run(model, x)[0]
+    assert blocks == [64]
+    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: None)
+    np.testing.assert_array_equal(compiled, _run(model, x)[0])
+
+
+@pytest.mark.parametrize("jit", ["1", "0"])
+def test_a_float32_convolution_loads_numba_unless_disabled(tmp_path, jit):
+    """A float32 2-D Conv's session imports numba (its epilogue, shifted adds and pools run
+    compiled: kernels._jit); ``ONNXPLUG_CPU_JIT=0`` keeps it out."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], np.ones(108, np.float32))
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 3, 8, 8])], [("y", TensorProto.FLOAT, None)])
+    model.graph.initializer.append(weights)
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model.SerializeToString())
+    code = (
+        "import sys, onnxplug\n"
+        f"onnxplug.InferenceSession({str(path)!r}, providers=['CPUExecutionProvider'])\n"
+        "print('numba' in sys.modules)\n"
+    )
+    env = dict(os.environ, ONNXPLUG_CPU_JIT=jit)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ("True" if jit == "1" else "False")

@@ -40,6 +40,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
+from .kernels._jit import load_for_feature_maps
 from .kernels._layernorm_jit import layer_norm_last_axis
 from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
@@ -146,6 +147,8 @@ class PackedConv:
 
     def __init__(self, w: np.ndarray, group: int, op: str = "Conv", *, winograd: bool = True) -> None:
         self.matrix = pack_conv_weights(w, group, op)
+        if self.matrix.dtype == np.float32 and w.ndim == 4:
+            load_for_feature_maps()  # the epilogue, shifted adds and pools compiled (kernels._jit)
         self.group = group
         self.depthwise = None
         if w.ndim == 4 and group > 1 and w.shape[0] == group and w.shape[1] == 1:

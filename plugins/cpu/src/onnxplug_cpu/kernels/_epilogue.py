@@ -8,13 +8,12 @@ operations, so results are bit-identical to the numpy passes: ``((y + b) + z)``,
 below ``low`` to ``low`` and above ``high`` to ``high`` (NaN stays NaN, as with ``np.clip`` and
 ``np.maximum``; Relu is the clamp ``(0, inf)``).
 
-The compiled loop is used only where numba is already loaded in the process (by the tree
-kernels, ``_forest_jit``, or by the application): importing numba for this alone costs ~36 MiB
-of peak memory, which on ResNet-50 outweighs the pass it saves against issue 13's memory goal
-(measured: 558 against 522 MiB peak with ``scripts/bench.py --sections memory``).  Otherwise,
-or with ``ONNXPLUG_CPU_JIT=0``, :func:`finish` makes the numpy passes.  The loop is compiled once
-per machine (``cache=True``).  It is single-threaded: the pass is memory-bound, and a second
-thread pool next to OpenBLAS's would compete with it for the cores.
+The compiled loop is used where numba is loaded in the process: by any session with a float32
+2-D convolution (``PackedConv`` asks ``kernels._jit.load_for_feature_maps``), by the tree
+kernels, or by the application.  Otherwise (a convolution whose weights are not constant, in a
+process without numba), or with ``ONNXPLUG_CPU_JIT=0``, :func:`finish` makes the numpy passes.
+The loop is compiled once per machine (``cache=True``).  It is single-threaded: the pass is
+memory-bound, and a second thread pool next to OpenBLAS's would compete with it for the cores.
 """
 
 from __future__ import annotations

@@ -6,14 +6,18 @@ each numba-backed kernel module asks :func:`compiler` for its decorator and fall
 gets ``None``. Every loop is compiled with ``cache=True`` (once per machine, kept in numba's cache
 directory) and ``nogil=True`` (concurrent ``run()`` calls and row blocks run in parallel).
 
-Importing numba costs memory: numba, llvmlite and the first cached kernels add 90-135 MiB of peak
-RSS (ResNet-50 304 → 396 MiB when its stem MaxPool loaded it; the ``yolo``, ``unet``, ``ocr_det``
-and ``ocr_rec`` benchmark models 133-148 → 251-284 MiB, measured as the peak of a process that
-creates the session and runs it three times).  Kernels whose
-compiled loop is a large gain on the layers that use them (depthwise convolutions, SiLU, LSTM,
-upsampling) load it; kernels that most models run and whose gain is smaller (pooling, the
-shifted convolution's adds, the convolution epilogue) use their loops only when
-:func:`numba_loaded` says another kernel or the application has already paid for it.
+Importing numba costs memory and time: numba, llvmlite and the first cached kernels add 90-135
+MiB of peak RSS (ResNet-50 304 → 396 MiB when its stem MaxPool loaded it; the ``yolo``, ``unet``,
+``ocr_det`` and ``ocr_rec`` benchmark models 133-148 → 251-284 MiB, measured as the peak of a
+process that creates the session and runs it three times) and about 0.2 s to import.  Kernels
+whose compiled loop is a large gain on the layers that use them (depthwise convolutions, SiLU,
+LSTM, upsampling, tree ensembles) load it.  A session with a float32 2-D convolution loads it
+too (:func:`load_for_feature_maps`, from ``PackedConv``), for the loops such models run around
+their products: the convolution epilogue, the shifted convolution's adds and pooling, which
+otherwise run only when :func:`numba_loaded` says something else paid for numba.  Measured with
+numba preloaded against without (``scripts/bench.py --families cnn``, two runs each, alternating
+processes): SqueezeNet 17.3/15.9 → 8.5/8.2 ms, ResNet-50 90.5/76.0 → 90.5/61.7 ms, Inception v2
+53.0/51.0 → 47.2/42.6 ms.
 """
 
 from __future__ import annotations
@@ -23,13 +27,19 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compiler", "numba_loaded"]
+__all__ = ["compiler", "load_for_feature_maps", "numba_loaded"]
 
 
 def numba_loaded() -> bool:
     """Whether numba is imported in this process and not disabled (``ONNXPLUG_CPU_JIT=0``): a
     dict lookup, cheap enough to ask on every call."""
     return "numba" in sys.modules and os.environ.get("ONNXPLUG_CPU_JIT", "1") != "0"
+
+
+def load_for_feature_maps() -> bool:
+    """Import numba, unless it is missing or disabled, for a session that convolves float32
+    feature maps (see the module's docstring); whether the compiled loops are now available."""
+    return compiler() is not None
 
 
 def compiler(**options: Any) -> Callable[[Any], Any] | None:

@@ -14,9 +14,10 @@ as -inf or 0, which changes nothing), the scratch row carries the padding value 
 columns, the window sums are added in the numpy path's order, and NaN wins a maximum as in
 ``np.maximum``.  The caller divides the sums by the window counts.
 
-Used only where numba is already loaded (``kernels._jit.numba_loaded``): pools are in most CNNs,
-and loading numba for them alone would cost those models about 90 MiB of peak memory.  ``None``
-without numba or with ``ONNXPLUG_CPU_JIT=0``: the numpy path is used.
+Used where numba is loaded (a session with a float32 2-D convolution loads it, see
+``kernels._jit``); inputs of at least 32K elements per thread are split into blocks of planes
+run on the session's threads (``kernels._split_rows``).  ``None`` without numba or with
+``ONNXPLUG_CPU_JIT=0``: the numpy path is used.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ necks, DenseNet's 3×3 bottleneck outputs), it is cheaper to multiply first and 
 
 Every intermediate is contiguous or a plain column slice, so nothing but the padding is copied.
 For float32 the adds, the crop and the bias are one compiled pass (``kernels._shifted_jit``) when
-numba is already loaded.
+numba is loaded (a session with a float32 convolution loads it: ``kernels._jit``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None, accu
         1, 0, 2, 3
     )
     z = np.matmul(stacked, flat)  # (K·M, length + extra)
-    # compiled only where numba is loaded already (kernels._jit: memory)
+    # compiled where numba is loaded (a float32 convolution's session loads it: kernels._jit)
     compiled = x.dtype == np.float32 and accumulate in (None, x.dtype) and numba_loaded()
     shift_add = _compiled_shift_add() if compiled else None
     if shift_add is not None:

@@ -5,8 +5,9 @@ Windowed pools pad the input once and take a strided, dilated
 indices) and AveragePool reduce one axis at a time (:func:`separable_reduce`); the geometry
 (output size, begin/end pads, the extra cells ``ceil_mode`` needs) is worked out by
 :func:`pool_geometry`, which the convolution kernels share.  float32 2-D MaxPool (without
-Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``) when
-numba is already loaded (``kernels._jit.numba_loaded``).
+Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``),
+blocks of planes on the session's threads, when numba is loaded (``kernels._jit.numba_loaded``:
+a session with a float32 convolution loads it; a pool alone does not).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from onnxplug.kernels import check_allocation
 from ._jit import numba_loaded
 from ._pool_jit import compiled as _compiled_pool
 from ._registry import kernel
+from ._split_rows import run_in_row_blocks
 
 
 def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0, op="Pool"):
@@ -152,6 +154,8 @@ def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
 
 #: Smaller inputs keep the numpy path: the first compiled call loads numba (once per process).
 COMPILED_MIN_ELEMENTS = 4096
+#: Input elements per thread below which a compiled pool keeps to the calling thread.
+PLANE_BLOCK_ELEMENTS = 1 << 15
 
 
 def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
@@ -169,7 +173,13 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
         return None
     y = np.empty(x.shape[:2] + tuple(out), np.float32)
     source = np.ascontiguousarray(x).reshape(-1, *x.shape[2:])
-    pool(source, y.reshape(-1, *out), int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
+    planes = y.reshape(-1, *out)
+    geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
+
+    def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
+        pool(source[start:stop], planes[start:stop], *geometry)
+
+    run_in_row_blocks(block, source.shape[0], min_rows=max(1, PLANE_BLOCK_ELEMENTS // max(1, source[0].size)))
     return y
 
 
