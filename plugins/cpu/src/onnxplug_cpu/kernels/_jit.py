@@ -14,10 +14,10 @@ whose compiled loop is a large gain on the layers that use them (depthwise convo
 LSTM, upsampling, tree ensembles) load it.  A session with a float32 2-D convolution loads it
 too (:func:`load_for_feature_maps`, from ``PackedConv``), for the loops such models run around
 their products: the convolution epilogue, the shifted convolution's adds and pooling, which
-otherwise run only when :func:`numba_loaded` says something else paid for numba.  Measured with
-numba preloaded against without (``scripts/bench.py --families cnn``, two runs each, alternating
-processes): SqueezeNet 17.3/15.9 → 8.5/8.2 ms, ResNet-50 90.5/76.0 → 90.5/61.7 ms, Inception v2
-53.0/51.0 → 47.2/42.6 ms.
+otherwise run only when :func:`numba_loaded` says something else paid for numba.  Measured in
+one process, those loops on against off in alternating rounds: 0.88-0.98 of the time on
+ResNet-50, DenseNet-121, Inception v1/v2, VGG-19, SqueezeNet and ShuffleNet (docs/benchmarks.md,
+"CNNs load numba"); ResNet-50's peak memory 274 → 378 MiB.
 """
 
 from __future__ import annotations

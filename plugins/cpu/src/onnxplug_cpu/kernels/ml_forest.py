@@ -234,7 +234,7 @@ class Forest:
             raise InvalidArgument(f"feature id {self.width_needed - 1} is out of range for {x.shape[1]} features")
         if x.dtype.kind in "iu" and self.threshold_dtype == np.float32:
             x = x.astype(np.float32)  # onnxruntime compares an integer with a float threshold as a float
-        if self._jit is not None and self._float32_ok and x.dtype == np.float32:
+        if self._float32_ok and x.dtype == np.float32:  # only ever set with compiled tables
             return np.ascontiguousarray(x)
         return np.ascontiguousarray(x, np.float64)
 

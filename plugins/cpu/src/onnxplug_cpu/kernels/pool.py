@@ -162,7 +162,7 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     """Each window's maximum or sum over a float32 ``(N, C, H, W)`` ``x`` in one compiled pass
     (``kernels._pool_jit``), or ``None`` when it does not apply."""
     if x.dtype != np.float32 or x.ndim != 4 or x.size < COMPILED_MIN_ELEMENTS or 0 in out or not numba_loaded():
-        return None  # numba only where another kernel loaded it (kernels._jit: memory)
+        return None  # numba only where loaded (a float32 convolution loads it; a pool alone does not)
     if dilations and any(d != 1 for d in dilations):
         return None
     strides = tuple(strides) if strides else (1, 1)
@@ -179,7 +179,8 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
         pool(source[start:stop], planes[start:stop], *geometry)
 
-    run_in_row_blocks(block, source.shape[0], min_rows=max(1, PLANE_BLOCK_ELEMENTS // max(1, source[0].size)))
+    plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
+    run_in_row_blocks(block, source.shape[0], min_rows=max(1, PLANE_BLOCK_ELEMENTS // plane))
     return y
 
 
