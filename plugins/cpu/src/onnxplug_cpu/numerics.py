@@ -38,6 +38,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from .kernels import _f32_conv
 from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
 from .kernels._jit import load_for_feature_maps
@@ -206,6 +207,20 @@ def _shifts(tile: int, strides, maps: int, channels: int, out) -> bool:
     return 2 * maps <= channels or (not tile and math.prod(out) >= SHIFTED_MIN_CELLS)
 
 
+#: With the compiled tiles (``kernels._f32_conv``), Winograd F(4×4) is used only from this many
+#: input channels ...
+TILED_WINOGRAD_MIN_CHANNELS = 256
+#: ... on maps of at least this many output cells.  Measured at 2 threads (docs/benchmarks.md,
+#: "float32 convolutions on compiled tiles"): direct tiles won every layer of up to 128 channels
+#: (64 channels at 224×224: 21 against 45 ms) and 256 channels at 14×14; F(4×4) won 256 at 56×56
+#: (13.8 against 17.7 ms) and 512 at 28×28 (12.5 against 20.4 ms).
+TILED_WINOGRAD_MIN_CELLS = 28 * 28
+
+
+def _winograd_beats_tiles(tile: int, channels: int, out) -> bool:
+    return tile == 4 and channels >= TILED_WINOGRAD_MIN_CHANNELS and math.prod(out) >= TILED_WINOGRAD_MIN_CELLS
+
+
 def convolve(
     x: np.ndarray,
     w: np.ndarray,
@@ -254,6 +269,10 @@ def convolve(
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
     bias = None if b is None else b.astype(ct, copy=False)
+    tiled = nd == 2 and group == 1 and xc.dtype == np.float32 and weights.dtype == np.float32
+    if tiled and _f32_conv.available() and not _winograd_beats_tiles(tile, c, out):
+        y = _f32_conv.convolve(xc, weights[0], ks, strides, dilations, pads, auto_pad, bias, residual, clamp)
+        return y.astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
         y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)
@@ -271,7 +290,7 @@ def convolve(
     elif out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
         # A pointwise convolution is a plain matmul over channels: no im2col copy.
         pixels = xc.reshape(n, group, c // group, math.prod(out))
-        y = np.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
+        y = _f32_conv.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
     else:
         view = windows(xc, out, begin, end, ks, strides, dilations, 0)
         # (N, C, *out, *k) -> (N, g, C/g*K, P): the im2col copy.  Output positions stay the
@@ -280,6 +299,6 @@ def convolve(
         view = view.reshape((n, group, c // group) + view.shape[2:])
         order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
-        y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
+        y = _f32_conv.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
     y = finish(y, bias, residual, clamp)
     return y.astype(x.dtype, copy=False)

@@ -13,12 +13,9 @@ computes exactly in int32; the sum then is an int32 exactly as the spec's accumu
 QLinearConv's requantization (int32 → float32, times the float32 multiplier, round half to even,
 saturate, add the zero point) runs on it in one compiled pass per block of the product.
 
-Layout: the padded image is split into ``stride²`` *phase* images (rows ``py::sh``, columns
-``px::sw``) of a common width ``Wq``, each stored as ``[c4][position][4]`` (four channels
-interleaved per position).  Tap ``(ky, kx)`` reads phase ``(ky·dh mod sh, kx·dw mod sw)`` at
-position ``n + (ky·dh div sh)·Wq + (kx·dw div sw)`` for output column ``n = oy·Wq + ox``, so every
-tap is the same buffer at a shifted offset and nothing is copied per tap.  Columns with
-``ox >= OW`` are computed and dropped (``Wq - OW`` per row).
+Layout: the padded image is split into phase images (``kernels._conv_geometry``), each stored as
+``[c4][position][4]`` (four channels interleaved per position); every tap reads them at a shifted
+offset, so nothing is copied per tap.
 
 Work is split over the run's threads (``kernels._split_rows``) by column tiles, or by row tiles
 when the map has too few columns (ResNet's 7×7 stages); each block requantizes what it computed.
@@ -33,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from . import _vnni
+from ._conv_geometry import PhaseGeometry
 from ._jit import compiler
+from ._scratch import scratch
 from ._split_rows import run_in_row_blocks
-from .pool import pool_geometry
 
 __all__ = ["Int8Conv", "int8_conv_for"]
 
@@ -127,40 +125,6 @@ def _loops() -> Any | None:
     return pack, requantize, widen
 
 
-class _Geometry:
-    """Planes, tap offsets and output columns for one input shape ``(C, H, W)``."""
-
-    def __init__(self, spatial: tuple[int, int], kernel: tuple[int, int], conv: dict, c4: int):
-        (oh, ow), begin, end, _ = pool_geometry(
-            spatial,
-            kernel,
-            conv.get("strides"),
-            conv.get("dilations"),
-            conv.get("pads"),
-            conv.get("auto_pad", "NOTSET"),
-            0,
-            "QLinearConv",
-        )
-        sh, sw = tuple(conv.get("strides") or (1, 1))
-        dh, dw = tuple(conv.get("dilations") or (1, 1))
-        hp, wp = spatial[0] + begin[0] + end[0], spatial[1] + begin[1] + end[1]
-        self.hq, self.wq = -(-hp // sh), -(-wp // sw)
-        self.out = (oh, ow)
-        self.stride, self.pads = (sh, sw), (begin[0], begin[1])
-        taps = [(ky * dh, kx * dw) for ky in range(kernel[0]) for kx in range(kernel[1])]
-        phases = sorted({(ry % sh, rx % sw) for ry, rx in taps})
-        self.phases = np.array(phases, dtype=np.int64).reshape(-1, 2)
-        shifts = [(ry // sh) * self.wq + rx // sw for ry, rx in taps]
-        self.columns = oh * self.wq
-        self.tiles = -(-self.columns // _vnni.COLUMNS)
-        self.length = max(self.hq * self.wq, self.tiles * _vnni.COLUMNS + max(shifts))
-        plane_bytes = c4 * self.length * 4
-        self.offsets = np.array(
-            [phases.index((ry % sh, rx % sw)) * plane_bytes + 4 * s for (ry, rx), s in zip(taps, shifts)],
-            dtype=np.int64,
-        )
-
-
 class Int8Conv:
     """A 2-D, ungrouped convolution with constant weights prepared for :mod:`kernels._vnni`.
 
@@ -188,7 +152,7 @@ class Int8Conv:
         self.plus64 = plus
         self.plus = plus.astype(np.int32)
         self.sum_bound = int(np.abs(w_centred).reshape(m, -1).sum(axis=1).max(initial=0)) * 255
-        self._shapes: dict[tuple, _Geometry] = {}
+        self._shapes: dict[tuple, tuple[PhaseGeometry, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -204,10 +168,12 @@ class Int8Conv:
             return False
         return bool(w_centred.min() >= -128 and w_centred.max() <= 127)
 
-    def _geometry(self, shape: tuple) -> _Geometry:
+    def _geometry(self, shape: tuple) -> tuple[PhaseGeometry, np.ndarray]:
+        """The geometry of input shape ``(C, H, W)`` and its tap offsets in bytes of the planes."""
         found = self._shapes.get(shape)
         if found is None:
-            found = _Geometry(shape[1:], self.kernel, self.geometry, self.c4)
+            geometry = PhaseGeometry(shape[1:], self.kernel, self.geometry, "QLinearConv", _vnni.COLUMNS)
+            found = (geometry, geometry.tap_offsets(self.c4 * geometry.length * 4, unit=4))
             with self._lock:
                 self._shapes[shape] = found
         return found
@@ -220,10 +186,10 @@ class Int8Conv:
     def _run(self, x: np.ndarray, finish) -> None:
         """Each image's sums, handed to ``finish(acc, geometry, image, m0, m1, n0, n1)`` block by block."""
         pack = _loops()[0]
-        geometry = self._geometry(tuple(x.shape[1:]))
+        geometry, offsets = self._geometry(tuple(x.shape[1:]))
         rows = self.weights.shape[0]
-        planes = _vnni.scratch("planes", (len(geometry.phases), self.c4, geometry.length), np.uint32)
-        acc = _vnni.scratch("sums", (rows, geometry.tiles * _vnni.COLUMNS), np.int32)
+        planes = scratch("planes", (len(geometry.phases), self.c4, geometry.length), np.uint32)
+        acc = scratch("sums", (rows, geometry.tiles * _vnni.COLUMNS), np.int32)
         for image in range(x.shape[0]):
             source = x[image].view(np.uint8)
             if source.shape[0] != 4 * self.c4:  # channels padded to whole words: any value, their weights are 0
@@ -252,9 +218,7 @@ class Int8Conv:
             def block(m0: int, m1: int, n0: int, n1: int, image=image) -> None:
                 finish(acc, geometry, image, m0, m1, n0, min(n1, geometry.columns))
 
-            _vnni.product_in_blocks(
-                planes, self.weights, acc, geometry.offsets, self.c4, geometry.tiles, self.channels, block
-            )
+            _vnni.product_in_blocks(planes, self.weights, acc, offsets, self.c4, geometry.tiles, self.channels, block)
 
     def qlinear(self, x: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray) -> np.ndarray | None:
         """QLinearConv's output ``(N, M, OH, OW)`` for a scalar 8-bit ``y_zero`` and a float32
@@ -266,7 +230,7 @@ class Int8Conv:
         low, high = (-128, 127) if y_zero.dtype == np.int8 else (0, 255)
         zero = float(y_zero.reshape(()))
         requantize = _loops()[1]
-        geometry = self._geometry(tuple(x.shape[1:]))
+        geometry = self._geometry(tuple(x.shape[1:]))[0]
         y = np.empty((x.shape[0], self.channels, *geometry.out), dtype=y_zero.dtype)
         flat = y.reshape(x.shape[0], self.channels, -1)
         lo, hi, z = np.float32(low - zero), np.float32(high - zero), np.float32(zero)
@@ -282,7 +246,7 @@ class Int8Conv:
         if not self.fits_int32:
             return None
         widen = _loops()[2]
-        geometry = self._geometry(tuple(x.shape[1:]))
+        geometry = self._geometry(tuple(x.shape[1:]))[0]
         y = np.empty((x.shape[0], self.channels, *geometry.out), dtype=np.int32)
         flat = y.reshape(x.shape[0], self.channels, -1)
 

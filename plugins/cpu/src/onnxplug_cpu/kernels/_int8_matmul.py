@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _vnni
+from ._scratch import scratch
 
 __all__ = ["Int8MatMul"]
 
@@ -61,13 +62,13 @@ class Int8MatMul:
             matrix = np.pad(matrix, ((0, 0), (0, 4 * self.c4 - self.depth)))
         words = np.ascontiguousarray(matrix).view(np.uint32)  # (count, c4)
         tiles = max(1, -(-count // _vnni.COLUMNS))
-        planes = _vnni.scratch("planes", (self.c4, tiles * _vnni.COLUMNS), np.uint32)
+        planes = scratch("planes", (self.c4, tiles * _vnni.COLUMNS), np.uint32)
         if flip:
             np.bitwise_xor(words.T, np.uint32(0x80808080), out=planes[:, :count])
         else:
             planes[:, :count] = words.T
         planes[:, count:] = 0
-        acc = _vnni.scratch("sums", (self.weights.shape[0], tiles * _vnni.COLUMNS), np.int32)
+        acc = scratch("sums", (self.weights.shape[0], tiles * _vnni.COLUMNS), np.int32)
         plus32 = plus.astype(np.int32)
 
         def block(m0: int, m1: int, n0: int, n1: int) -> None:

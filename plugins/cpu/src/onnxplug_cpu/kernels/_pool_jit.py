@@ -16,7 +16,8 @@ columns, the window sums are added in the numpy path's order, and NaN wins a max
 
 Used where numba is loaded (a session with a float32 2-D convolution loads it, see
 ``kernels._jit``); inputs of at least 32K elements per thread are split into blocks of planes
-run on the session's threads (``kernels._split_rows``).  ``None`` without numba or with
+run on the session's threads: numba's threading layer where it is safe (``kernels._team``), the
+same team as the convolutions', else Python threads (``kernels._split_rows``).  ``None`` without numba or with
 ``ONNXPLUG_CPU_JIT=0``: the numpy path is used.
 """
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from ._jit import compiler
 
-__all__ = ["compiled"]
+__all__ = ["compiled", "compiled_parallel"]
 
 
 @functools.cache
@@ -85,3 +86,24 @@ def compiled(width: int, stride: int, maximum: bool) -> Any | None:
                     out[ox] = acc
 
     return pool
+
+
+@functools.cache
+def compiled_parallel(width: int, stride: int, maximum: bool) -> Any | None:
+    """``pool_parallel(x, y, kh, sh, top, left, parts)``: :func:`compiled`'s loop over ``parts``
+    blocks of planes on numba's threading layer (``kernels._team``); ``None`` without numba."""
+    pool = compiled(width, stride, maximum)
+    jit = compiler(parallel=True)
+    if pool is None or jit is None:
+        return None
+
+    import numba  # loaded: compiler() found it
+
+    @jit
+    def pool_parallel(x, y, kh, sh, top, left, parts):  # pragma: no cover - compiled
+        planes = x.shape[0]
+        for part in numba.prange(parts):
+            lo, hi = planes * part // parts, planes * (part + 1) // parts
+            pool(x[lo:hi], y[lo:hi], kh, sh, top, left)
+
+    return pool_parallel

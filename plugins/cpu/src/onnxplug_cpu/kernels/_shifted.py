@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._f32_conv import matmul
 from ._jit import numba_loaded
 from ._shifted_jit import compiled as _compiled_shift_add
 from ._winograd import copy_plus_bias
@@ -50,7 +51,7 @@ def shifted_conv(x, stacked, kernel, dilations, begin, end, out, bias=None, accu
     flat[:, :length].reshape(c, n, hp, wp)[:, :, begin[0] : begin[0] + h, begin[1] : begin[1] + w] = x.transpose(
         1, 0, 2, 3
     )
-    z = np.matmul(stacked, flat)  # (K·M, length + extra)
+    z = matmul(stacked, flat)  # (K·M, length + extra)
     # compiled where numba is loaded (a float32 convolution's session loads it: kernels._jit)
     compiled = x.dtype == np.float32 and accumulate in (None, x.dtype) and numba_loaded()
     shift_add = _compiled_shift_add() if compiled else None

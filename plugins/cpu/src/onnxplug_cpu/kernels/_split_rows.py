@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +62,17 @@ def one_blas_thread():
     finally:
         for c, n in changed:
             c.set_num_threads(n)
+
+
+def _forget_pool() -> None:
+    """A forked child has none of its parent's threads: submitting to the parent's pool would
+    wait forever, so the child starts its own."""
+    global _POOL, _POOL_SIZE, _POOL_LOCK
+    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,7 @@ import numpy as np
 from ._jit import compiler
 from ._split_rows import run_in_row_blocks, thread_budget
 
-__all__ = ["COLUMNS", "ROWS", "available", "enabled", "product_in_blocks", "scratch", "tile_product"]
+__all__ = ["COLUMNS", "ROWS", "available", "enabled", "product_in_blocks", "tile_product"]
 
 #: Output rows (weight rows) one tile computes: 6 rows × 4 vectors = 24 of the 32 zmm registers
 #: hold accumulators, 4 hold the right-hand vectors, 1 the broadcast weights.
@@ -44,7 +43,6 @@ ROWS = 6
 COLUMNS = 64
 _VECTORS = COLUMNS // 16
 _MIN_TILES_PER_BLOCK = 2
-_SCRATCH = threading.local()
 
 
 @functools.cache
@@ -139,18 +137,3 @@ def product_in_blocks(
         finish(lo, min(hi, rows), 0, columns)
 
     run_in_row_blocks(by_rows, weights.shape[0] // ROWS, min_rows=1)
-
-
-def scratch(slot: str, shape: tuple, dtype) -> np.ndarray:
-    """A work array of ``shape`` in this thread's buffer ``slot``, grown as needed and reused.
-
-    Why: the planes and the int32 sums are megabytes per layer, allocated anew each call; glibc
-    returns such blocks to the system, so every call paid page faults on fresh memory.  One
-    buffer per calling thread (concurrent runs each have theirs) is enough: a thread runs its
-    nodes one after another, and the blocks of one product share the caller's buffers."""
-    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buffer = getattr(_SCRATCH, slot, None)
-    if buffer is None or buffer.size < need:
-        buffer = np.empty(max(need, 1), dtype=np.uint8)
-        setattr(_SCRATCH, slot, buffer)
-    return buffer[:need].view(dtype).reshape(shape)

@@ -3,8 +3,9 @@
 Why: im2col multiplies every input cell 9 times per output channel and copies the input 9 times;
 Winograd's minimal filtering computes an m×m output tile from an (m+2)×(m+2) input tile with
 (m+2)² products per channel pair instead of 9m², so F(4×4) needs 36 where the direct method needs
-144 (4×), F(2×2) 16 where it needs 36 (2.25×).  With numpy every step is a BLAS call on contiguous
-data, in an order that needs no transposing copy between them:
+144 (4×), F(2×2) 16 where it needs 36 (2.25×).  Every step is a matrix product on contiguous data
+(``kernels._f32_conv.matmul``: the compiled tiles where available, else numpy's BLAS), in an order
+that needs no transposing copy between them:
 
 1. the input tiles (overlapping by 2) are gathered once, tile-cell major: ``d`` ``(α, α, C, N·T)``;
 2. ``V = Bᵀ d B`` as one matmul with ``Bᵀ ⊗ Bᵀ`` over the flattened tiles;
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from ._f32_conv import matmul
 
 __all__ = ["copy_plus_bias", "winograd_weights", "winograd_conv"]
 
@@ -86,10 +89,10 @@ def winograd_conv(
     sn, sc, sh, sw = padded.strides
     tiles = as_strided(padded, (alpha, alpha, c, n, th, tw), (sh, sw, sc, sn, sh * m, sw * m), writeable=False)
     d = np.ascontiguousarray(tiles).reshape(alpha * alpha, c * n * th * tw)
-    v = np.matmul(_BT[m], d)  # Bᵀ d B for every tile and channel
-    prod = np.matmul(u, v.reshape(alpha * alpha, c, n * th * tw))  # (α², M, N·T)
+    v = matmul(_BT[m], d)  # Bᵀ d B for every tile and channel
+    prod = matmul(u, v.reshape(alpha * alpha, c, n * th * tw))  # (α², M, N·T)
     mm = u.shape[1]
-    y = np.matmul(_AT[m], prod.reshape(alpha * alpha, mm * n * th * tw))  # Aᵀ · A: (m², M·N·T)
+    y = matmul(_AT[m], prod.reshape(alpha * alpha, mm * n * th * tw))  # Aᵀ · A: (m², M·N·T)
     y = y.reshape(m, m, mm, n, th, tw).transpose(3, 2, 4, 0, 5, 1).reshape(n, mm, th * m, tw * m)
     return copy_plus_bias(y[:, :, : out[0], : out[1]], bias)
 

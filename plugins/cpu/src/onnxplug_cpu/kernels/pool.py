@@ -20,10 +20,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
+from . import _f32_conv
 from ._jit import numba_loaded
 from ._pool_jit import compiled as _compiled_pool
+from ._pool_jit import compiled_parallel as _compiled_pool_parallel
 from ._registry import kernel
-from ._split_rows import run_in_row_blocks
+from ._split_rows import run_in_row_blocks, thread_budget
+from ._team import parallel_ready
 
 
 def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0, op="Pool"):
@@ -176,11 +179,19 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     planes = y.reshape(-1, *out)
     geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
 
+    plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
+    min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
+    parts = min(thread_budget(), source.shape[0] // min_rows)
+    if parts > 1 and parallel_ready() and _f32_conv.available():  # the convolutions' team
+        pool_parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
+        if pool_parallel is not None:
+            pool_parallel(source, planes, *geometry, parts)
+            return y
+
     def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
         pool(source[start:stop], planes[start:stop], *geometry)
 
-    plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
-    run_in_row_blocks(block, source.shape[0], min_rows=max(1, PLANE_BLOCK_ELEMENTS // plane))
+    run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
     return y
 
 

@@ -1,0 +1,257 @@
+"""float32 2-D convolution as an implicit GEMM on AVX-512, compiled through numba.
+
+Why: the numpy paths (im2col then an OpenBLAS product, Winograd, shifted products) copy the
+input several times per layer and leave everything around the product single-threaded, while
+OpenBLAS's second thread polls between products (docs/benchmarks.md, "Where the remaining CNN
+gap is").  Here each output tile of 6 channels × 64 columns is computed straight from the input:
+every kernel tap reads the same phase images at a shifted offset (``kernels._conv_geometry``), so
+the only copy is one padded (and, for strides, phase-split) image, and a pointwise stride-1
+convolution reads its input in place.  The gather, the tiles and the epilogue (crop, bias,
+residual, Relu/Clip) are each split over the run's threads on numba's threading layer
+(``kernels._team``), or over Python threads where that layer is not safe.
+
+Numerics: each output is ``sum_k w[m, k] · x[...]`` accumulated in float32 with one rounding per
+multiply-add, ``k`` in the weights' order (channel, then tap row, then tap column); not
+OpenBLAS's bits, within float32 accuracy of the exact sum (the ONNX node cases and onnxruntime
+agree to their tolerances), and exact for integer-valued data whose sums stay below 2**24.  The
+epilogue adds the bias, then the residual, then clamps: ``kernels._epilogue``'s order.
+
+Off by default; ``ONNXPLUG_CPU_CONV_TILE=1`` turns it on.  Each layer is 1.2-3x faster than the
+numpy paths at 2 threads (docs/benchmarks.md, "float32 convolutions on compiled tiles"), and the
+UNet and OCR detector run 1.3-1.6x faster whole; but MobileNetV2 ran slower whole (15 against
+10-12 ms) and VGG-19 was not faster, and on this project's 2-vCPU machines whole-model timings
+moved too much between processes to settle which sessions gain.  The suspected cause is two
+thread teams in one run: OpenBLAS's worker keeps polling for ~0.1 s after any threaded product
+(a classifier head, a grouped or depthwise model's numpy work beside it) while numba's team
+waits for its second thread.  Until that is measured out, the default keeps the numpy paths.
+
+:func:`available` is also ``False`` (callers keep the numpy paths) without numba, with
+``ONNXPLUG_CPU_JIT=0``, or on a CPU without AVX-512F.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import numpy as np
+
+from ._conv_geometry import PhaseGeometry
+from ._jit import compiler
+from ._scratch import scratch
+from ._split_rows import thread_budget
+from ._team import run_parts
+
+__all__ = ["available", "convolve", "matmul", "matrix_product"]
+
+_NO_BIAS = np.zeros(0, dtype=np.float32)
+_NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
+#: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
+_MIN_TILES_PER_PART = 4
+#: Values per thread below which one thread gathers or finishes alone.
+_MIN_VALUES_PER_PART = 1 << 14
+
+
+@functools.cache
+def _cpu_has_avx512f() -> bool:
+    """Whether the CPU has AVX-512F: from /proc/cpuinfo where there is one, else from LLVM."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return False
+    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+
+
+@functools.cache
+def loops() -> Any | None:
+    """The compiled module ``kernels._f32_conv_tile``, or ``None`` without numba or AVX-512F."""
+    if compiler() is None or not _cpu_has_avx512f():
+        return None
+    from . import _f32_conv_tile
+
+    return _f32_conv_tile
+
+
+def available() -> bool:
+    """Whether :func:`convolve` runs: opted in with ``ONNXPLUG_CPU_CONV_TILE=1`` (off by default,
+    see the module's docstring), numba usable and the CPU with AVX-512F."""
+    if os.environ.get("ONNXPLUG_CPU_CONV_TILE", "0") != "1":
+        return False
+    return loops() is not None
+
+
+@functools.lru_cache(maxsize=512)
+def _layout(shape: tuple, kernel: tuple, strides, dilations, pads, auto_pad: str):
+    """``(geometry, offsets, in_place)`` for input ``shape`` ``(C, H, W)``.  The offsets (int64,
+    one per weight column, channel-major as the weights) index the phase images laid out ``(P, C,
+    length)``; or, when ``in_place`` (a pointwise stride-1 convolution without padding, whose
+    computed columns are the output's), the input itself."""
+    conv = {"strides": strides, "dilations": dilations, "pads": pads, "auto_pad": auto_pad}
+    geometry = PhaseGeometry(shape[1:], kernel, conv, "Conv")
+    channels, height, width = shape
+    in_place = geometry.shifts == [0] and geometry.wq == width and geometry.hq == height and not any(geometry.pads)
+    plane = height * width if in_place else geometry.length
+    taps = geometry.tap_offsets(channels * plane)
+    offsets = (np.arange(channels, dtype=np.int64)[:, None] * plane + taps[None, :]).reshape(-1)
+    offsets.flags.writeable = False
+    return geometry, offsets, in_place
+
+
+def _parts(work: int, minimum: int) -> int:
+    """Threads for ``work`` units: the run's budget, at most one per ``minimum`` units."""
+    budget = thread_budget()
+    return max(1, min(budget, work // minimum)) if budget > 1 else 1
+
+
+def convolve(
+    x: np.ndarray,
+    w: np.ndarray,
+    kernel: tuple,
+    strides=None,
+    dilations=None,
+    pads=None,
+    auto_pad: str = "NOTSET",
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+    clamp: tuple[float, float] | None = None,
+) -> np.ndarray:
+    """The convolution of float32 ``x`` ``(N, C, H, W)`` with weights ``w`` ``(M, C·kh·kw)``
+    (float32, C-contiguous, channel-major), plus ``bias`` ``(M,)``, plus ``residual`` (of the
+    output's shape), clamped to ``clamp``; a fresh ``(N, M, OH, OW)`` float32 array.  The caller
+    has checked :func:`available`, the shapes and the attributes (``numerics.convolve``)."""
+    compiled = loops()
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    geometry, offsets, in_place = _layout(
+        tuple(x.shape[1:]),
+        tuple(kernel),
+        tuple(strides) if strides else None,
+        tuple(dilations) if dilations else None,
+        tuple(pads) if pads else None,
+        auto_pad,
+    )
+    oh, ow = geometry.out
+    y = np.empty((n, m, oh, ow), dtype=np.float32)
+    if y.size == 0:
+        return y
+    # A pointwise stride-1 convolution without padding reads its input in place and writes its
+    # sums straight into the output.
+    planes = None
+    if not in_place:
+        planes = scratch("planes", (len(geometry.phases), c, geometry.length), np.float32)
+        acc = scratch("sums", (m, geometry.columns), np.float32)
+    b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(m)
+    z = None
+    if residual is not None and residual.shape == y.shape and residual.dtype == np.float32:
+        z = np.ascontiguousarray(residual).reshape(n, m, oh * ow)
+    low, high = clamp if clamp is not None and (z is not None or residual is None) else (-np.inf, np.inf)
+    tile_count = -(-m // compiled.ROWS) * geometry.tiles
+    tile_parts = _parts(tile_count, _MIN_TILES_PER_PART)
+    flat = y.reshape(n, m, oh * ow)
+    x = np.ascontiguousarray(x)  # one compiled specialisation of the gather
+    for image in range(n):
+        if in_place:
+            source, target = x[image].reshape(-1), flat[image]
+        else:
+            top, left = geometry.pads
+            run_parts(
+                compiled.gather,
+                compiled.gather_parallel,
+                c,
+                _parts(c * geometry.length, _MIN_VALUES_PER_PART),
+                x[image],
+                planes,
+                *geometry.stride,
+                top,
+                left,
+                geometry.phases,
+                geometry.hq,
+                geometry.wq,
+            )
+            source, target = planes.reshape(-1), acc
+        run_parts(
+            compiled.tiles,
+            compiled.tiles_parallel,
+            tile_count,
+            tile_parts,
+            w,
+            source,
+            offsets,
+            target,
+            geometry.columns,
+        )
+        plain = in_place and bias is None and z is None and low == -np.inf and high == np.inf
+        if not plain:
+            run_parts(
+                compiled.finish,
+                compiled.finish_parallel,
+                m,
+                _parts(m * oh * ow, _MIN_VALUES_PER_PART),
+                target,
+                geometry.wq,
+                ow,
+                b,
+                _NO_RESIDUAL if z is None else z[image],
+                np.float32(low),
+                np.float32(high),
+                flat[image],
+            )
+    if residual is not None and z is None:  # a broadcast residual: added after the bias, then clamped
+        from ._epilogue import finish
+
+        y = finish(y, None, residual, clamp)
+    return y
+
+
+@functools.lru_cache(maxsize=64)
+def _row_offsets(rows: int, length: int) -> np.ndarray:
+    offsets = np.arange(rows, dtype=np.int64) * length
+    offsets.flags.writeable = False
+    return offsets
+
+
+def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``w @ x`` for float32 C-contiguous ``w`` ``(R, C)`` and ``x`` ``(C, P)`` on the same tiles
+    (a pointwise convolution's product), as a fresh ``(R, P)`` array: ConvTranspose's ``Wᵀ @ x``,
+    so that a CNN's products all run on one thread team (``kernels._team``)."""
+    compiled = loops()
+    rows, depth = w.shape
+    length = x.shape[1]
+    y = np.empty((rows, length), dtype=np.float32)
+    count = -(-rows // compiled.ROWS) * -(-length // compiled.COLUMNS)
+    run_parts(
+        compiled.tiles,
+        compiled.tiles_parallel,
+        count,
+        _parts(count, _MIN_TILES_PER_PART),
+        w,
+        x.reshape(-1),
+        _row_offsets(depth, length),
+        y,
+        length,
+    )
+    return y
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)`` for float32 operands, on the tiles when :func:`available` (the products
+    of the Winograd, grouped and transposed convolutions, so that a CNN's run keeps to one thread
+    team: OpenBLAS's polling worker beside numba's team stalled both), else numpy's.  ``a`` is
+    ``(..., R, C)`` and ``b`` ``(..., C, P)``; leading dimensions broadcast."""
+    if not available() or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+        return np.matmul(a, b)
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, lead + a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    b = np.broadcast_to(b, lead + b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    out = np.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=np.float32)
+    for i in range(a.shape[0]):
+        out[i] = matrix_product(np.ascontiguousarray(a[i]), np.ascontiguousarray(b[i]))
+    return out.reshape(lead + out.shape[1:])

@@ -1,0 +1,216 @@
+"""The AVX-512 float32 tile of ``kernels._f32_conv`` and the compiled loops around it.
+
+Imported only by :func:`kernels._f32_conv.loops`, after it has checked that numba is usable and
+the CPU has AVX-512F: importing this module imports numba.  Module-level definitions (not a
+closure) so that numba's on-disk cache recognises them from one process to the next, as
+``kernels._vnni_tile``.
+
+The tile (:func:`_tile`, LLVM IR through a numba intrinsic) computes :data:`ROWS` output channels
+× 64 output columns: 24 accumulators (four 16-lane vectors per channel) start at zero; for each
+input column ``k`` (channel and tap) the four vectors ``planes[offsets[k] + p0 : ... + 64]`` are
+loaded and each channel's weight ``w[m, k]`` is broadcast and multiplied into its four
+accumulators (``llvm.fma.v16f32``: one rounding per multiply-add, ``k`` in order).  Loads and
+stores are masked to the ``valid`` columns of the last tile, so nothing past the output or the
+planes is read or written; rows past the last channel read the last channel's weights and are
+not stored.  LLVM keeps the accumulators in registers (24 of the 32 zmm).
+
+Each loop has a serial form over a range (``nogil``: Python threads may run ranges side by side)
+and a ``*_parallel`` form that splits the whole range into ``parts`` over numba's threading layer
+(``prange``), used where :func:`kernels._team.parallel_ready` says that layer is safe.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+ROWS = 6
+COLUMNS = 64
+_VECTORS = COLUMNS // 16
+_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+_LANES = ir.VectorType(_F32, 16)
+_INDICES = ir.VectorType(_I32, 16)
+_MASK = ir.VectorType(ir.IntType(1), 16)
+
+
+def _const(value: int):
+    return ir.Constant(_I64, value)
+
+
+def _splat(builder, value, vector_type):
+    vector = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
+
+
+@intrinsic
+def _tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy):
+    """``y[r·ldy + p0 + i] = sum_k w[r·depth + k] · planes[offsets[k] + p0 + i]`` for ``r <
+    rows`` (at most ROWS) and ``i < valid`` (at most COLUMNS); pointers and sizes as integers."""
+    signature = types.void(*([types.intp] * 9))
+
+    def codegen(context, builder, sig, args):
+        w, planes, y, offsets, depth, p0, valid, rows, ldy = args
+        module = builder.module
+        vector_pointer = _LANES.as_pointer()
+        fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
+        load = cgutils.get_or_insert_function(
+            module, ir.FunctionType(_LANES, [vector_pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
+        )
+        store = cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.VoidType(), [_LANES, vector_pointer, _I32, _MASK]), "llvm.masked.store.v16f32.p0"
+        )
+        weights = builder.inttoptr(w, _F32.as_pointer())
+        source = builder.inttoptr(planes, _F32.as_pointer())
+        target = builder.inttoptr(y, _F32.as_pointer())
+        starts = builder.inttoptr(offsets, _I64.as_pointer())
+        zero = ir.Constant(_LANES, None)
+        four = ir.Constant(_I32, 4)
+        lanes = ir.Constant(_INDICES, list(range(16)))
+        valid32 = builder.trunc(valid, _I32)
+        masks = [
+            builder.icmp_signed("<", lanes, _splat(builder, builder.sub(valid32, ir.Constant(_I32, 16 * v)), _INDICES))
+            for v in range(_VECTORS)
+        ]
+        last = builder.sub(rows, _const(1))
+        row_starts = [
+            builder.mul(builder.select(builder.icmp_signed("<", _const(r), rows), _const(r), last), depth)
+            for r in range(ROWS)
+        ]
+        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(_VECTORS)] for _ in range(ROWS)]
+        with cgutils.for_range(builder, depth) as k_loop:
+            k = k_loop.index
+            base = builder.add(builder.load(builder.gep(starts, [k])), p0)
+            columns = []
+            for v in range(_VECTORS):
+                address = builder.bitcast(builder.gep(source, [builder.add(base, _const(16 * v))]), vector_pointer)
+                columns.append(builder.call(load, [address, four, masks[v], zero]))
+            for r in range(ROWS):
+                weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
+                broadcast = _splat(builder, weight, _LANES)
+                for v in range(_VECTORS):
+                    acc = accumulators[r][v]
+                    builder.store(builder.call(fma, [broadcast, columns[v], builder.load(acc)]), acc)
+        for r in range(ROWS):
+            with builder.if_then(builder.icmp_signed("<", _const(r), rows)):
+                row = builder.add(builder.mul(_const(r), ldy), p0)
+                for v in range(_VECTORS):
+                    address = builder.bitcast(builder.gep(target, [builder.add(row, _const(16 * v))]), vector_pointer)
+                    builder.call(store, [builder.load(accumulators[r][v]), address, four, masks[v]])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def tiles(w, planes, offsets, acc, columns, t0, t1):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``acc[:, :columns] = w @ implicit(planes, offsets)``; tile ``t`` is
+    column tile ``t // m_tiles``, channel tile ``t % m_tiles`` (consecutive tiles share their
+    input columns, which stay in cache)."""
+    m, depth = w.shape
+    m_tiles = (m + ROWS - 1) // ROWS
+    ldy = acc.shape[1]
+    for t in range(t0, t1):
+        column_tile = t // m_tiles
+        m0 = (t - column_tile * m_tiles) * ROWS
+        p0 = column_tile * COLUMNS
+        _tile(
+            w[m0].ctypes.data,
+            planes.ctypes.data,
+            acc[m0].ctypes.data,
+            offsets.ctypes.data,
+            depth,
+            p0,
+            min(COLUMNS, columns - p0),
+            min(ROWS, m - m0),
+            ldy,
+        )
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def tiles_parallel(w, planes, offsets, acc, columns, parts):  # pragma: no cover - compiled
+    count = ((w.shape[0] + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
+    for part in prange(parts):
+        tiles(w, planes, offsets, acc, columns, count * part // parts, count * (part + 1) // parts)
+
+
+@numba.njit(cache=True, nogil=True)
+def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no cover - compiled
+    """Channels ``[c0, c1)`` of ``x`` ``(C, H, W)`` into the phase images ``planes`` ``(P, C,
+    length)`` (``kernels._conv_geometry``), zero where the padding or the tiles' overrun is.
+    Each plane is zeroed, then each input row copied through views that start at the first cell
+    read: a loop index that is never negative keeps numba's wraparound checks out, so the
+    stride-1 copy vectorises (indexing ``row[base + i]`` ran 5x slower)."""
+    _, height, width = x.shape
+    for p in range(phases.shape[0]):
+        py = phases[p, 0]
+        px = phases[p, 1]
+        first = max(0, -((px - left) // sw))  # the first column with ix·sw + px - left >= 0
+        last = min(wq, (width - 1 - px + left) // sw + 1) if width - 1 - px + left >= 0 else 0
+        count = max(0, last - first)
+        base = first * sw + px - left
+        for c in range(c0, c1):
+            plane = planes[p, c]
+            for i in range(plane.shape[0]):
+                plane[i] = 0.0
+            if count == 0:
+                continue
+            for iy in range(hq):
+                sy = iy * sh + py - top
+                if sy < 0 or sy >= height:
+                    continue
+                target = plane[iy * wq + first :]
+                source = x[c, sy, base:]
+                if sw == 1:
+                    for i in range(count):
+                        target[i] = source[i]
+                elif sw == 2:  # a constant stride: LLVM's interleaved loads, not a gather
+                    for i in range(count):
+                        target[i] = source[2 * i]
+                else:
+                    for i in range(count):
+                        target[i] = source[i * sw]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def gather_parallel(x, planes, sh, sw, top, left, phases, hq, wq, parts):  # pragma: no cover - compiled
+    channels = x.shape[0]
+    for part in prange(parts):
+        gather(x, planes, sh, sw, top, left, phases, hq, wq, channels * part // parts, channels * (part + 1) // parts)
+
+
+@numba.njit(cache=True, nogil=True)
+def finish(acc, wq, ow, b, z, low, high, y, m0, m1):  # pragma: no cover - compiled
+    """Channels ``[m0, m1)`` of ``y`` ``(M, OH·OW)``: the sums ``acc`` (columns ``oy·wq + ox``),
+    plus ``b[m]`` (if ``b`` is not empty), plus ``z`` ``(M, OH·OW)`` (if not empty), then clamped
+    to ``[low, high]``, in that order (``kernels._epilogue``'s numerics).  ``acc`` may be ``y``
+    itself when ``wq == ow``.  Rows through views, as :func:`gather`."""
+    has_b, has_z = b.shape[0] > 0, z.shape[0] > 0
+    rows = y.shape[1] // ow if ow else 0
+    for m in range(m0, m1):
+        bias = b[m] if has_b else np.float32(0)
+        for oy in range(rows):
+            source = acc[m, oy * wq :]
+            target = y[m, oy * ow :]
+            if has_z:
+                residual = z[m, oy * ow :]
+                for i in range(ow):
+                    v = source[i] + bias if has_b else source[i]
+                    v = v + residual[i]
+                    v = low if v < low else v
+                    target[i] = high if v > high else v
+            else:
+                for i in range(ow):
+                    v = source[i] + bias if has_b else source[i]
+                    v = low if v < low else v
+                    target[i] = high if v > high else v
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def finish_parallel(acc, wq, ow, b, z, low, high, y, parts):  # pragma: no cover - compiled
+    channels = y.shape[0]
+    for part in prange(parts):
+        finish(acc, wq, ow, b, z, low, high, y, channels * part // parts, channels * (part + 1) // parts)

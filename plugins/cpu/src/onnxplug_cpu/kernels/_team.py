@@ -1,0 +1,80 @@
+"""Whether the compiled kernels may split their work over numba's own threading layer.
+
+Why: a kernel split over Python threads (``kernels._split_rows``) pays two GIL hand-offs and a
+pool round trip per call, 18-50 µs on this project's 2-core machines, more than a small layer
+takes; numba's ``parallel=True`` loops run their parts on native threads that never touch the
+GIL, about 2.4 µs per parallel region (measured with an empty ``prange`` loop, OpenMP layer).
+
+Only two of numba's layers are safe for a runtime library: ``omp`` and ``tbb`` may be entered by
+several threads at once (concurrent ``run()`` calls); ``workqueue`` aborts the process when that
+happens.  So unless the application chose a layer itself (``NUMBA_THREADING_LAYER``), the first
+call asks numba for a thread-safe one, and if there is none (no libgomp, no TBB) the kernels
+keep their serial forms split over Python threads.  GNU OpenMP is not fork-safe: numba aborts a
+forked child that enters a parallel region its parent had used, so after ``fork`` this module
+answers ``False`` in the child.  ``ONNXPLUG_CPU_TEAM=0`` turns the layer off too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._split_rows import run_in_row_blocks
+
+__all__ = ["parallel_ready", "run_parts"]
+
+_SAFE_LAYERS = ("omp", "tbb")
+_LOCK = threading.Lock()
+_STATE = {"ready": None}
+
+
+def _forked() -> None:
+    if _STATE["ready"]:  # the parent started the layer: the child must not enter it
+        _STATE["ready"] = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _start() -> bool:
+    import numba
+
+    config = numba.config
+    chosen = os.environ.get("NUMBA_THREADING_LAYER")
+    previous = config.THREADING_LAYER
+    if not chosen and previous == "default":
+        config.THREADING_LAYER = "threadsafe"
+    try:
+        numba.get_num_threads()  # starts the layer (once per process)
+        layer = numba.threading_layer()
+    except (ValueError, RuntimeError, ImportError):
+        config.THREADING_LAYER = previous  # the application's own parallel code keeps its choice
+        return False
+    return layer in _SAFE_LAYERS
+
+
+def parallel_ready() -> bool:
+    """Whether ``*_parallel`` kernels may run: numba's threading layer is started and thread-safe,
+    this process is not a fork of one that used it, and ``ONNXPLUG_CPU_TEAM`` is not ``0``."""
+    ready = _STATE["ready"]
+    if ready is None:
+        with _LOCK:
+            if _STATE["ready"] is None:
+                _STATE["ready"] = _start()
+            ready = _STATE["ready"]
+    return ready and os.environ.get("ONNXPLUG_CPU_TEAM", "1") != "0"
+
+
+def run_parts(serial: Callable[..., Any], parallel: Callable[..., Any], count: int, parts: int, *args: Any) -> None:
+    """``serial(*args, lo, hi)`` over ``[0, count)`` in ``parts`` ranges: one call when ``parts``
+    is 1, else ``parallel(*args, parts)`` (the same ranges under ``prange``) on numba's layer, or
+    the serial form on Python threads (``kernels._split_rows``) where that layer is not safe."""
+    if parts <= 1:
+        serial(*args, 0, count)
+    elif parallel_ready():
+        parallel(*args, parts)
+    else:
+        run_in_row_blocks(lambda lo, hi: serial(*args, lo, hi), count, min_rows=max(1, count // parts))

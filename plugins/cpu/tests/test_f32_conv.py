@@ -1,0 +1,182 @@
+"""The float32 convolution on compiled AVX-512 tiles (``kernels._f32_conv``, opt-in with
+``ONNXPLUG_CPU_CONV_TILE=1``): values against a float64 sum over strides, dilations, pads,
+asymmetric kernels, batches and pointwise layers; the epilogue's order (bias, residual, clamp);
+the same bits however the tiles are split over threads (numba's team, Python threads, one
+thread); the products it serves (Winograd, grouped and transposed convolutions) against numpy;
+onnx's reference evaluator through a session; and a forked child that must not enter the team
+its parent started."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import _f32_conv, _team
+from onnxplug_cpu.numerics import PackedConv, convolve
+
+pytest.importorskip("numba")
+if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
+if _f32_conv.loops() is None:
+    pytest.skip("the float32 tiles need a CPU with AVX-512F (this one has none)", allow_module_level=True)
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+@pytest.fixture(autouse=True)
+def tiles_on(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")
+
+
+# (batch, channels, maps, height, width, kernel, strides, pads, dilations)
+LAYERS = [
+    (1, 3, 16, 33, 34, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    (2, 16, 32, 20, 21, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (1, 8, 8, 9, 10, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # pointwise: read in place
+    (2, 70, 13, 9, 10, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    (1, 8, 13, 9, 10, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    (1, 5, 7, 11, 12, (5, 5), (1, 1), (2, 2, 2, 2), (2, 2)),
+    (1, 4, 4, 12, 13, (3, 3), (2, 2), (1, 1, 1, 1), (2, 2)),
+    (1, 6, 10, 7, 8, (3, 1), (1, 2), (1, 0, 0, 1), (1, 1)),
+    (1, 3, 5, 1, 2, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    (1, 3, 5, 4, 5, (7, 7), (3, 3), (3, 3, 3, 3), (1, 1)),
+    (1, 64, 70, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # more than 64 columns, channel tail
+]
+
+
+def _case(layer, seed=0):
+    n, c, m, h, w, kernel, strides, pads, dilations = layer
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    weights = rng.standard_normal((m, c, *kernel), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    return x, weights, bias, dict(strides=strides, pads=pads, dilations=dilations)
+
+
+def _reference(x, weights, bias, attrs):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
+        return convolve(x.astype(np.float64), weights.astype(np.float64), bias.astype(np.float64), **attrs)
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:5])) + f"-k{layer[5]}-s{layer[6]}")
+def test_values_match_a_float64_sum(layer):
+    x, weights, bias, attrs = _case(layer)
+    expected = _reference(x, weights, bias, attrs)
+    got = convolve(x, weights, bias, packed=PackedConv(weights, 1), **attrs)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    scale = np.abs(expected).max()
+    assert np.abs(got - expected).max() <= 2e-6 * max(1.0, scale) * np.sqrt(weights[0].size)
+
+
+def test_epilogue_adds_bias_then_residual_then_clamps():
+    x, weights, bias, attrs = _case(LAYERS[1])
+    expected = _reference(x, weights, bias, attrs).astype(np.float32)
+    residual = np.random.default_rng(3).standard_normal(expected.shape, dtype=np.float32)
+    got = convolve(x, weights, bias, packed=PackedConv(weights, 1), residual=residual, clamp=(0.0, 1.5), **attrs)
+    np.testing.assert_allclose(got, np.clip(expected + residual, 0.0, 1.5), atol=1e-4)
+    # a broadcast residual takes the numpy epilogue after the tiles: same order
+    row = residual[:1, :, :1, :1]
+    got = convolve(x, weights, bias, packed=PackedConv(weights, 1), residual=row, clamp=(0.0, 6.0), **attrs)
+    np.testing.assert_allclose(got, np.clip(expected + row, 0.0, 6.0), atol=1e-4)
+
+
+def _tiles_are_used():
+    return _f32_conv.available()
+
+
+@pytest.mark.parametrize("layer", [LAYERS[0], LAYERS[3], LAYERS[10]])
+def test_same_bits_on_any_split(layer, monkeypatch):
+    assert _tiles_are_used()
+    x, weights, bias, attrs = _case(layer)
+    results = []
+    for threads, team in ((1, "1"), (2, "1"), (2, "0")):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            results.append(convolve(x, weights, bias, packed=PackedConv(weights, 1), clamp=(-1.0, 1.0), **attrs))
+    for other in results[1:]:
+        np.testing.assert_array_equal(results[0], other)
+
+
+def test_integer_valued_sums_are_exact():
+    rng = np.random.default_rng(5)
+    x = rng.integers(-8, 8, (1, 16, 12, 12)).astype(np.float32)
+    weights = rng.integers(-8, 8, (8, 16, 3, 3)).astype(np.float32)
+    got = convolve(x, weights, None, pads=(1, 1, 1, 1), packed=PackedConv(weights, 1))
+    expected = _reference(x, weights, np.zeros(8, np.float32), dict(pads=(1, 1, 1, 1)))
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "left, right",
+    [((36, 36), (36, 500)), ((3, 7, 20), (3, 20, 130)), ((5, 1, 4, 9), (2, 9, 70)), ((1, 300), (300, 64))],
+)
+def test_matmul_matches_numpy(left, right):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(left, dtype=np.float32)
+    b = rng.standard_normal(right, dtype=np.float32)
+    np.testing.assert_allclose(_f32_conv.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    # non-contiguous operands (a transposed view) are copied, not misread
+    np.testing.assert_allclose(
+        _f32_conv.matmul(a, np.swapaxes(np.swapaxes(b, -1, -2).copy(), -1, -2)), np.matmul(a, b), rtol=1e-5, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    "op, attrs, w_shape",
+    [
+        ("Conv", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]), (8, 6, 3, 3)),
+        ("Conv", dict(kernel_shape=[1, 1], group=2), (8, 3, 1, 1)),  # grouped: tile products
+        ("ConvTranspose", dict(kernel_shape=[2, 2], strides=[2, 2]), (6, 4, 2, 2)),  # Wᵀ @ x on tiles
+        ("ConvTranspose", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), (6, 4, 3, 3)),
+    ],
+)
+def test_sessions_agree_with_the_reference_evaluator(op, attrs, w_shape):
+    rng = np.random.default_rng(11)
+    weights = rng.standard_normal(w_shape, dtype=np.float32)
+    bias = rng.standard_normal(
+        w_shape[1] * attrs.get("group", 1) if op == "ConvTranspose" else w_shape[0], dtype=np.float32
+    )
+    x = rng.standard_normal((2, 6, 15, 14), dtype=np.float32)
+    model = make_model(
+        [helper.make_node(op, ["x", "w", "b"], ["y"], **attrs)],
+        [("x", TensorProto.FLOAT, list(x.shape))],
+        [("y", TensorProto.FLOAT, None)],
+        {"w": weights, "b": bias},
+    )
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def _child(queue):
+    x, weights, bias, attrs = _case(LAYERS[1])
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        y = convolve(x, weights, bias, packed=PackedConv(weights, 1), **attrs)
+    queue.put((_team.parallel_ready(), float(np.abs(y).sum())))
+
+
+def test_a_forked_child_keeps_out_of_its_parents_team():
+    """GNU OpenMP aborts a forked child that enters a parallel region its parent used: the child
+    must run the serial forms (and finish)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("this platform cannot fork")
+    x, weights, bias, attrs = _case(LAYERS[1])
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        expected = convolve(x, weights, bias, packed=PackedConv(weights, 1), **attrs)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    ready, total = queue.get(timeout=5)
+    assert ready is False or not _team.parallel_ready()  # a parent that never started it lends nothing
+    assert total == pytest.approx(float(np.abs(expected).sum()), rel=1e-6)
