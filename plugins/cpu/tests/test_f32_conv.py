@@ -180,3 +180,18 @@ def test_a_forked_child_keeps_out_of_its_parents_team():
     ready, total = queue.get(timeout=5)
     assert ready is False or not _team.parallel_ready()  # a parent that never started it lends nothing
     assert total == pytest.approx(float(np.abs(expected).sum()), rel=1e-6)
+
+
+@pytest.mark.parametrize("maximum", [True, False])
+def test_pools_on_the_team_match_python_threads(maximum, monkeypatch):
+    from onnxplug_cpu.kernels import pool
+
+    x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
+    geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
+    results = []
+    for team in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(2, user_api="blas"):
+            results.append(pool._compiled_reduce(x, (20, 20), **geometry))
+    assert results[0] is not None
+    np.testing.assert_array_equal(results[0], results[1])

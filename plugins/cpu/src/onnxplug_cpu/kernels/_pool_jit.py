@@ -16,9 +16,10 @@ columns, the window sums are added in the numpy path's order, and NaN wins a max
 
 Used where numba is loaded (a session with a float32 2-D convolution loads it, see
 ``kernels._jit``); inputs of at least 32K elements per thread are split into blocks of planes
-run on the session's threads: numba's threading layer where it is safe (``kernels._team``), the
-same team as the convolutions', else Python threads (``kernels._split_rows``).  ``None`` without numba or with
-``ONNXPLUG_CPU_JIT=0``: the numpy path is used.
+run on the session's threads: numba's threading layer where it is safe (``kernels._team``) and
+the convolutions use it too (``kernels._f32_conv``), else Python threads
+(``kernels._split_rows``).  ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``: the numpy
+path is used.
 """
 
 from __future__ import annotations
