@@ -1,7 +1,9 @@
 """The CPU Conv's fast paths (``onnxplug_cpu.numerics.convolve`` with a ``PackedConv``): Winograd
 F(4×4) and F(2×2) for 3×3 stride-1 layers, depthwise shifted multiply-adds, and FusedConv's
 in-place activations, each against the general im2col path in float64 and against onnx's
-reference evaluator or onnxruntime on whole nodes."""
+reference evaluator or onnxruntime on whole nodes.  These are the numpy paths, which
+``ONNXPLUG_CPU_CONV_TILE=0`` and CPUs without AVX-512F take (the compiled tiles are tested in
+``test_f32_conv.py``): every test here runs with the tiles off."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu import numerics
 from onnxplug_cpu.numerics import PackedConv, convolve, pack_conv_weights
+
+
+@pytest.fixture(autouse=True)
+def numpy_paths(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
 
 
 def _general(x, w, b=None, **geometry):

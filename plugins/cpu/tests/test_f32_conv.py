@@ -195,3 +195,65 @@ def test_pools_on_the_team_match_python_threads(maximum, monkeypatch):
             results.append(pool._compiled_reduce(x, (20, 20), **geometry))
     assert results[0] is not None
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_layers_on_the_team_keep_their_bits(stride, monkeypatch):
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 48, 30, 30), dtype=np.float32)
+    weights = rng.standard_normal((48, 1, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(48, dtype=np.float32)
+    results = []
+    for team in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(2, user_api="blas"):
+            results.append(
+                convolve(
+                    x,
+                    weights,
+                    bias,
+                    group=48,
+                    strides=(stride, stride),
+                    pads=(1, 1, 1, 1),
+                    packed=PackedConv(weights, 48),
+                    clamp=(0.0, 6.0),
+                )
+            )
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch):
+    """The run that starts the team sets BLAS to one thread (no OpenBLAS worker polling beside it)
+    and reads its own thread count from the run; after the run the BLAS count is what it was."""
+    from onnxplug.kernels import current_run
+
+    seen = []
+    original = _f32_conv.convolve
+
+    def spy(*args, **kwargs):
+        result = original(*args, **kwargs)
+        run = current_run()
+        controllers = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+        numpys = [c for c in controllers if "numpy" in c.filepath]  # the BLAS the provider calls
+        seen.append((run.threads, [c.get_num_threads() for c in numpys]))
+        return result
+
+    monkeypatch.setattr(_f32_conv, "convolve", spy)
+    weights = np.random.default_rng(19).standard_normal((16, 8, 3, 3), dtype=np.float32)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        [("x", TensorProto.FLOAT, [1, 8, 64, 64])],
+        [("y", TensorProto.FLOAT, None)],
+        {"w": weights},
+    )
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(20).standard_normal((1, 8, 64, 64), dtype=np.float32)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        session.run(None, {"x": x})
+        after = [c["num_threads"] for c in threadpoolctl.threadpool_info() if "numpy" in c["filepath"]]
+    assert seen and seen[0][0] == 2, seen
+    if _team.parallel_ready():
+        assert all(count == 1 for count in seen[0][1]), seen  # pinned during the run
+    assert all(count == 2 for count in after)  # restored

@@ -101,10 +101,13 @@ def test_pools_alone_do_not_load_numba(tmp_path):
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_blocks_of_planes_on_two_threads_match_the_numpy_path(monkeypatch, op):
-    """64 planes of 48×48 at two threads: the compiled pool runs in two blocks of planes."""
+    """64 planes of 48×48 at two threads: the compiled pool runs in two blocks of planes (on
+    Python threads here; on numba's team in ``test_f32_conv.py``)."""
     from onnxplug_cpu.kernels import _split_rows
 
+    monkeypatch.setenv("ONNXPLUG_CPU_TEAM", "0")
     monkeypatch.setattr(_split_rows, "thread_budget", lambda: 2)
+    monkeypatch.setattr(pool, "thread_budget", lambda: 2)
     blocks = []
     real = pool.run_in_row_blocks
     monkeypatch.setattr(

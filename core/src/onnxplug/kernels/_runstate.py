@@ -15,12 +15,23 @@ __all__ = ["RunState", "current_run", "check_terminate"]
 
 
 class RunState:
-    """Per-call state: the caller's RunOptions (for ``terminate``)."""
+    """Per-call state: the caller's RunOptions (for ``terminate``), the run's intra-op thread count
+    and a dict where providers keep per-run notes.
 
-    __slots__ = ("run_options",)
+    :ivar threads: the threads this run may use (``intra_op_num_threads``, or 1 where the thread
+        governor chose one for this run); ``None`` when the session leaves the count to the
+        libraries.  Kernels that split work themselves read it here rather than from BLAS.
+    :ivar notes: per-run scratch for providers, keyed by their package name (say, that a
+        provider's own thread team is in use, so its BLAS calls stay on one thread until the
+        run ends, when the session restores the BLAS count).
+    """
 
-    def __init__(self, run_options: Any = None) -> None:
+    __slots__ = ("run_options", "threads", "notes")
+
+    def __init__(self, run_options: Any = None, threads: int | None = None) -> None:
         self.run_options = run_options
+        self.threads = threads
+        self.notes: dict[str, Any] = {}
 
     def terminated(self) -> bool:
         options = self.run_options

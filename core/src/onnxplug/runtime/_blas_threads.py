@@ -206,8 +206,15 @@ class BlasThreads:
                 current = library.get_num_threads()
                 if current != target:
                     library.set_num_threads(target)
-                    saved.append((library, current))
+                saved.append((library, current))  # restored by leave, whoever changed it meanwhile
         return saved, inputs, key, one, time.perf_counter()
+
+    def threads_of(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> int | None:
+        """The thread count :meth:`enter` chose for the run of ``token`` (``None``: the
+        libraries' own), for ``RunState.threads``."""
+        if token[3]:
+            return 1
+        return self._threads if self._threads > 0 else None
 
     def leave(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> None:
         saved, inputs, key, one, start = token
@@ -216,7 +223,8 @@ class BlasThreads:
             if key is not None or seconds >= self._governor.min_seconds:
                 self._governor.record(signature(inputs) if key is None else key, one, seconds)
         for library, count in saved:
-            library.set_num_threads(count)
+            if library.get_num_threads() != count:
+                library.set_num_threads(count)
 
 
 def signature(inputs: list[Any]) -> tuple[Any, ...]:

@@ -337,12 +337,14 @@ class InferenceSession:
         inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
         profiler = self._profiler
         start = profiler.now() if profiler is not None else 0
-        token = enter_run(RunState(run_options))
+        state = RunState(run_options)
+        token = enter_run(state)
         try:
             if self._threads is None:
                 results = self._execute(plan, inputs, profiler)
             else:
                 saved = self._threads.enter(inputs)
+                state.threads = self._threads.threads_of(saved)
                 try:
                     results = self._execute(plan, inputs, profiler)
                 finally:

@@ -162,8 +162,8 @@ class PackedConv:
         self.shiftable = w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1)
         self._shape = w.shape
         self._stacked = None
-        if self.shiftable and 2 * w.shape[0] <= w.shape[1]:
-            self.stacked_filters()
+        if self.shiftable and 2 * w.shape[0] <= w.shape[1] and not _f32_conv.available():
+            self.stacked_filters()  # not with the compiled tiles, which take these layers
         self.winograd: dict[int, np.ndarray] = {}
         self.uses_winograd = bool(
             winograd
@@ -271,9 +271,33 @@ def convolve(
     xc = x.astype(ct, copy=False)
     tile = _winograd_tile(prepared, xc, strides, dilations, out)
     bias = None if b is None else b.astype(ct, copy=False)
-    tiled = nd == 2 and group == 1 and xc.dtype == np.float32 and weights.dtype == np.float32
+    # Non-overlapping patches (ViT's 16×16 stride-16 embedding) keep the numpy path: their im2col
+    # is one reshaping copy, and a transformer's run then never starts the tiles' thread team.
+    patches = tuple(ks) == tuple(strides or ()) and math.prod(ks) > 1
+    tiled = nd == 2 and group == 1 and xc.dtype == np.float32 and weights.dtype == np.float32 and not patches
     if tiled and _f32_conv.available() and not _winograd_beats_tiles(tile, c, out):
         y = _f32_conv.convolve(xc, weights[0], ks, strides, dilations, pads, auto_pad, bias, residual, clamp)
+        return y.astype(x.dtype, copy=False)
+    depthwise = prepared is not None and prepared.depthwise is not None
+    grouped = nd == 2 and group > 1 and not depthwise and xc.dtype == np.float32 and weights.dtype == np.float32
+    if grouped and not patches and _f32_conv.available():
+        # Each group is an ungrouped convolution of a block of channels (ShuffleNet's grouped 1×1
+        # layers read theirs in place); the blocks' outputs are joined, then the epilogue.
+        cg, mg = c // group, w.shape[0] // group
+        blocks = [
+            _f32_conv.convolve(
+                xc[:, g * cg : (g + 1) * cg],
+                weights[g],
+                ks,
+                strides,
+                dilations,
+                pads,
+                auto_pad,
+                None if bias is None else bias[g * mg : (g + 1) * mg],
+            )
+            for g in range(group)
+        ]
+        y = finish(np.concatenate(blocks, axis=1), None, residual, clamp)
         return y.astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
@@ -292,7 +316,7 @@ def convolve(
     elif out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
         # A pointwise convolution is a plain matmul over channels: no im2col copy.
         pixels = xc.reshape(n, group, c // group, math.prod(out))
-        y = _f32_conv.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
+        y = np.matmul(weights, pixels).reshape((n, w.shape[0]) + out)
     else:
         view = windows(xc, out, begin, end, ks, strides, dilations, 0)
         # (N, C, *out, *k) -> (N, g, C/g*K, P): the im2col copy.  Output positions stay the
@@ -301,6 +325,8 @@ def convolve(
         view = view.reshape((n, group, c // group) + view.shape[2:])
         order = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = view.transpose(order).reshape(n, group, (c // group) * math.prod(ks), math.prod(out))
-        y = _f32_conv.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
+        # OpenBLAS, not the tiles: this path is taken where the tiles are off, and by ViT's patch
+        # embedding, whose run must not start the tiles' team (its MatMuls stay on OpenBLAS)
+        y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
     y = finish(y, bias, residual, clamp)
     return y.astype(x.dtype, copy=False)

@@ -24,8 +24,9 @@ The nine products are added in the numpy path's order (offset ``(0, 0)``, ``(0, 
 does not contract without ``fastmath``), and the clamp is ``max`` then ``min`` with NaN kept, so
 results are the numpy passes' bits (``y + b`` then ``np.clip``/``np.maximum``).
 
-The kernels release the GIL, so concurrent runs proceed in parallel; one layer is not split over
-threads (measured slower: ``_depthwise._compiled_3x3``).  ``None`` without numba or with
+The kernels release the GIL, so concurrent runs proceed in parallel.  A layer is split over
+threads only on numba's own team, where the convolution tiles run (``kernels._f32_conv``); on
+Python threads beside OpenBLAS it measured slower (``_depthwise._compiled_3x3``).  ``None`` without numba or with
 ``ONNXPLUG_CPU_JIT=0``: the caller uses the numpy path.
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 
 from ._jit import compiler
 
-__all__ = ["compiled"]
+__all__ = ["compiled", "compiled_parallel"]
 
 
 @functools.cache
@@ -53,3 +54,15 @@ def compiled() -> dict[int, Any] | None:
     from . import _depthwise_loops
 
     return {1: _depthwise_loops.stride_1, 2: _depthwise_loops.stride_2}
+
+
+@functools.cache
+def compiled_parallel() -> dict[int, Any] | None:
+    """``{stride: kernel(..., y, parts)}``: :func:`compiled`'s kernels with one image's channels
+    split into ``parts`` on numba's threading layer, for sessions whose convolutions run on that
+    team (``kernels._f32_conv``); ``None`` without numba."""
+    if compiler() is None:
+        return None
+    from . import _depthwise_loops
+
+    return {1: _depthwise_loops.stride_1_parallel, 2: _depthwise_loops.stride_2_parallel}

@@ -5,6 +5,7 @@ every process (about 1 s on the first depthwise layer)."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ._jit import compiler
@@ -134,3 +135,25 @@ def stride_2(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover
                 s = s + d2[ox] * t7
                 s = s + e2[ox + 1] * t8
                 o[ox] = finish(s, b, has_bias, low, high)
+
+
+_parallel_jit = compiler(parallel=True)
+
+
+@_parallel_jit
+def stride_1_parallel(x, t, bias, has_bias, low, high, top, left, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_1` with the channels of one image (``x.shape[0] == t.shape[0]``) split into
+    ``parts`` on numba's threading layer (``kernels._team``)."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_1(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, top, left, y[lo:hi])
+
+
+@_parallel_jit
+def stride_2_parallel(x, t, bias, has_bias, low, high, top, left, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_2` split as :func:`stride_1_parallel`."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_2(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, top, left, y[lo:hi])

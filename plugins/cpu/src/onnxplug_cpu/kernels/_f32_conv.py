@@ -16,23 +16,19 @@ OpenBLAS's bits, within float32 accuracy of the exact sum (the ONNX node cases a
 agree to their tolerances), and exact for integer-valued data whose sums stay below 2**24.  The
 epilogue adds the bias, then the residual, then clamps: ``kernels._epilogue``'s order.
 
-Off by default; ``ONNXPLUG_CPU_CONV_TILE=1`` turns it on.  Each layer is 1.2-3x faster than the
-numpy paths at 2 threads (docs/benchmarks.md, "float32 convolutions on compiled tiles"), and the
-UNet and OCR detector run 1.3-1.6x faster whole; but MobileNetV2 ran slower whole (15 against
-10-12 ms) and VGG-19 was not faster, and on this project's 2-vCPU machines whole-model timings
-moved too much between processes to settle which sessions gain.  The suspected cause is two
-thread teams in one run: OpenBLAS's worker keeps polling for ~0.1 s after any threaded product
-(a classifier head, a grouped or depthwise model's numpy work beside it) while numba's team
-waits for its second thread.  Until that is measured out, the default keeps the numpy paths.
+On by default; ``ONNXPLUG_CPU_CONV_TILE=0`` keeps the numpy paths.  Layers run 1.2-3x faster
+than on the numpy paths at 2 threads (docs/benchmarks.md, "float32 convolutions on compiled
+tiles").  A run that uses the team pins BLAS to one thread until it ends (``kernels._team``):
+OpenBLAS's worker otherwise polls for ~0.1 s after any threaded product while the team waits
+for its second thread, which made whole models slower than their layers promised.
 
-:func:`available` is also ``False`` (callers keep the numpy paths) without numba, with
-``ONNXPLUG_CPU_JIT=0``, or on a CPU without AVX-512F.
+:func:`available` is ``False`` (callers keep the numpy paths) with ``ONNXPLUG_CPU_CONV_TILE=0``,
+without numba, with ``ONNXPLUG_CPU_JIT=0``, or on a CPU without AVX-512F.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numpy as np
@@ -41,7 +37,7 @@ from ._conv_geometry import PhaseGeometry
 from ._jit import compiler
 from ._scratch import scratch
 from ._split_rows import thread_budget
-from ._team import run_parts
+from ._team import run_parts, tiles_enabled
 
 __all__ = ["available", "convolve", "matmul", "matrix_product"]
 
@@ -81,11 +77,9 @@ def loops() -> Any | None:
 
 
 def available() -> bool:
-    """Whether :func:`convolve` runs: opted in with ``ONNXPLUG_CPU_CONV_TILE=1`` (off by default,
-    see the module's docstring), numba usable and the CPU with AVX-512F."""
-    if os.environ.get("ONNXPLUG_CPU_CONV_TILE", "0") != "1":
-        return False
-    return loops() is not None
+    """Whether :func:`convolve` runs: not switched off (``ONNXPLUG_CPU_CONV_TILE=0``), numba
+    usable and the CPU with AVX-512F."""
+    return tiles_enabled() and loops() is not None
 
 
 @functools.lru_cache(maxsize=512)

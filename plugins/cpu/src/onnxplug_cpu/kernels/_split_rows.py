@@ -21,7 +21,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["one_blas_thread", "run_in_row_blocks", "thread_budget"]
+from onnxplug.kernels import current_run
+
+__all__ = ["blas_controllers", "one_blas_thread", "run_in_row_blocks", "thread_budget"]
 
 _POOL_LOCK = threading.Lock()
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
@@ -29,7 +31,7 @@ _POOL_SIZE = 0
 
 
 @functools.cache
-def _blas_controllers() -> tuple[Any, ...]:
+def blas_controllers() -> tuple[Any, ...]:
     try:
         import threadpoolctl
     except ImportError:
@@ -38,8 +40,12 @@ def _blas_controllers() -> tuple[Any, ...]:
 
 
 def thread_budget() -> int:
-    """The threads this run may use: the BLAS libraries' current count (at least 1)."""
-    controllers = _blas_controllers()
+    """The threads this run may use: the session's count for the run in progress
+    (``RunState.threads``), else the BLAS libraries' current count (at least 1)."""
+    run = current_run()
+    if run is not None and run.threads:
+        return run.threads
+    controllers = blas_controllers()
     return max([1, *(c.get_num_threads() or 1 for c in controllers)]) if controllers else 1
 
 
@@ -54,7 +60,7 @@ def one_blas_thread():
     measured on quantized ResNet-50 (a hand-made A/B in one process), 65 → 52 ms per run with its
     final Gemm on one thread.
     The count is process-wide: a concurrent run's BLAS calls see one thread meanwhile."""
-    changed = [(c, n) for c in _blas_controllers() if (n := c.get_num_threads() or 1) > 1]
+    changed = [(c, n) for c in blas_controllers() if (n := c.get_num_threads() or 1) > 1]
     for c, _ in changed:
         c.set_num_threads(1)
     try:

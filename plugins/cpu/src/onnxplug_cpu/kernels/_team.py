@@ -21,9 +21,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._split_rows import run_in_row_blocks
+from onnxplug.kernels import current_run
 
-__all__ = ["parallel_ready", "run_parts"]
+from ._split_rows import blas_controllers, run_in_row_blocks
+
+__all__ = ["join_run", "parallel_ready", "run_parts", "team_runs_convolutions", "tiles_enabled"]
 
 _SAFE_LAYERS = ("omp", "tbb")
 _LOCK = threading.Lock()
@@ -56,6 +58,19 @@ def _start() -> bool:
     return layer in _SAFE_LAYERS
 
 
+def tiles_enabled() -> bool:
+    """Whether the float32 convolution tiles are switched on (by default; ``ONNXPLUG_CPU_CONV_TILE=0``
+    or ``ONNXPLUG_CPU_JIT=0`` turns them off; ``kernels._f32_conv`` also needs numba and AVX-512F)."""
+    return os.environ.get("ONNXPLUG_CPU_CONV_TILE", "1") != "0" and os.environ.get("ONNXPLUG_CPU_JIT", "1") != "0"
+
+
+def team_runs_convolutions() -> bool:
+    """Whether the kernels around the convolutions (pools, depthwise layers) should join numba's
+    team: the tiles are on and the team is safe.  Off, they keep their Python threads or the
+    calling thread, so that no team runs beside OpenBLAS's polling worker."""
+    return tiles_enabled() and parallel_ready()
+
+
 def parallel_ready() -> bool:
     """Whether ``*_parallel`` kernels may run: numba's threading layer is started and thread-safe,
     this process is not a fork of one that used it, and ``ONNXPLUG_CPU_TEAM`` is not ``0``."""
@@ -68,6 +83,24 @@ def parallel_ready() -> bool:
     return ready and os.environ.get("ONNXPLUG_CPU_TEAM", "1") != "0"
 
 
+_RUN_NOTE = "onnxplug_cpu.team"
+
+
+def join_run() -> None:
+    """Called before the team's first region of a run: BLAS goes to one thread for the rest of
+    the run, so that no OpenBLAS worker polls beside the team (a threaded product leaves it
+    polling for ~0.1 s, and every team region meanwhile waits for its second thread).  The
+    session restores the BLAS count when the run ends; outside a session's run (no
+    ``RunState.threads``) nothing is changed."""
+    run = current_run()
+    if run is None or not run.threads or run.notes.get(_RUN_NOTE):
+        return
+    run.notes[_RUN_NOTE] = True
+    for controller in blas_controllers():
+        if (controller.get_num_threads() or 1) > 1:
+            controller.set_num_threads(1)
+
+
 def run_parts(serial: Callable[..., Any], parallel: Callable[..., Any], count: int, parts: int, *args: Any) -> None:
     """``serial(*args, lo, hi)`` over ``[0, count)`` in ``parts`` ranges: one call when ``parts``
     is 1, else ``parallel(*args, parts)`` (the same ranges under ``prange``) on numba's layer, or
@@ -75,6 +108,7 @@ def run_parts(serial: Callable[..., Any], parallel: Callable[..., Any], count: i
     if parts <= 1:
         serial(*args, 0, count)
     elif parallel_ready():
+        join_run()
         parallel(*args, parts)
     else:
         run_in_row_blocks(lambda lo, hi: serial(*args, lo, hi), count, min_rows=max(1, count // parts))

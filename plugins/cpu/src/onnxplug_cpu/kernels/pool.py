@@ -20,13 +20,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
-from . import _f32_conv
 from ._jit import numba_loaded
 from ._pool_jit import compiled as _compiled_pool
 from ._pool_jit import compiled_parallel as _compiled_pool_parallel
 from ._registry import kernel
 from ._split_rows import run_in_row_blocks, thread_budget
-from ._team import parallel_ready
+from ._team import join_run, team_runs_convolutions
 
 
 def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0, op="Pool"):
@@ -182,9 +181,10 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
     min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
     parts = min(thread_budget(), source.shape[0] // min_rows)
-    if parts > 1 and parallel_ready() and _f32_conv.available():  # the convolutions' team
+    if parts > 1 and team_runs_convolutions():
         pool_parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
         if pool_parallel is not None:
+            join_run()
             pool_parallel(source, planes, *geometry, parts)
             return y
 
