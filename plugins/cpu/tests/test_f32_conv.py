@@ -257,3 +257,18 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch):
     if _team.parallel_ready():
         assert all(count == 1 for count in seen[0][1]), seen  # pinned during the run
     assert all(count == 2 for count in after)  # restored
+
+
+def test_pointwise_bias_and_clamp_in_the_store_are_the_epilogues_bits():
+    """A pointwise layer adds its bias and clamps in the tiles' store: the same bits as the sums
+    then ``+ b`` then the clamp in float32, NaN kept."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((1, 20, 9, 11), dtype=np.float32)
+    x[0, 3, 4, 5] = np.nan
+    weights = rng.standard_normal((13, 20, 1, 1), dtype=np.float32)
+    bias = rng.standard_normal(13, dtype=np.float32)
+    plain = convolve(x, weights, None, packed=PackedConv(weights, 1))
+    fused = convolve(x, weights, bias, packed=PackedConv(weights, 1), clamp=(-0.5, 2.0))
+    expected = np.clip(plain + bias.reshape(1, -1, 1, 1), np.float32(-0.5), np.float32(2.0))
+    np.testing.assert_array_equal(fused, expected)
+    assert np.isnan(fused[0, :, 4, 5]).all()

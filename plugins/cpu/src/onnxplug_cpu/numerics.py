@@ -27,8 +27,9 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   ``kernels._depthwise_jit``), large float32 3×3 stride-1 ones Winograd F(4×4) or F(2×2)
   (``kernels._winograd``), and stride-1 ones with no more outputs than inputs one matmul then
   shifted adds (``kernels._shifted``; float32 adds, crop and bias in one compiled pass,
-  ``kernels._shifted_jit``), with filters prepared once in :class:`PackedConv`.  With
-  ``ONNXPLUG_CPU_CONV_TILE=1`` ungrouped float32 2-D convolutions run on compiled AVX-512 tiles
+  ``kernels._shifted_jit``), with filters prepared once in :class:`PackedConv`.  Where numba
+  and AVX-512F are present (and ``ONNXPLUG_CPU_CONV_TILE`` is not ``0``), float32 2-D
+  convolutions other than depthwise layers and non-overlapping patches run on compiled tiles
   instead (``kernels._f32_conv``), except the wide 3×3 layers Winograd still wins.
 """
 

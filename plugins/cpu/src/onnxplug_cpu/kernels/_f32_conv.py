@@ -43,6 +43,7 @@ __all__ = ["available", "convolve", "matmul", "matrix_product"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
+_NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
 _MIN_TILES_PER_PART = 4
 #: Values per thread below which one thread gathers or finishes alone.
@@ -171,6 +172,9 @@ def convolve(
                 geometry.wq,
             )
             source, target = planes.reshape(-1), acc
+        # In place (no crop), the bias and the clamp go into the tiles' store; only a residual
+        # needs the epilogue's pass.
+        fused = in_place and z is None
         run_parts(
             compiled.tiles,
             compiled.tiles_parallel,
@@ -181,9 +185,11 @@ def convolve(
             offsets,
             target,
             geometry.columns,
+            b if fused else _NO_BIAS,
+            np.float32(low if fused else -np.inf),
+            np.float32(high if fused else np.inf),
         )
-        plain = in_place and bias is None and z is None and low == -np.inf and high == np.inf
-        if not plain:
+        if not fused:
             run_parts(
                 compiled.finish,
                 compiled.finish_parallel,
@@ -231,6 +237,9 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _row_offsets(depth, length),
         y,
         length,
+        _NO_BIAS,
+        _NO_CLAMP[0],
+        _NO_CLAMP[1],
     )
     return y
 

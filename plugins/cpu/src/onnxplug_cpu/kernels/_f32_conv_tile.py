@@ -47,13 +47,15 @@ def _splat(builder, value, vector_type):
 
 
 @intrinsic
-def _tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy):
-    """``y[r·ldy + p0 + i] = sum_k w[r·depth + k] · planes[offsets[k] + p0 + i]`` for ``r <
-    rows`` (at most ROWS) and ``i < valid`` (at most COLUMNS); pointers and sizes as integers."""
-    signature = types.void(*([types.intp] * 9))
+def _tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, low, high):
+    """``y[r·ldy + p0 + i] = clamp(sum_k w[r·depth + k] · planes[offsets[k] + p0 + i] + bias[r])``
+    for ``r < rows`` (at most ROWS) and ``i < valid`` (at most COLUMNS), the clamp to ``[low,
+    high]`` as the epilogue's (NaN kept); ``bias`` a pointer or 0 for none; pointers and sizes
+    as integers."""
+    signature = types.void(*([types.intp] * 10), types.float32, types.float32)
 
     def codegen(context, builder, sig, args):
-        w, planes, y, offsets, depth, p0, valid, rows, ldy = args
+        w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, low, high = args
         module = builder.module
         vector_pointer = _LANES.as_pointer()
         fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
@@ -94,25 +96,43 @@ def _tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy):
                 for v in range(_VECTORS):
                     acc = accumulators[r][v]
                     builder.store(builder.call(fma, [broadcast, columns[v], builder.load(acc)]), acc)
+        biases = builder.inttoptr(bias, _F32.as_pointer())
+        has_bias = builder.icmp_signed("!=", bias, _const(0))
+        lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
         for r in range(ROWS):
             with builder.if_then(builder.icmp_signed("<", _const(r), rows)):
                 row = builder.add(builder.mul(_const(r), ldy), p0)
+                with builder.if_else(has_bias) as (then, otherwise):
+                    with then:
+                        then_block = builder.block
+                        shift = _splat(builder, builder.load(builder.gep(biases, [_const(r)])), _LANES)
+                    with otherwise:
+                        else_block = builder.block
+                added = builder.phi(_LANES)
+                added.add_incoming(shift, then_block)
+                added.add_incoming(zero, else_block)
                 for v in range(_VECTORS):
+                    value = builder.load(accumulators[r][v])
+                    value = builder.select(has_bias, builder.fadd(value, added), value)
+                    value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
+                    value = builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
                     address = builder.bitcast(builder.gep(target, [builder.add(row, _const(16 * v))]), vector_pointer)
-                    builder.call(store, [builder.load(accumulators[r][v]), address, four, masks[v]])
+                    builder.call(store, [value, address, four, masks[v]])
         return context.get_dummy_value()
 
     return signature, codegen
 
 
 @numba.njit(cache=True, nogil=True)
-def tiles(w, planes, offsets, acc, columns, t0, t1):  # pragma: no cover - compiled
-    """Tiles ``[t0, t1)`` of ``acc[:, :columns] = w @ implicit(planes, offsets)``; tile ``t`` is
+def tiles(w, planes, offsets, acc, columns, b, low, high, t0, t1):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``acc[:, :columns] = clamp(w @ implicit(planes, offsets) + b)``
+    (``b`` empty for no bias; ``low``/``high`` ``-inf``/``inf`` for no clamp); tile ``t`` is
     column tile ``t // m_tiles``, channel tile ``t % m_tiles`` (consecutive tiles share their
     input columns, which stay in cache)."""
     m, depth = w.shape
     m_tiles = (m + ROWS - 1) // ROWS
     ldy = acc.shape[1]
+    has_b = b.shape[0] > 0
     for t in range(t0, t1):
         column_tile = t // m_tiles
         m0 = (t - column_tile * m_tiles) * ROWS
@@ -127,14 +147,17 @@ def tiles(w, planes, offsets, acc, columns, t0, t1):  # pragma: no cover - compi
             min(COLUMNS, columns - p0),
             min(ROWS, m - m0),
             ldy,
+            b[m0:].ctypes.data if has_b else 0,
+            low,
+            high,
         )
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def tiles_parallel(w, planes, offsets, acc, columns, parts):  # pragma: no cover - compiled
+def tiles_parallel(w, planes, offsets, acc, columns, b, low, high, parts):  # pragma: no cover - compiled
     count = ((w.shape[0] + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
     for part in prange(parts):
-        tiles(w, planes, offsets, acc, columns, count * part // parts, count * (part + 1) // parts)
+        tiles(w, planes, offsets, acc, columns, b, low, high, count * part // parts, count * (part + 1) // parts)
 
 
 @numba.njit(cache=True, nogil=True)
