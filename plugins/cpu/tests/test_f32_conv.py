@@ -222,7 +222,8 @@ def test_depthwise_layers_on_the_team_keep_their_bits(stride, monkeypatch):
     np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch):
+@pytest.mark.parametrize("threads", [2, 0])  # 0: the default, the libraries' own count
+def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
     """The run that starts the team sets BLAS to one thread (no OpenBLAS worker polling beside it)
     and reads its own thread count from the run; after the run the BLAS count is what it was."""
     from onnxplug.kernels import current_run
@@ -247,7 +248,7 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch):
         {"w": weights},
     )
     options = onnxplug.SessionOptions()
-    options.intra_op_num_threads = 2
+    options.intra_op_num_threads = threads
     session = onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(20).standard_normal((1, 8, 64, 64), dtype=np.float32)
     with threadpoolctl.threadpool_limits(2, user_api="blas"):

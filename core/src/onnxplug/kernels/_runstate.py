@@ -18,9 +18,10 @@ class RunState:
     """Per-call state: the caller's RunOptions (for ``terminate``), the run's intra-op thread count
     and a dict where providers keep per-run notes.
 
-    :ivar threads: the threads this run may use (``intra_op_num_threads``, or 1 where the thread
-        governor chose one for this run); ``None`` when the session leaves the count to the
-        libraries.  Kernels that split work themselves read it here rather than from BLAS.
+    :ivar threads: the threads this run may use (``intra_op_num_threads``, the BLAS libraries'
+        own count where that is 0, or 1 where the thread governor chose one for this run);
+        ``None`` when the session does not manage the BLAS count (then it does not restore it
+        either).  Kernels that split work themselves read it here rather than from BLAS.
     :ivar notes: per-run scratch for providers, keyed by their package name (say, that a
         provider's own thread team is in use, so its BLAS calls stay on one thread until the
         run ends, when the session restores the BLAS count).

@@ -201,20 +201,23 @@ class BlasThreads:
         one = key is not None and governor.one_thread(key)
         target = 1 if one else self._threads
         saved = []
-        if target > 0:
-            for library in self._find():
-                current = library.get_num_threads()
-                if current != target:
-                    library.set_num_threads(target)
-                saved.append((library, current))  # restored by leave, whoever changed it meanwhile
+        for library in self._find():
+            current = library.get_num_threads()
+            if target > 0 and current != target:
+                library.set_num_threads(target)
+            saved.append((library, current))  # restored by leave, whoever changed it meanwhile
         return saved, inputs, key, one, time.perf_counter()
 
     def threads_of(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> int | None:
-        """The thread count :meth:`enter` chose for the run of ``token`` (``None``: the
-        libraries' own), for ``RunState.threads``."""
+        """The thread count of the run of ``token``, for ``RunState.threads``: what :meth:`enter`
+        chose, or the libraries' own count where the session leaves it to them (``None`` if no
+        BLAS library was found)."""
         if token[3]:
             return 1
-        return self._threads if self._threads > 0 else None
+        if self._threads > 0:
+            return self._threads
+        counts = [count for _, count in token[0] if count]
+        return max(counts) if counts else None  # the libraries' own count (intra_op_num_threads=0)
 
     def leave(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> None:
         saved, inputs, key, one, start = token
