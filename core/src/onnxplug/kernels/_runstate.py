@@ -24,7 +24,7 @@ class RunState:
         either).  Kernels that split work themselves read it here rather than from BLAS.
     :ivar notes: per-run scratch for providers, keyed by their package name (say, that a
         provider's own thread team is in use, so its BLAS calls stay on one thread until the
-        run ends, when the session restores the BLAS count).
+        run ends).  A run whose notes are not empty has its BLAS count restored at the end.
     """
 
     __slots__ = ("run_options", "threads", "notes")

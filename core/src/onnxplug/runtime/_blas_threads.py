@@ -205,7 +205,7 @@ class BlasThreads:
             current = library.get_num_threads()
             if target > 0 and current != target:
                 library.set_num_threads(target)
-            saved.append((library, current))  # restored by leave, whoever changed it meanwhile
+            saved.append((library, current))  # the count before the run, for leave
         return saved, inputs, key, one, time.perf_counter()
 
     def threads_of(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> int | None:
@@ -219,14 +219,18 @@ class BlasThreads:
         counts = [count for _, count in token[0] if count]
         return max(counts) if counts else None  # the libraries' own count (intra_op_num_threads=0)
 
-    def leave(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> None:
+    def leave(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float], touched: bool = False) -> None:
+        """Record the run's time for the governor and restore the counts :meth:`enter` changed,
+        and, when ``touched`` (a provider noted in ``RunState.notes`` that it changed them
+        during the run), every count that differs from the one before the run."""
         saved, inputs, key, one, start = token
         if self._governor is not None and inputs is not None:
             seconds = time.perf_counter() - start
             if key is not None or seconds >= self._governor.min_seconds:
                 self._governor.record(signature(inputs) if key is None else key, one, seconds)
+        target = 1 if one else self._threads
         for library, count in saved:
-            if library.get_num_threads() != count:
+            if (target > 0 and count != target) or (touched and library.get_num_threads() != count):
                 library.set_num_threads(count)
 
 

@@ -348,7 +348,7 @@ class InferenceSession:
                 try:
                     results = self._execute(plan, inputs, profiler)
                 finally:
-                    self._threads.leave(saved)
+                    self._threads.leave(saved, touched=bool(state.notes))
         finally:
             leave_run(token)
         if profiler is not None:

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from ._conv_geometry import PhaseGeometry
-from ._jit import compiler
+from ._epilogue import finish
+from ._jit import compiler, cpu_has
 from ._scratch import scratch
 from ._split_rows import thread_budget
 from ._team import run_parts, tiles_enabled
@@ -51,26 +52,9 @@ _MIN_VALUES_PER_PART = 1 << 14
 
 
 @functools.cache
-def _cpu_has_avx512f() -> bool:
-    """Whether the CPU has AVX-512F: from /proc/cpuinfo where there is one, else from LLVM."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    return "avx512f" in line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
-        return False
-    return bool(llvm.get_host_cpu_features().get("avx512f", False))
-
-
-@functools.cache
 def loops() -> Any | None:
     """The compiled module ``kernels._f32_conv_tile``, or ``None`` without numba or AVX-512F."""
-    if compiler() is None or not _cpu_has_avx512f():
+    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
         return None
     from . import _f32_conv_tile
 
@@ -205,8 +189,6 @@ def convolve(
                 flat[image],
             )
     if residual is not None and z is None:  # a broadcast residual: added after the bias, then clamped
-        from ._epilogue import finish
-
         y = finish(y, None, residual, clamp)
     return y
 

@@ -22,12 +22,13 @@ ResNet-50, DenseNet-121, Inception v1/v2, VGG-19, SqueezeNet and ShuffleNet (doc
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compiler", "load_for_feature_maps", "numba_loaded"]
+__all__ = ["compiler", "cpu_has", "load_for_feature_maps", "numba_loaded"]
 
 
 def numba_loaded() -> bool:
@@ -55,3 +56,24 @@ def compiler(**options: Any) -> Callable[[Any], Any] | None:
     except ImportError:
         return None
     return numba.njit(cache=True, nogil=True, **options)
+
+
+@functools.cache
+def cpu_has(flags: tuple[str, ...], llvm_names: tuple[str, ...]) -> bool:
+    """Whether the CPU has every instruction-set ``flags`` (as /proc/cpuinfo spells them): from
+    /proc/cpuinfo where there is one (no import: asked for every session), else from LLVM's host
+    features under ``llvm_names``.  For the AVX-512 tiles that numba's LLVM emits."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    return all(flag in present for flag in flags)
+    except OSError:
+        pass
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return False
+    features = llvm.get_host_cpu_features()
+    return all(features.get(name, False) for name in llvm_names)

@@ -1,14 +1,14 @@
 """Rows of a compiled, GIL-free kernel's work spread over the run's threads.
 
-The CPU provider's intra-op threads are numpy's BLAS threads: a session with
-``intra_op_num_threads`` holds the BLAS libraries at that count while it runs
-(``onnxplug.runtime`` sets it), and without it they keep their default (the machine's cores).
+The run's thread count is the session's (``RunState.threads``: ``intra_op_num_threads``, or the
+BLAS libraries' own count where that is 0), which ``onnxplug.runtime`` also holds the BLAS
+libraries at while it runs.
 Kernels compiled with numba's ``nogil=True`` (the tree-ensemble walks) release the GIL, so plain
 Python threads run them in parallel: this module splits a batch's rows into that many blocks and
 runs all but the first on a shared pool while the calling thread computes the first.
 
-Not numba's own ``parallel=True``: without TBB, numba runs parallel loops on its workqueue layer,
-which aborts the process when two threads enter it at once, as concurrent ``run()`` calls would.
+numba's own ``parallel=True`` is used instead where its threading layer is thread-safe
+(``kernels._team``); these Python threads are the fallback, and the int8 and tree kernels' path.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._jit import compiler
+from ._jit import compiler, cpu_has
 from ._split_rows import run_in_row_blocks, thread_budget
 
 __all__ = ["COLUMNS", "ROWS", "available", "enabled", "product_in_blocks", "tile_product"]
@@ -45,25 +45,9 @@ _VECTORS = COLUMNS // 16
 _MIN_TILES_PER_BLOCK = 2
 
 
-@functools.cache
 def _cpu_has_vnni() -> bool:
-    """Whether the CPU has AVX-512 F, BW and VNNI: from /proc/cpuinfo where there is one (no
-    import: the optimizer asks this for every session), else from LLVM's host features."""
-    wanted = ("avx512f", "avx512bw", "avx512_vnni")
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return all(flag in flags for flag in wanted)
-    except OSError:
-        pass
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
-        return False
-    features = llvm.get_host_cpu_features()
-    return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vnni"))
+    """Whether the CPU has AVX-512 F, BW and VNNI."""
+    return cpu_has(("avx512f", "avx512bw", "avx512_vnni"), ("avx512f", "avx512bw", "avx512vnni"))
 
 
 def enabled() -> bool:

@@ -180,7 +180,7 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
 
     plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
     min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
-    parts = min(thread_budget(), source.shape[0] // min_rows)
+    parts = min(thread_budget(), source.shape[0] // min_rows) if source.shape[0] >= 2 * min_rows else 1
     if parts > 1 and team_runs_convolutions():
         pool_parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
         if pool_parallel is not None:
