@@ -1,10 +1,10 @@
-"""The float32 convolution on compiled AVX-512 tiles (``kernels._f32_conv``, opt-in with
-``ONNXPLUG_CPU_CONV_TILE=1``): values against a float64 sum over strides, dilations, pads,
-asymmetric kernels, batches and pointwise layers; the epilogue's order (bias, residual, clamp);
-the same bits however the tiles are split over threads (numba's team, Python threads, one
-thread); the products it serves (Winograd, grouped and transposed convolutions) against numpy;
-onnx's reference evaluator through a session; and a forked child that must not enter the team
-its parent started."""
+"""The float32 convolution on compiled AVX-512 tiles (``kernels._f32_conv``, on by default,
+``ONNXPLUG_CPU_CONV_TILE=0`` turns it off): values against a float64 sum over strides, dilations,
+pads, asymmetric kernels, batches, pointwise and grouped layers; the epilogue's order (bias,
+residual, clamp), in the tiles' store included; short last tiles; the same bits however the
+tiles are split over threads (numba's team, Python threads, one thread); the products it serves
+(Winograd and transposed convolutions) against numpy; onnx's reference evaluator through a
+session; and a forked child that must not enter the team its parent started."""
 
 from __future__ import annotations
 
@@ -273,3 +273,83 @@ def test_pointwise_bias_and_clamp_in_the_store_are_the_epilogues_bits():
     expected = np.clip(plain + bias.reshape(1, -1, 1, 1), np.float32(-0.5), np.float32(2.0))
     np.testing.assert_array_equal(fused, expected)
     assert np.isnan(fused[0, :, 4, 5]).all()
+
+
+# (batch, channels, maps, height, width, kernel, strides, pads, group)
+GROUPED = [
+    (1, 12, 12, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), 3),  # ShuffleNet's grouped 1×1, read in place
+    (2, 8, 16, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1), 2),  # gathered, cropped by the epilogue
+    (1, 6, 9, 10, 10, (1, 1), (2, 2), (0, 0, 0, 0), 3),  # stride 2: stored straight into the output
+    (1, 40, 20, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1), 4),  # 7 rows of output channels a group
+]
+
+
+def _grouped_case(layer, seed=29):
+    n, c, m, h, w, kernel, strides, pads, group = layer
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    weights = rng.standard_normal((m, c // group, *kernel), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    return x, weights, bias, dict(strides=strides, pads=pads, group=group)
+
+
+@pytest.mark.parametrize("layer", GROUPED, ids=lambda layer: "x".join(map(str, layer[:5])) + f"-g{layer[8]}")
+def test_grouped_layers_with_a_residual_match_a_float64_sum_on_any_split(layer, monkeypatch):
+    """All groups in one call: each reads its own block of input channels and writes its rows,
+    with the bias, the residual and the clamp; the same bits on one thread, the team and Python
+    threads."""
+    x, weights, bias, attrs = _grouped_case(layer)
+    expected = _reference(x, weights, bias, attrs)
+    residual = np.random.default_rng(31).standard_normal(expected.shape, dtype=np.float32)
+    want = np.clip(expected + residual, 0.0, 2.0)
+    results = []
+    for threads, team in ((1, "1"), (2, "1"), (2, "0")):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            packed = PackedConv(weights, attrs["group"])
+            results.append(convolve(x, weights, bias, packed=packed, residual=residual, clamp=(0.0, 2.0), **attrs))
+    assert results[0].shape == want.shape
+    np.testing.assert_allclose(results[0], want, atol=2e-5 * np.sqrt(weights[0].size) * max(1.0, np.abs(want).max()))
+    for other in results[1:]:
+        np.testing.assert_array_equal(results[0], other)
+
+
+def test_a_residual_stored_by_the_tiles_is_the_epilogues_bits():
+    """Where the tiles store the output (pointwise, and stride 2 without padding), the residual is
+    added in their store: the same bits as the sums, ``+ b``, ``+ z``, then the clamp, NaN kept."""
+    rng = np.random.default_rng(37)
+    for strides in ((1, 1), (2, 2)):
+        x = rng.standard_normal((2, 20, 9, 11), dtype=np.float32)
+        weights = rng.standard_normal((13, 20, 1, 1), dtype=np.float32)
+        bias = rng.standard_normal(13, dtype=np.float32)
+        plain = convolve(x, weights, None, strides=strides, packed=PackedConv(weights, 1))
+        residual = rng.standard_normal(plain.shape, dtype=np.float32)
+        residual[1, 2, 0, 1] = np.nan
+        fused = convolve(
+            x, weights, bias, strides=strides, packed=PackedConv(weights, 1), residual=residual, clamp=(-0.5, 2.0)
+        )
+        expected = np.clip((plain + bias.reshape(1, -1, 1, 1)) + residual, np.float32(-0.5), np.float32(2.0))
+        np.testing.assert_array_equal(fused, expected)
+        assert np.isnan(fused[1, 2, 0, 1])
+
+
+@pytest.mark.parametrize("columns", [1, 15, 16, 17, 33, 48, 49, 64, 65, 196])
+def test_short_last_tiles_compute_only_their_columns(columns):
+    """A last tile of 48, 32 or 16 columns or fewer takes a narrower tile: every column is still
+    computed and nothing past the output is written."""
+    rng = np.random.default_rng(41)
+    a = rng.standard_normal((7, 30), dtype=np.float32)
+    b = rng.standard_normal((30, columns), dtype=np.float32)
+    np.testing.assert_allclose(_f32_conv.matrix_product(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    loops = _f32_conv.loops()
+    guarded = np.full((7, columns + 64), 7.0, dtype=np.float32)  # 64 sentinel columns a row
+    offsets = np.arange(30, dtype=np.int64) * columns
+    no_bias, no_residual, inf = np.zeros(0, np.float32), np.zeros((0, 0), np.float32), np.float32(np.inf)
+    count = loops.tile_count(7, 1, columns)
+    loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, no_bias, no_residual, -inf, inf, 0, count)
+    np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
+    assert (guarded[:, columns:] == 7.0).all()
+    x = rng.standard_normal((1, 5, 1, columns), dtype=np.float32)
+    weights = rng.standard_normal((9, 5, 1, 1), dtype=np.float32)
+    got = convolve(x, weights, None, packed=PackedConv(weights, 1))
+    np.testing.assert_allclose(got, _reference(x, weights, np.zeros(9, np.float32), {}), rtol=1e-5, atol=1e-5)

@@ -282,23 +282,10 @@ def convolve(
     depthwise = prepared is not None and prepared.depthwise is not None
     grouped = nd == 2 and group > 1 and not depthwise and xc.dtype == np.float32 and weights.dtype == np.float32
     if grouped and not patches and _f32_conv.available():
-        # Each group is an ungrouped convolution of a block of channels (ShuffleNet's grouped 1×1
-        # layers read theirs in place); the blocks' outputs are joined, then the epilogue.
-        cg, mg = c // group, w.shape[0] // group
-        blocks = [
-            _f32_conv.convolve(
-                xc[:, g * cg : (g + 1) * cg],
-                weights[g],
-                ks,
-                strides,
-                dilations,
-                pads,
-                auto_pad,
-                None if bias is None else bias[g * mg : (g + 1) * mg],
-            )
-            for g in range(group)
-        ]
-        y = finish(np.concatenate(blocks, axis=1), None, residual, clamp)
+        # One call for all the groups: each reads its block of channels (ShuffleNet's grouped
+        # 1×1 layers in place) and writes its rows of the output.
+        matrix = weights.reshape(-1, weights.shape[-1])
+        y = _f32_conv.convolve(xc, matrix, ks, strides, dilations, pads, auto_pad, bias, residual, clamp, group)
         return y.astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)

@@ -6,9 +6,13 @@ OpenBLAS's second thread polls between products (docs/benchmarks.md, "Where the 
 gap is").  Here each output tile of 6 channels × 64 columns is computed straight from the input:
 every kernel tap reads the same phase images at a shifted offset (``kernels._conv_geometry``), so
 the only copy is one padded (and, for strides, phase-split) image, and a pointwise stride-1
-convolution reads its input in place.  The gather, the tiles and the epilogue (crop, bias,
-residual, Relu/Clip) are each split over the run's threads on numba's threading layer
-(``kernels._team``), or over Python threads where that layer is not safe.
+convolution reads its input in place.  Grouped layers run as one convolution whose groups read
+their own blocks of channels.  The gather, the tiles and the epilogue (crop, bias, residual,
+Relu/Clip) are each split over the run's threads on numba's threading layer (``kernels._team``),
+all from one compiled call per layer (each extra call from Python cost 5-10 µs, as much as a
+small layer's tiles), or over Python threads where that layer is not safe.  Where the computed
+columns are the output's (pointwise layers; stride 2 without padding) the tiles store the output
+with the bias, the residual and the clamp, and there is no epilogue pass.
 
 Numerics: each output is ``sum_k w[m, k] · x[...]`` accumulated in float32 with one rounding per
 multiply-add, ``k`` in the weights' order (channel, then tap row, then tap column); not
@@ -37,13 +41,15 @@ from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
 from ._jit import compiler, cpu_has
 from ._scratch import scratch
-from ._split_rows import thread_budget
-from ._team import run_parts, tiles_enabled
+from ._split_rows import run_in_row_blocks, thread_budget
+from ._team import join_run, parallel_ready, run_parts, tiles_enabled
 
 __all__ = ["available", "convolve", "matmul", "matrix_product"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
+_NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
+_NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
 _NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
 _MIN_TILES_PER_PART = 4
@@ -68,20 +74,22 @@ def available() -> bool:
 
 
 @functools.lru_cache(maxsize=512)
-def _layout(shape: tuple, kernel: tuple, strides, dilations, pads, auto_pad: str):
-    """``(geometry, offsets, in_place)`` for input ``shape`` ``(C, H, W)``.  The offsets (int64,
-    one per weight column, channel-major as the weights) index the phase images laid out ``(P, C,
-    length)``; or, when ``in_place`` (a pointwise stride-1 convolution without padding, whose
-    computed columns are the output's), the input itself."""
+def _layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str):
+    """``(geometry, offsets, in_place, group_stride)`` for input ``shape`` ``(C, H, W)`` in
+    ``groups`` channel groups.  The offsets (int64, one per weight column of a group,
+    channel-major as the weights) index the phase images laid out ``(P, C, length)``; or, when
+    ``in_place`` (a pointwise stride-1 convolution without padding, whose computed columns are
+    the output's), the input itself.  Group ``g`` reads from ``g · group_stride`` values on."""
     conv = {"strides": strides, "dilations": dilations, "pads": pads, "auto_pad": auto_pad}
     geometry = PhaseGeometry(shape[1:], kernel, conv, "Conv")
     channels, height, width = shape
     in_place = geometry.shifts == [0] and geometry.wq == width and geometry.hq == height and not any(geometry.pads)
     plane = height * width if in_place else geometry.length
     taps = geometry.tap_offsets(channels * plane)
-    offsets = (np.arange(channels, dtype=np.int64)[:, None] * plane + taps[None, :]).reshape(-1)
+    per_group = channels // groups
+    offsets = (np.arange(per_group, dtype=np.int64)[:, None] * plane + taps[None, :]).reshape(-1)
     offsets.flags.writeable = False
-    return geometry, offsets, in_place
+    return geometry, offsets, in_place, per_group * plane
 
 
 def _parts(work: int, minimum: int) -> int:
@@ -101,16 +109,20 @@ def convolve(
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
     clamp: tuple[float, float] | None = None,
+    groups: int = 1,
 ) -> np.ndarray:
-    """The convolution of float32 ``x`` ``(N, C, H, W)`` with weights ``w`` ``(M, C·kh·kw)``
-    (float32, C-contiguous, channel-major), plus ``bias`` ``(M,)``, plus ``residual`` (of the
-    output's shape), clamped to ``clamp``; a fresh ``(N, M, OH, OW)`` float32 array.  The caller
-    has checked :func:`available`, the shapes and the attributes (``numerics.convolve``)."""
+    """The convolution of float32 ``x`` ``(N, C, H, W)`` with weights ``w`` ``(M, C/groups·kh·kw)``
+    (float32, C-contiguous, channel-major; the rows in ``groups`` equal groups, group ``g``
+    reading input channels ``[g·C/groups, (g+1)·C/groups)``), plus ``bias`` ``(M,)``, plus
+    ``residual`` (of the output's shape, or broadcastable), clamped to ``clamp``; a fresh ``(N,
+    M, OH, OW)`` float32 array.  The caller has checked :func:`available`, the shapes and the
+    attributes (``numerics.convolve``)."""
     compiled = loops()
     n, c = x.shape[:2]
     m = w.shape[0]
-    geometry, offsets, in_place = _layout(
+    geometry, offsets, in_place, group_stride = _layout(
         tuple(x.shape[1:]),
+        groups,
         tuple(kernel),
         tuple(strides) if strides else None,
         tuple(dilations) if dilations else None,
@@ -121,76 +133,84 @@ def convolve(
     y = np.empty((n, m, oh, ow), dtype=np.float32)
     if y.size == 0:
         return y
-    # A pointwise stride-1 convolution without padding reads its input in place and writes its
-    # sums straight into the output.
-    planes = None
-    if not in_place:
-        planes = scratch("planes", (len(geometry.phases), c, geometry.length), np.float32)
-        acc = scratch("sums", (m, geometry.columns), np.float32)
+    direct = geometry.wq == ow  # the computed columns are the output's: no crop, no scratch sums
+    planes = _NO_PLANES if in_place else scratch("planes", (len(geometry.phases), c, geometry.length), np.float32)
+    acc = _NO_RESIDUAL if direct else scratch("sums", (m, geometry.columns), np.float32)
     b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(m)
-    z = None
+    z = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
     if residual is not None and residual.shape == y.shape and residual.dtype == np.float32:
         z = np.ascontiguousarray(residual).reshape(n, m, oh * ow)
-    low, high = clamp if clamp is not None and (z is not None or residual is None) else (-np.inf, np.inf)
-    tile_count = -(-m // compiled.ROWS) * geometry.tiles
-    tile_parts = _parts(tile_count, _MIN_TILES_PER_PART)
-    flat = y.reshape(n, m, oh * ow)
-    x = np.ascontiguousarray(x)  # one compiled specialisation of the gather
-    for image in range(n):
-        if in_place:
-            source, target = x[image].reshape(-1), flat[image]
-        else:
-            top, left = geometry.pads
-            run_parts(
-                compiled.gather,
-                compiled.gather_parallel,
-                c,
-                _parts(c * geometry.length, _MIN_VALUES_PER_PART),
-                x[image],
-                planes,
-                *geometry.stride,
-                top,
-                left,
-                geometry.phases,
-                geometry.hq,
-                geometry.wq,
-            )
-            source, target = planes.reshape(-1), acc
-        # In place (no crop), the bias and the clamp go into the tiles' store; only a residual
-        # needs the epilogue's pass.
-        fused = in_place and z is None
-        run_parts(
-            compiled.tiles,
-            compiled.tiles_parallel,
-            tile_count,
-            tile_parts,
-            w,
-            source,
-            offsets,
-            target,
-            geometry.columns,
-            b if fused else _NO_BIAS,
-            np.float32(low if fused else -np.inf),
-            np.float32(high if fused else np.inf),
+    broadcast = residual is not None and z.shape[1] == 0  # added after the bias, then clamped
+    low, high = clamp if clamp is not None and not broadcast else (-np.inf, np.inf)
+    parts = (
+        1 if in_place else _parts(c * geometry.length, _MIN_VALUES_PER_PART),
+        _parts(compiled.tile_count(m, groups, geometry.columns), _MIN_TILES_PER_PART),
+        1 if direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART),
+    )
+    arguments = (
+        np.ascontiguousarray(x),  # one compiled specialisation
+        w,
+        planes,
+        offsets,
+        acc,
+        y.reshape(n, m, oh * ow),
+        geometry.columns,
+        groups,
+        group_stride,
+        b,
+        z,
+        np.float32(low),
+        np.float32(high),
+    )
+    if max(parts) == 1 or parallel_ready():
+        if max(parts) > 1:
+            join_run()
+        top, left = geometry.pads
+        compiled.convolve_images(
+            *arguments,
+            _NO_BIAS,
+            _NO_RESIDUAL,
+            *geometry.stride,
+            top,
+            left,
+            geometry.phases,
+            geometry.hq,
+            geometry.wq,
+            ow,
+            in_place,
+            *parts,
         )
-        if not fused:
-            run_parts(
-                compiled.finish,
-                compiled.finish_parallel,
-                m,
-                _parts(m * oh * ow, _MIN_VALUES_PER_PART),
-                target,
-                geometry.wq,
-                ow,
-                b,
-                _NO_RESIDUAL if z is None else z[image],
-                np.float32(low),
-                np.float32(high),
-                flat[image],
-            )
-    if residual is not None and z is None:  # a broadcast residual: added after the bias, then clamped
+    else:
+        _on_python_threads(compiled, geometry, in_place, direct, parts, *arguments)
+    if broadcast:
         y = finish(y, None, residual, clamp)
     return y
+
+
+def _on_python_threads(compiled, geometry, in_place, direct, parts, x, w, planes, offsets, acc, y, columns, *rest):
+    """:func:`convolve`'s stages for each image where numba's threading layer is not safe
+    (``kernels._team``): the driver's serial loops, split over Python threads."""
+    groups, group_stride, b, z, low, high = rest
+    top, left = geometry.pads
+    m = w.shape[0]
+    count = compiled.tile_count(m, groups, columns)
+    inf = np.float32(np.inf)
+    for image in range(x.shape[0]):
+        if in_place:
+            source = x[image].reshape(-1)
+        else:
+            phases = (geometry.phases, geometry.hq, geometry.wq)
+            gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
+            run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
+            source = planes.reshape(-1)
+        target = y[image] if direct else acc
+        fused = (b, z[image], low, high) if direct else (_NO_BIAS, _NO_RESIDUAL, -inf, inf)
+        product = functools.partial(compiled.tiles, w, source, offsets, target, columns, groups, group_stride, *fused)
+        run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
+        if not direct:
+            crop = (acc, geometry.wq, geometry.out[1])
+            epilogue = functools.partial(compiled.finish, *crop, b, z[image], low, high, y[image])
+            run_in_row_blocks(epilogue, m, min_rows=max(1, m // parts[2]))
 
 
 @functools.lru_cache(maxsize=64)
@@ -208,7 +228,7 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     rows, depth = w.shape
     length = x.shape[1]
     y = np.empty((rows, length), dtype=np.float32)
-    count = -(-rows // compiled.ROWS) * -(-length // compiled.COLUMNS)
+    count = compiled.tile_count(rows, 1, length)
     run_parts(
         compiled.tiles,
         compiled.tiles_parallel,
@@ -219,7 +239,10 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _row_offsets(depth, length),
         y,
         length,
+        1,
+        0,
         _NO_BIAS,
+        _NO_RESIDUAL,
         _NO_CLAMP[0],
         _NO_CLAMP[1],
     )

@@ -12,6 +12,7 @@ a session with a float32 convolution loads it; a pool alone does not).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -195,8 +196,21 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     return y
 
 
-def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad):
-    """How many cells each window averages over, as an array broadcastable to ``out``."""
+def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad, dtype):
+    """How many cells each window averages over, as a read-only ``dtype`` array broadcastable to
+    ``out``; kept per geometry (working it out took 30 µs, as long as a small pool)."""
+    key = tuple(tuple(v) if v is not None else None for v in (in_shape, out, begin, end, declared, kernel_shape))
+    steps = tuple(tuple(v) if v is not None else None for v in (strides, dilations))
+    compute = _cached_counts if math.prod(out) <= _CACHED_COUNTS_MAX else _cached_counts.__wrapped__
+    return compute(*key, *steps, bool(include_pad), np.dtype(dtype))
+
+
+#: Window-count arrays up to this many cells are kept (256 geometries at most).
+_CACHED_COUNTS_MAX = 1 << 16
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad, dtype):
     nd = len(out)
     strides = tuple(strides) if strides else (1,) * nd
     dilations = tuple(dilations) if dilations else (1,) * nd
@@ -210,6 +224,8 @@ def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, d
         ek = (kernel_shape[i] - 1) * dilations[i] + 1
         w = sliding_window_view(valid, ek)[: (out[i] - 1) * strides[i] + 1 : strides[i], :: dilations[i]]
         counts = np.multiply.outer(counts, w.sum(axis=-1))
+    counts = counts.astype(dtype)
+    counts.flags.writeable = False
     return counts
 
 
@@ -237,11 +253,11 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
     if sums is None:
         sums = separable_reduce(x.astype(acc, copy=False), out, begin, end, kernel_shape, strides, dilations, 0, np.add)
     counts = _window_counts(
-        x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0)
+        x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0), acc
     )
     # In the accumulator's type and in place: float64 counts would promote a float32 sum.
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.divide(sums, counts.astype(acc), out=sums).astype(x.dtype, copy=False)
+        return np.divide(sums, counts, out=sums).astype(x.dtype, copy=False)
 
 
 @kernel("LpPool", since=(1, 2, 11, 18, 22))
