@@ -110,3 +110,30 @@ def test_nodes_match_the_reference(op, attrs, opset, shape):
     session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("alpha", [None, 1.0])
+def test_a_run_on_the_team_splits_the_pass_with_the_same_bits(alpha, monkeypatch):
+    """Inside a run whose convolutions started numba's team, a large pass is split over it; the
+    values are the one-thread pass's bits.  Outside such a run it stays on the calling thread."""
+    from onnxplug_cpu.kernels import _team
+
+    if _sigmoid_jit.compiled() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    x = _inputs(np.random.default_rng(43), 5 * _sigmoid_jit.PART_ELEMENTS + 7)
+    alone = _sigmoid_jit.logistic(x, alpha)
+    split = []
+    monkeypatch.setattr(_sigmoid_jit, "team_joined", lambda: True)
+    monkeypatch.setattr(_sigmoid_jit, "thread_budget", lambda: 2)
+    import onnxplug_cpu.kernels._sigmoid_loops as loops
+
+    original = loops.logistic_parallel
+
+    def spy(*args):
+        split.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(loops, "logistic_parallel", spy)
+    np.testing.assert_array_equal(_sigmoid_jit.logistic(x, alpha), alone)
+    assert split == [2]

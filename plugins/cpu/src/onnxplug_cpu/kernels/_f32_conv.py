@@ -92,9 +92,9 @@ def _layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, 
     return geometry, offsets, in_place, per_group * plane
 
 
-def _parts(work: int, minimum: int) -> int:
+def _parts(work: int, minimum: int, budget: int | None = None) -> int:
     """Threads for ``work`` units: the run's budget, at most one per ``minimum`` units."""
-    budget = thread_budget()
+    budget = thread_budget() if budget is None else budget
     return max(1, min(budget, work // minimum)) if budget > 1 else 1
 
 
@@ -142,10 +142,11 @@ def convolve(
         z = np.ascontiguousarray(residual).reshape(n, m, oh * ow)
     broadcast = residual is not None and z.shape[1] == 0  # added after the bias, then clamped
     low, high = clamp if clamp is not None and not broadcast else (-np.inf, np.inf)
+    budget = thread_budget()
     parts = (
-        1 if in_place else _parts(c * geometry.length, _MIN_VALUES_PER_PART),
-        _parts(compiled.tile_count(m, groups, geometry.columns), _MIN_TILES_PER_PART),
-        1 if direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART),
+        1 if in_place else _parts(c * geometry.length, _MIN_VALUES_PER_PART, budget),
+        _parts(compiled.tile_count(m, groups, geometry.columns), _MIN_TILES_PER_PART, budget),
+        1 if direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART, budget),
     )
     arguments = (
         np.ascontiguousarray(x),  # one compiled specialisation

@@ -10,6 +10,7 @@ sums buffer, as large as its largest layer needs.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -22,7 +23,7 @@ _SCRATCH = threading.local()
 def scratch(slot: str, shape: tuple, dtype) -> np.ndarray:
     """A work array of ``shape`` in this thread's buffer ``slot``, grown as needed and reused
     (its contents are whatever the last user left)."""
-    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    need = math.prod(shape) * np.dtype(dtype).itemsize
     buffer = getattr(_SCRATCH, slot, None)
     if buffer is None or buffer.size < need:
         buffer = np.empty(max(need, 1), dtype=np.uint8)

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler
+from ._split_rows import thread_budget
+from ._team import team_joined
 
-__all__ = ["BLOCK", "MIN_ELEMENTS", "compiled", "logistic"]
+__all__ = ["BLOCK", "MIN_ELEMENTS", "PART_ELEMENTS", "compiled", "logistic"]
 
 #: Elements per block of the compiled loop: its copy of the block, the input and the output stay in L1.
 BLOCK = 2048
@@ -48,6 +50,9 @@ def compiled() -> tuple[Any, Any] | None:
 #: Smaller arrays keep numpy's passes: the first compiled call loads numba (about half a
 #: second and 60 MiB, once per process), which a few thousand elements never pay back.
 MIN_ELEMENTS = 4096
+#: Elements per thread from which a run already on numba's team (``kernels._team``) splits the
+#: pass over it: YOLO's SiLU after every convolution ran on one core beside an idle one.
+PART_ELEMENTS = 1 << 15
 
 
 def logistic(x: np.ndarray, alpha: float | None = None, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -61,7 +66,13 @@ def logistic(x: np.ndarray, alpha: float | None = None, out: np.ndarray | None =
         return None
     if out is None:
         out = np.empty(x.shape, np.float32)
-    if alpha is None:
+    parts = min(thread_budget(), x.size // PART_ELEMENTS) if x.size >= 2 * PART_ELEMENTS else 1
+    if parts > 1 and team_joined():  # between the convolutions of a run on numba's team
+        from ._sigmoid_loops import logistic_parallel
+
+        scale = np.float32(-1.0 if alpha is None else -alpha)
+        logistic_parallel(x.reshape(-1), scale, alpha is not None, out.reshape(-1), parts)
+    elif alpha is None:
         kernels[0](x, out)
     else:
         kernels[1](x, np.float32(alpha), out)

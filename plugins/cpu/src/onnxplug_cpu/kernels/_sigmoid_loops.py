@@ -4,8 +4,10 @@ vectorisable ``exp`` it shares with Gelu and softmax."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from ._jit import compiler
 from ._sigmoid_jit import BLOCK
 from ._vexp import exp_value, jit
 
@@ -27,3 +29,12 @@ def logistic_flat(flat, scale, with_x, dest):  # pragma: no cover - compiled
         for j in range(stop - start):
             v = xs[j]
             target[j] = np.divide(v if with_x else _ONE, _ONE + exp_value(scale * v))
+
+
+@compiler(parallel=True)
+def logistic_parallel(flat, scale, with_x, dest, parts):  # pragma: no cover - compiled
+    """:func:`logistic_flat` split into ``parts`` ranges on numba's threading layer; each element
+    is computed as there (the same bits)."""
+    for part in numba.prange(parts):
+        lo, hi = flat.size * part // parts, flat.size * (part + 1) // parts
+        logistic_flat(flat[lo:hi], scale, with_x, dest[lo:hi])

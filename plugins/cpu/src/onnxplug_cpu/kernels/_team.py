@@ -25,7 +25,7 @@ from onnxplug.kernels import current_run
 
 from ._split_rows import blas_controllers, run_in_row_blocks
 
-__all__ = ["join_run", "parallel_ready", "run_parts", "team_runs_convolutions", "tiles_enabled"]
+__all__ = ["join_run", "parallel_ready", "run_parts", "team_joined", "team_runs_convolutions", "tiles_enabled"]
 
 _SAFE_LAYERS = ("omp", "tbb")
 _LOCK = threading.Lock()
@@ -99,6 +99,14 @@ def join_run() -> None:
     for controller in blas_controllers():
         if (controller.get_num_threads() or 1) > 1:
             controller.set_num_threads(1)
+
+
+def team_joined() -> bool:
+    """Whether the run in progress has already started the team (its BLAS is pinned): element-wise
+    kernels between its convolutions may then split over the team too, while a run that has not
+    (a transformer's, whose products need BLAS's threads) is left as it is."""
+    run = current_run()
+    return run is not None and bool(run.notes.get(_RUN_NOTE)) and parallel_ready()
 
 
 def run_parts(serial: Callable[..., Any], parallel: Callable[..., Any], count: int, parts: int, *args: Any) -> None:

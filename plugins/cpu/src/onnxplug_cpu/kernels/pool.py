@@ -34,9 +34,22 @@ def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ce
 
     ``end`` may exceed the declared pad when ``ceil_mode`` makes the last window run past the
     padded input; the caller pads that far (with the reduction's neutral value).
-    Returns ``(out, begin, end, declared_end)``.
+    Returns ``(out, begin, end, declared_end)``; kept per geometry (every Conv and pool call
+    asks, with the same attributes each run).
     """
+
+    def key(values):
+        return tuple(int(v) for v in values) if values is not None and len(values) else None
+
+    steps = (key(strides), key(dilations), key(pads))
+    return _geometry(tuple(in_shape), key(kernel_shape), *steps, auto_pad, ceil_mode, op)
+
+
+@functools.lru_cache(maxsize=1024)
+def _geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op):
     nd = len(in_shape)
+    if kernel_shape is None:
+        kernel_shape = ()
     kernel_shape = tuple(kernel_shape)
     if len(kernel_shape) != nd:
         raise Fail(f"{op}: kernel_shape {list(kernel_shape)} does not match {nd} spatial dims")
