@@ -229,7 +229,7 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
     from onnxplug.kernels import current_run
 
     seen = []
-    original = _f32_conv.convolve
+    original = _f32_conv.run
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
@@ -239,7 +239,7 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
         seen.append((run.threads, [c.get_num_threads() for c in numpys]))
         return result
 
-    monkeypatch.setattr(_f32_conv, "convolve", spy)
+    monkeypatch.setattr(_f32_conv, "run", spy)
     weights = np.random.default_rng(19).standard_normal((16, 8, 3, 3), dtype=np.float32)
     model = make_model(
         [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
@@ -353,3 +353,27 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     weights = rng.standard_normal((9, 5, 1, 1), dtype=np.float32)
     got = convolve(x, weights, None, packed=PackedConv(weights, 1))
     np.testing.assert_allclose(got, _reference(x, weights, np.zeros(9, np.float32), {}), rtol=1e-5, atol=1e-5)
+
+
+def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkeypatch):
+    """The first call of a shape plans the layer and keeps the plan on the node's PackedConv; later
+    calls with the node's own attribute objects skip the routing (same bits), a bias of the wrong
+    shape is still refused, and switching the tiles off still takes effect."""
+    from onnxplug.errors import Fail
+
+    x, weights, bias, _ = _case(LAYERS[1])
+    attrs = dict(strides=[1, 1], pads=[1, 1, 1, 1], dilations=None)  # one set of objects, as a node's
+    packed = PackedConv(weights, 1)
+    first = convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs)
+    planned, ran = [], []
+    monkeypatch.setattr(_f32_conv, "plan", lambda *a: planned.append(a))
+    original = _f32_conv.run
+    monkeypatch.setattr(_f32_conv, "run", lambda *a: ran.append(1) or original(*a))
+    np.testing.assert_array_equal(convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs), first)
+    assert ran == [1] and planned == []
+    with pytest.raises(Fail, match="B shape"):
+        convolve(x, weights, bias[:-1], packed=packed, **attrs)
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
+    ran.clear()
+    off = convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs)
+    assert ran == [] and np.abs(off - first).max() < 1e-4

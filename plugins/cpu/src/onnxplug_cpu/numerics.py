@@ -163,6 +163,7 @@ class PackedConv:
         self.shiftable = w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1)
         self._shape = w.shape
         self._stacked = None
+        self._tile_plans: dict[tuple, tuple] = {}
         if self.shiftable and 2 * w.shape[0] <= w.shape[1] and not _f32_conv.available():
             self.stacked_filters()  # not with the compiled tiles, which take these layers
         self.winograd: dict[int, np.ndarray] = {}
@@ -175,6 +176,19 @@ class PackedConv:
             and WINOGRAD_MIN_MAPS <= w.shape[0] <= WINOGRAD_MAX_WIDENING * w.shape[1]
         )
         self._w = w if self.uses_winograd else None
+
+    def remember_tiles(self, shape: tuple, attributes: tuple, layer) -> None:
+        """Keep the tiles' plan for inputs of ``shape`` with these attribute objects (the node's
+        own, passed on every call), so that the next call skips the checks and the routing."""
+        self._tile_plans[shape] = (attributes, layer)
+
+    def tile_plan(self, shape: tuple, attributes: tuple):
+        """The plan :meth:`remember_tiles` kept for ``shape``, if the attributes are the very
+        objects it was kept with (the same node's call), else ``None``."""
+        kept = self._tile_plans.get(shape)
+        if kept is None or any(a is not b for a, b in zip(kept[0], attributes)):
+            return None
+        return kept[1]
 
     def stacked_filters(self) -> np.ndarray:
         if self._stacked is None:  # idempotent, as winograd_filters
@@ -251,12 +265,20 @@ def convolve(
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
     """
+    if isinstance(packed, PackedConv) and packed.group == group and x.dtype == np.float32:
+        layer = packed.tile_plan(x.shape, (kernel_shape, strides, dilations, pads, auto_pad))
+        usable = layer is not None and (b is None or b.shape == layer.shape[1:2])
+        if usable and _f32_conv.available():  # this shape took the tiles before
+            b32 = None if b is None else b.astype(np.float32, copy=False)
+            return _f32_conv.run(layer, x, packed.matrix.reshape(layer.shape[1], -1), b32, residual, clamp)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise Fail(f"{op}: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
     nd = x.ndim - 2
     ks = tuple(kernel_shape) if kernel_shape else w.shape[2:]
     if tuple(ks) != w.shape[2:]:
         raise Fail(f"{op}: kernel_shape {list(ks)} differs from the weights' {list(w.shape[2:])}")
+    if b is not None and b.shape != w.shape[:1]:
+        raise Fail(f"{op}: B shape {list(b.shape)} does not match the {w.shape[0]} output channels of W")
     if x.shape[1] != w.shape[1] * group:
         raise Fail(  # onnxruntime's class for a channel mismatch
             f"{op}: X has {x.shape[1]} channels but W {list(w.shape)} with group={group} needs {w.shape[1] * group}"
@@ -276,17 +298,18 @@ def convolve(
     # is one reshaping copy, and a transformer's run then never starts the tiles' thread team.
     patches = tuple(ks) == tuple(strides or ()) and math.prod(ks) > 1
     tiled = nd == 2 and group == 1 and xc.dtype == np.float32 and weights.dtype == np.float32 and not patches
-    if tiled and _f32_conv.available() and not _winograd_beats_tiles(tile, c, out):
-        y = _f32_conv.convolve(xc, weights[0], ks, strides, dilations, pads, auto_pad, bias, residual, clamp)
-        return y.astype(x.dtype, copy=False)
     depthwise = prepared is not None and prepared.depthwise is not None
     grouped = nd == 2 and group > 1 and not depthwise and xc.dtype == np.float32 and weights.dtype == np.float32
-    if grouped and not patches and _f32_conv.available():
-        # One call for all the groups: each reads its block of channels (ShuffleNet's grouped
-        # 1×1 layers in place) and writes its rows of the output.
+    # Ungrouped layers (but the wide ones Winograd wins) and grouped ones, all groups in one call:
+    # each group reads its block of channels (ShuffleNet's grouped 1×1 layers in place) and
+    # writes its rows of the output.
+    if _f32_conv.available() and ((tiled and not _winograd_beats_tiles(tile, c, out)) or (grouped and not patches)):
         matrix = weights.reshape(-1, weights.shape[-1])
-        y = _f32_conv.convolve(xc, matrix, ks, strides, dilations, pads, auto_pad, bias, residual, clamp, group)
-        return y.astype(x.dtype, copy=False)
+        geometry = (tuple(a) if a else None for a in (ks, strides, dilations, pads))
+        layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
+        if prepared is not None and x.dtype == np.float32:
+            prepared.remember_tiles(x.shape, (kernel_shape, strides, dilations, pads, auto_pad), layer)
+        return _f32_conv.run(layer, xc, matrix, bias, residual, clamp).astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
         y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)

@@ -44,7 +44,7 @@ from ._scratch import scratch
 from ._split_rows import run_in_row_blocks, thread_budget
 from ._team import join_run, parallel_ready, run_parts, tiles_enabled
 
-__all__ = ["available", "convolve", "matmul", "matrix_product"]
+__all__ = ["ConvPlan", "available", "convolve", "matmul", "matrix_product", "plan", "run"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
@@ -98,6 +98,66 @@ def _parts(work: int, minimum: int, budget: int | None = None) -> int:
     return max(1, min(budget, work // minimum)) if budget > 1 else 1
 
 
+class ConvPlan:
+    """What a convolution of one input shape computes and where, worked out once (a layer's call
+    then costs a few µs of Python around the compiled driver, not 15).
+
+    :ivar geometry: the :class:`PhaseGeometry`; ``offsets``, ``in_place``, ``group_stride``: as
+        :func:`_layout` gives them; ``direct``: the tiles store the output (no crop, no sums).
+    :ivar shape: the output ``(N, M, OH, OW)``; ``channels``: the input's; ``groups``: the
+        weights' row groups; ``driver``: the geometry arguments of ``convolve_images``.
+    """
+
+    __slots__ = (
+        "geometry",
+        "offsets",
+        "in_place",
+        "group_stride",
+        "direct",
+        "shape",
+        "channels",
+        "groups",
+        "driver",
+        "_parts",
+    )
+
+    def __init__(self, shape: tuple, maps: int, groups: int, kernel, strides, dilations, pads, auto_pad: str) -> None:
+        n, c = shape[:2]
+        geometry, offsets, in_place, group_stride = _layout(
+            tuple(shape[1:]), groups, kernel, strides, dilations, pads, auto_pad
+        )
+        self.geometry, self.offsets, self.in_place, self.group_stride = geometry, offsets, in_place, group_stride
+        oh, ow = geometry.out
+        self.direct = geometry.wq == ow  # the computed columns are the output's
+        self.shape = (n, maps, oh, ow)
+        self.channels, self.groups = c, groups
+        top, left = geometry.pads
+        # convolve_images' geometry arguments
+        self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, ow, in_place)
+        self._parts: dict[int, tuple[int, int, int]] = {}
+
+    def parts(self, budget: int) -> tuple[int, int, int]:
+        """Threads for the gather, the tiles and the epilogue at a run's thread ``budget``."""
+        parts = self._parts.get(budget)
+        if parts is None:
+            n, m, oh, ow = self.shape
+            geometry = self.geometry
+            parts = (
+                1 if self.in_place else _parts(self.channels * geometry.length, _MIN_VALUES_PER_PART, budget),
+                _parts(loops().tile_count(m, self.groups, geometry.columns), _MIN_TILES_PER_PART, budget),
+                1 if self.direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART, budget),
+            )
+            self._parts[budget] = parts
+        return parts
+
+
+@functools.lru_cache(maxsize=512)
+def plan(shape: tuple, maps: int, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str) -> ConvPlan:
+    """The :class:`ConvPlan` of an input ``shape`` ``(N, C, H, W)`` convolved to ``maps`` channels
+    (attributes as tuples or ``None``), kept per shape and attributes."""
+    return ConvPlan(shape, maps, groups, kernel, strides, dilations, pads, auto_pad)
+
+
 def convolve(
     x: np.ndarray,
     w: np.ndarray,
@@ -117,11 +177,9 @@ def convolve(
     ``residual`` (of the output's shape, or broadcastable), clamped to ``clamp``; a fresh ``(N,
     M, OH, OW)`` float32 array.  The caller has checked :func:`available`, the shapes and the
     attributes (``numerics.convolve``)."""
-    compiled = loops()
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    geometry, offsets, in_place, group_stride = _layout(
-        tuple(x.shape[1:]),
+    layer = plan(
+        tuple(x.shape),
+        w.shape[0],
         groups,
         tuple(kernel),
         tuple(strides) if strides else None,
@@ -129,35 +187,37 @@ def convolve(
         tuple(pads) if pads else None,
         auto_pad,
     )
-    oh, ow = geometry.out
-    y = np.empty((n, m, oh, ow), dtype=np.float32)
+    return run(layer, x, w, bias, residual, clamp)
+
+
+def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None, clamp=None) -> np.ndarray:
+    """:func:`convolve` of an ``x`` of the shape ``layer`` was planned for."""
+    compiled = loops()
+    n, m, oh, ow = layer.shape
+    geometry = layer.geometry
+    y = np.empty(layer.shape, dtype=np.float32)
     if y.size == 0:
         return y
-    direct = geometry.wq == ow  # the computed columns are the output's: no crop, no scratch sums
-    planes = _NO_PLANES if in_place else scratch("planes", (len(geometry.phases), c, geometry.length), np.float32)
-    acc = _NO_RESIDUAL if direct else scratch("sums", (m, geometry.columns), np.float32)
+    phase_images = (len(geometry.phases), layer.channels, geometry.length)
+    planes = _NO_PLANES if layer.in_place else scratch("planes", phase_images, np.float32)
+    acc = _NO_RESIDUAL if layer.direct else scratch("sums", (m, geometry.columns), np.float32)
     b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(m)
     z = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
     if residual is not None and residual.shape == y.shape and residual.dtype == np.float32:
         z = np.ascontiguousarray(residual).reshape(n, m, oh * ow)
     broadcast = residual is not None and z.shape[1] == 0  # added after the bias, then clamped
     low, high = clamp if clamp is not None and not broadcast else (-np.inf, np.inf)
-    budget = thread_budget()
-    parts = (
-        1 if in_place else _parts(c * geometry.length, _MIN_VALUES_PER_PART, budget),
-        _parts(compiled.tile_count(m, groups, geometry.columns), _MIN_TILES_PER_PART, budget),
-        1 if direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART, budget),
-    )
+    parts = layer.parts(thread_budget())
     arguments = (
         np.ascontiguousarray(x),  # one compiled specialisation
         w,
         planes,
-        offsets,
+        layer.offsets,
         acc,
         y.reshape(n, m, oh * ow),
         geometry.columns,
-        groups,
-        group_stride,
+        layer.groups,
+        layer.group_stride,
         b,
         z,
         np.float32(low),
@@ -166,23 +226,9 @@ def convolve(
     if max(parts) == 1 or parallel_ready():
         if max(parts) > 1:
             join_run()
-        top, left = geometry.pads
-        compiled.convolve_images(
-            *arguments,
-            _NO_BIAS,
-            _NO_RESIDUAL,
-            *geometry.stride,
-            top,
-            left,
-            geometry.phases,
-            geometry.hq,
-            geometry.wq,
-            ow,
-            in_place,
-            *parts,
-        )
+        compiled.convolve_images(*arguments, _NO_BIAS, _NO_RESIDUAL, *layer.driver, *parts)
     else:
-        _on_python_threads(compiled, geometry, in_place, direct, parts, *arguments)
+        _on_python_threads(compiled, geometry, layer.in_place, layer.direct, parts, *arguments)
     if broadcast:
         y = finish(y, None, residual, clamp)
     return y
