@@ -121,3 +121,28 @@ def test_nodes_match_the_reference(mode, ctm, nearest_mode):
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_a_run_on_the_team_splits_the_planes_with_the_same_bits(monkeypatch, mode):
+    """Inside a run whose convolutions started numba's team, a large resize splits its planes over
+    it: the one-thread pass's bits."""
+    from onnxplug_cpu.kernels import _team
+
+    if resize._compiled_2d() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    x = np.random.default_rng(3).standard_normal((1, 16, 64, 64)).astype(np.float32)
+    alone = _run(x, (2.0, 2.0), mode, "half_pixel")
+    monkeypatch.setattr(resize, "team_joined", lambda: True)
+    monkeypatch.setattr(resize, "thread_budget", lambda: 2)
+    split = []
+    real = resize._compiled_2d_parallel
+
+    def spy():
+        split.append(1)
+        return real()
+
+    monkeypatch.setattr(resize, "_compiled_2d_parallel", spy)
+    np.testing.assert_array_equal(_run(x, (2.0, 2.0), mode, "half_pixel"), alone)
+    assert split == [1]

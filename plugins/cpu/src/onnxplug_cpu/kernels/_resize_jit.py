@@ -15,6 +15,10 @@ each output row is written once:
 The tap tables are ``resize.axis_taps``' (every coordinate mode and nearest rounding), and the
 linear path multiplies and adds in the numpy path's order (rows first, then columns; no fused
 multiply-add without ``fastmath``), so results are the numpy path's bits.
+
+Inside a run whose convolutions started numba's team (``kernels._team.team_joined``), large
+resizes split their planes over it (UNet's bilinear 2× upsamplings ran on one core beside an
+idle one).
 """
 
 from __future__ import annotations
@@ -22,11 +26,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from ._jit import compiler
 
-__all__ = ["compiled"]
+__all__ = ["compiled", "compiled_parallel"]
 
 
 @functools.cache
@@ -34,35 +36,20 @@ def compiled() -> tuple[Any, Any] | None:
     """``(nearest(x, iy, ix, y), linear(x, iy, wy, ix, wx, y))`` for ``x`` ``(B, H, W)`` and
     ``y`` ``(B, OH, OW)`` float32, int64 ``iy`` ``(OH,)`` / ``ix`` ``(OW,)`` (nearest) or
     ``(OH, 2)`` / ``(OW, 2)`` with float32 weights of the same shape (linear); or ``None``."""
-    jit = compiler()
-    if jit is None:
+    if compiler() is None:
         return None
+    from . import _resize_loops
 
-    @jit
-    def nearest(x, iy, ix, y):  # pragma: no cover - compiled
-        for b in range(y.shape[0]):
-            for oy in range(y.shape[1]):
-                out = y[b, oy]
-                if oy > 0 and iy[oy] == iy[oy - 1]:
-                    previous = y[b, oy - 1]
-                    for ox in range(out.shape[0]):
-                        out[ox] = previous[ox]
-                else:
-                    row = x[b, iy[oy]]
-                    for ox in range(out.shape[0]):
-                        out[ox] = row[ix[ox]]
+    return _resize_loops.nearest, _resize_loops.linear
 
-    @jit
-    def linear(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
-        blend = np.empty(x.shape[2], np.float32)
-        for b in range(y.shape[0]):
-            for oy in range(y.shape[1]):
-                r0, r1 = x[b, iy[oy, 0]], x[b, iy[oy, 1]]
-                w0, w1 = wy[oy, 0], wy[oy, 1]
-                for j in range(blend.shape[0]):
-                    blend[j] = r0[j] * w0 + r1[j] * w1
-                out = y[b, oy]
-                for ox in range(out.shape[0]):
-                    out[ox] = blend[ix[ox, 0]] * wx[ox, 0] + blend[ix[ox, 1]] * wx[ox, 1]
 
-    return nearest, linear
+@functools.cache
+def compiled_parallel() -> tuple[Any, Any] | None:
+    """:func:`compiled`'s loops with one more argument, ``parts``: the planes split into that
+    many ranges on numba's threading layer (``kernels._team``), each plane computed as there
+    (the same bits); or ``None``."""
+    if compiler() is None:
+        return None
+    from . import _resize_loops
+
+    return _resize_loops.nearest_parallel, _resize_loops.linear_parallel

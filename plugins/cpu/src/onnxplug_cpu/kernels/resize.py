@@ -23,6 +23,9 @@ from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
 from ._resize_jit import compiled as _compiled_2d
+from ._resize_jit import compiled_parallel as _compiled_2d_parallel
+from ._split_rows import thread_budget
+from ._team import team_joined
 
 
 def _source_coords(out_size, in_size, scale, mode, roi_start, roi_end):
@@ -124,6 +127,8 @@ def _apply_axis(x, axis, indices, weights, acc):
 
 #: Smaller outputs keep the numpy path: the first compiled call loads numba (once per process).
 COMPILED_MIN_ELEMENTS = 4096
+#: Output elements per thread from which a run on numba's team splits a resize over it.
+PART_ELEMENTS = 1 << 15
 
 
 @functools.lru_cache(maxsize=128)
@@ -160,9 +165,14 @@ def _resize_2d(x, out_shape, scales, opts):
     y = np.empty(out_shape, np.float32)
     target = y.reshape(-1, *out_shape[-2:])
     if opts["mode"] == "nearest":
-        kernels[0](source, np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]), target)
+        arguments = (source, np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]), target)
     else:
-        kernels[1](source, iy, wy, ix, wx, target)
+        arguments = (source, iy, wy, ix, wx, target)
+    parts = min(thread_budget(), y.size // PART_ELEMENTS, target.shape[0])
+    if parts > 1 and team_joined():  # between the convolutions of a run on numba's team
+        _compiled_2d_parallel()[opts["mode"] == "linear"](*arguments, parts)
+    else:
+        kernels[opts["mode"] == "linear"](*arguments)
     return y
 
 

@@ -1,0 +1,60 @@
+"""The compiled loops of :mod:`._resize_jit` (imported only when :func:`._jit.compiler` gives a
+decorator: this module needs numba).  Module-level functions, as in :mod:`._depthwise_loops`, so
+that the parallel forms calling the serial ones stay in numba's on-disk cache."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ._jit import compiler
+
+jit = compiler()
+if jit is None:  # pragma: no cover - the caller checks compiler() first
+    raise ImportError("numba is disabled (ONNXPLUG_CPU_JIT=0) or not installed")
+_parallel_jit = compiler(parallel=True)
+
+
+@jit
+def nearest(x, iy, ix, y):  # pragma: no cover - compiled
+    for b in range(y.shape[0]):
+        for oy in range(y.shape[1]):
+            out = y[b, oy]
+            if oy > 0 and iy[oy] == iy[oy - 1]:
+                previous = y[b, oy - 1]
+                for ox in range(out.shape[0]):
+                    out[ox] = previous[ox]
+            else:
+                row = x[b, iy[oy]]
+                for ox in range(out.shape[0]):
+                    out[ox] = row[ix[ox]]
+
+
+@jit
+def linear(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
+    blend = np.empty(x.shape[2], np.float32)
+    for b in range(y.shape[0]):
+        for oy in range(y.shape[1]):
+            r0, r1 = x[b, iy[oy, 0]], x[b, iy[oy, 1]]
+            w0, w1 = wy[oy, 0], wy[oy, 1]
+            for j in range(blend.shape[0]):
+                blend[j] = r0[j] * w0 + r1[j] * w1
+            out = y[b, oy]
+            for ox in range(out.shape[0]):
+                out[ox] = blend[ix[ox, 0]] * wx[ox, 0] + blend[ix[ox, 1]] * wx[ox, 1]
+
+
+@_parallel_jit
+def nearest_parallel(x, iy, ix, y, parts):  # pragma: no cover - compiled
+    planes = y.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = planes * part // parts, planes * (part + 1) // parts
+        nearest(x[lo:hi], iy, ix, y[lo:hi])
+
+
+@_parallel_jit
+def linear_parallel(x, iy, wy, ix, wx, y, parts):  # pragma: no cover - compiled
+    planes = y.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = planes * part // parts, planes * (part + 1) // parts
+        linear(x[lo:hi], iy, wy, ix, wx, y[lo:hi])
