@@ -346,7 +346,8 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     offsets = np.arange(30, dtype=np.int64) * columns
     no_bias, no_residual, inf = np.zeros(0, np.float32), np.zeros((0, 0), np.float32), np.float32(np.inf)
     count = loops.tile_count(7, 1, columns)
-    loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, no_bias, no_residual, -inf, inf, 0, count)
+    no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
+    loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, no_bias, no_residual, -inf, inf, *no_crop, 0, count)
     np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
     assert (guarded[:, columns:] == 7.0).all()
     x = rng.standard_normal((1, 5, 1, columns), dtype=np.float32)
@@ -377,3 +378,53 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     ran.clear()
     off = convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs)
     assert ran == [] and np.abs(off - first).max() < 1e-4
+
+
+@pytest.mark.parametrize("layer", [LAYERS[0], LAYERS[1], LAYERS[9], LAYERS[10]], ids=["s2", "s1", "k7s3", "7x7"])
+def test_cropping_tiles_store_exactly_the_output(layer):
+    """A gathered layer's tiles compress each vector's kept columns into the output rows: every
+    output cell is written once with the bias, the residual and the clamp, and nothing past a row
+    of the output is touched (64 sentinel columns a row)."""
+    x, weights, bias, attrs = _case(layer)
+    expected = _reference(x, weights, bias, attrs)
+    residual = np.random.default_rng(43).standard_normal(expected.shape, dtype=np.float32)
+    want = np.clip(expected + residual, -1.0, 2.0)
+    packed = PackedConv(weights, 1)
+    pads = tuple(attrs["pads"])
+    layer_plan = _f32_conv.plan(
+        x.shape, weights.shape[0], 1, weights.shape[2:], attrs["strides"], attrs["dilations"], pads, "NOTSET"
+    )
+    assert not layer_plan.direct and layer_plan.keep.size
+    loops = _f32_conv.loops()
+    geometry = layer_plan.geometry
+    n, m, oh, ow = layer_plan.shape
+    for image in range(n):
+        planes = np.empty((len(geometry.phases), x.shape[1], geometry.length), np.float32)
+        loops.gather(
+            x[image], planes, *geometry.stride, *geometry.pads, geometry.phases, geometry.hq, geometry.wq, 0, x.shape[1]
+        )
+        guarded = np.full((m, oh * ow + 64), 7.0, dtype=np.float32)
+        z = np.zeros((m, oh * ow + 64), np.float32)
+        z[:, : oh * ow] = residual[image].reshape(m, -1)
+        count = loops.tile_count(m, 1, geometry.columns)
+        loops.tiles(
+            packed.matrix[0],
+            planes.reshape(-1),
+            layer_plan.offsets,
+            guarded,
+            geometry.columns,
+            1,
+            0,
+            bias,
+            z,
+            np.float32(-1.0),
+            np.float32(2.0),
+            layer_plan.keep,
+            layer_plan.at,
+            0,
+            count,
+        )
+        assert (guarded[:, oh * ow :] == 7.0).all()
+        np.testing.assert_allclose(
+            guarded[:, : oh * ow].reshape(m, oh, ow), want[image], atol=2e-5 * np.sqrt(weights[0].size) * 4
+        )

@@ -50,10 +50,12 @@ _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
 _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
 _NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
+_NO_KEEP = np.zeros(0, dtype=np.uint16)
+_NO_AT = np.zeros(0, dtype=np.int64)
 _NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
 _MIN_TILES_PER_PART = 4
-#: Values per thread below which one thread gathers or finishes alone.
+#: Values per thread below which one thread gathers alone.
 _MIN_VALUES_PER_PART = 1 << 14
 
 
@@ -103,7 +105,8 @@ class ConvPlan:
     then costs a few µs of Python around the compiled driver, not 15).
 
     :ivar geometry: the :class:`PhaseGeometry`; ``offsets``, ``in_place``, ``group_stride``: as
-        :func:`_layout` gives them; ``direct``: the tiles store the output (no crop, no sums).
+        :func:`_layout` gives them; ``direct``: the computed columns are the output's, else
+        ``keep``/``at`` say which the tiles store where (:func:`_crop_tables`).
     :ivar shape: the output ``(N, M, OH, OW)``; ``channels``: the input's; ``groups``: the
         weights' row groups; ``driver``: the geometry arguments of ``convolve_images``.
     """
@@ -114,6 +117,8 @@ class ConvPlan:
         "in_place",
         "group_stride",
         "direct",
+        "keep",
+        "at",
         "shape",
         "channels",
         "groups",
@@ -129,26 +134,40 @@ class ConvPlan:
         self.geometry, self.offsets, self.in_place, self.group_stride = geometry, offsets, in_place, group_stride
         oh, ow = geometry.out
         self.direct = geometry.wq == ow  # the computed columns are the output's
+        self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
         top, left = geometry.pads
         # convolve_images' geometry arguments
-        self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, ow, in_place)
-        self._parts: dict[int, tuple[int, int, int]] = {}
+        self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, in_place)
+        self._parts: dict[int, tuple[int, int]] = {}
 
-    def parts(self, budget: int) -> tuple[int, int, int]:
-        """Threads for the gather, the tiles and the epilogue at a run's thread ``budget``."""
+    def parts(self, budget: int) -> tuple[int, int]:
+        """Threads for the gather and the tiles at a run's thread ``budget``."""
         parts = self._parts.get(budget)
         if parts is None:
-            n, m, oh, ow = self.shape
             geometry = self.geometry
             parts = (
                 1 if self.in_place else _parts(self.channels * geometry.length, _MIN_VALUES_PER_PART, budget),
-                _parts(loops().tile_count(m, self.groups, geometry.columns), _MIN_TILES_PER_PART, budget),
-                1 if self.direct else _parts(m * oh * ow, _MIN_VALUES_PER_PART, budget),
+                _parts(loops().tile_count(self.shape[1], self.groups, geometry.columns), _MIN_TILES_PER_PART, budget),
             )
             self._parts[budget] = parts
         return parts
+
+
+def _crop_tables(columns: int, wq: int, ow: int) -> tuple[np.ndarray, np.ndarray]:
+    """For computed columns ``q = oy·wq + ox`` (``ox < wq``), per 16-column vector: the bits of the
+    lanes the output keeps (``ox < ow``, ``q < columns``; uint16) and the output position of the
+    vector's first kept lane (int64): the count of kept columns before it."""
+    vectors = -(-columns // 16)
+    q = np.arange(vectors * 16, dtype=np.int64)
+    kept = ((q % wq) < ow) & (q < columns)
+    keep = (kept.reshape(vectors, 16).astype(np.int64) << np.arange(16)).sum(axis=1).astype(np.uint16)
+    starts = q[::16]
+    at = (starts // wq) * ow + np.minimum(starts % wq, ow)
+    keep.flags.writeable = False
+    at.flags.writeable = False
+    return keep, at
 
 
 @functools.lru_cache(maxsize=512)
@@ -200,7 +219,6 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         return y
     phase_images = (len(geometry.phases), layer.channels, geometry.length)
     planes = _NO_PLANES if layer.in_place else scratch("planes", phase_images, np.float32)
-    acc = _NO_RESIDUAL if layer.direct else scratch("sums", (m, geometry.columns), np.float32)
     b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(m)
     z = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
     if residual is not None and residual.shape == y.shape and residual.dtype == np.float32:
@@ -213,7 +231,6 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         w,
         planes,
         layer.offsets,
-        acc,
         y.reshape(n, m, oh * ow),
         geometry.columns,
         layer.groups,
@@ -222,26 +239,26 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         z,
         np.float32(low),
         np.float32(high),
+        layer.keep,
+        layer.at,
     )
     if max(parts) == 1 or parallel_ready():
         if max(parts) > 1:
             join_run()
-        compiled.convolve_images(*arguments, _NO_BIAS, _NO_RESIDUAL, *layer.driver, *parts)
+        compiled.convolve_images(*arguments, *layer.driver, *parts)
     else:
-        _on_python_threads(compiled, geometry, layer.in_place, layer.direct, parts, *arguments)
+        _on_python_threads(compiled, geometry, layer.in_place, parts, *arguments)
     if broadcast:
         y = finish(y, None, residual, clamp)
     return y
 
 
-def _on_python_threads(compiled, geometry, in_place, direct, parts, x, w, planes, offsets, acc, y, columns, *rest):
-    """:func:`convolve`'s stages for each image where numba's threading layer is not safe
+def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offsets, y, columns, *rest):
+    """:func:`run`'s stages for each image where numba's threading layer is not safe
     (``kernels._team``): the driver's serial loops, split over Python threads."""
-    groups, group_stride, b, z, low, high = rest
+    groups, group_stride, b, z, low, high, keep, at = rest
     top, left = geometry.pads
-    m = w.shape[0]
-    count = compiled.tile_count(m, groups, columns)
-    inf = np.float32(np.inf)
+    count = compiled.tile_count(w.shape[0], groups, columns)
     for image in range(x.shape[0]):
         if in_place:
             source = x[image].reshape(-1)
@@ -250,14 +267,9 @@ def _on_python_threads(compiled, geometry, in_place, direct, parts, x, w, planes
             gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
             run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
             source = planes.reshape(-1)
-        target = y[image] if direct else acc
-        fused = (b, z[image], low, high) if direct else (_NO_BIAS, _NO_RESIDUAL, -inf, inf)
-        product = functools.partial(compiled.tiles, w, source, offsets, target, columns, groups, group_stride, *fused)
+        fused = (b, z[image], low, high, keep, at)
+        product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
         run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
-        if not direct:
-            crop = (acc, geometry.wq, geometry.out[1])
-            epilogue = functools.partial(compiled.finish, *crop, b, z[image], low, high, y[image])
-            run_in_row_blocks(epilogue, m, min_rows=max(1, m // parts[2]))
 
 
 @functools.lru_cache(maxsize=64)
@@ -292,6 +304,8 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _NO_RESIDUAL,
         _NO_CLAMP[0],
         _NO_CLAMP[1],
+        _NO_KEEP,
+        _NO_AT,
     )
     return y
 

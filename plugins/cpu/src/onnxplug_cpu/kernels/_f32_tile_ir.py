@@ -1,0 +1,219 @@
+"""The AVX-512 float32 tile of ``kernels._f32_conv`` as LLVM IR, through numba intrinsics.
+
+Imported by ``kernels._f32_conv_tile`` only (after ``kernels._f32_conv.loops`` has checked that
+numba is usable and the CPU has AVX-512F).  Module-level intrinsics, not closures, so that
+numba's on-disk cache recognises the loops that call them from one process to the next.
+
+:func:`tile` computes :data:`ROWS` output channels × 64 output columns: 24 accumulators (four
+16-lane vectors per channel) start at zero; for each input column ``k`` (channel and tap) the
+four vectors ``planes[offsets[k] + p0 : ... + 64]`` are loaded and each channel's weight
+``w[m, k]`` is broadcast and multiplied into its four accumulators (``llvm.fma.v16f32``: one
+rounding per multiply-add, ``k`` in order).  Loads and stores are masked to the ``valid``
+columns of the last tile, so nothing past the output or the planes is read or written; rows past
+the last channel read the last channel's weights and are not stored.  LLVM keeps the
+accumulators in registers (24 of the 32 zmm).  A last tile of at most 48, 32 or 16 columns takes
+a variant with that many vectors (``tile_48`` …), so that masked-off vectors are not computed: a
+14×14 map's 196 columns cost 208, not 256.
+
+The store adds the bias and a residual and clamps, in the epilogue's order (``kernels._epilogue``).
+The ``crop_*`` variants store a gathered layer's sums straight into its output: the computed
+columns ``oy·Wq + ox`` include ``Wq - OW`` padding columns a row, so each vector's kept lanes
+(``keep``, 16 bits a vector) are compressed together (``vcompressps`` on a register; its memory
+form is slow on AMD Zen 4) and stored at the output position of the first (``at``), and a
+residual is loaded there and expanded to the same lanes.  That removes the separate crop pass
+and its scratch sums, which on large maps cost as much memory traffic as the output itself.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+ROWS = 6
+COLUMNS = 64
+_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+_I16 = ir.IntType(16)
+_LANES = ir.VectorType(_F32, 16)
+_INDICES = ir.VectorType(_I32, 16)
+_MASK = ir.VectorType(ir.IntType(1), 16)
+
+
+def _const(value: int):
+    return ir.Constant(_I64, value)
+
+
+def _splat(builder, value, vector_type):
+    vector = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
+
+
+def _codegen(vectors: int, crop: bool = False):
+    """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4); ``crop``: the stores
+    compress each vector's kept lanes to its output position (see the module's docstring)."""
+
+    def codegen(context, builder, sig, args):
+        w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high = args
+        module = builder.module
+        vector_pointer = _LANES.as_pointer()
+        fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
+        load = cgutils.get_or_insert_function(
+            module, ir.FunctionType(_LANES, [vector_pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
+        )
+        store = cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.VoidType(), [_LANES, vector_pointer, _I32, _MASK]), "llvm.masked.store.v16f32.p0"
+        )
+        weights = builder.inttoptr(w, _F32.as_pointer())
+        source = builder.inttoptr(planes, _F32.as_pointer())
+        target = builder.inttoptr(y, _F32.as_pointer())
+        starts = builder.inttoptr(offsets, _I64.as_pointer())
+        zero = ir.Constant(_LANES, None)
+        four = ir.Constant(_I32, 4)
+        lanes = ir.Constant(_INDICES, list(range(16)))
+        valid32 = builder.trunc(valid, _I32)
+        masks = [
+            builder.icmp_signed("<", lanes, _splat(builder, builder.sub(valid32, ir.Constant(_I32, 16 * v)), _INDICES))
+            for v in range(vectors)
+        ]
+        last = builder.sub(rows, _const(1))
+        row_starts = [
+            builder.mul(builder.select(builder.icmp_signed("<", _const(r), rows), _const(r), last), depth)
+            for r in range(ROWS)
+        ]
+        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(ROWS)]
+        with cgutils.for_range(builder, depth) as k_loop:
+            k = k_loop.index
+            base = builder.add(builder.load(builder.gep(starts, [k])), p0)
+            columns = []
+            for v in range(vectors):
+                address = builder.bitcast(builder.gep(source, [builder.add(base, _const(16 * v))]), vector_pointer)
+                columns.append(builder.call(load, [address, four, masks[v], zero]))
+            for r in range(ROWS):
+                weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
+                broadcast = _splat(builder, weight, _LANES)
+                for v in range(vectors):
+                    acc = accumulators[r][v]
+                    builder.store(builder.call(fma, [broadcast, columns[v], builder.load(acc)]), acc)
+        # Per vector: the lanes computed (``kept``), the lanes stored (``stored``: the first ones
+        # after compression) and where in the output row the first stored lane goes.
+        if crop:
+            compress = cgutils.get_or_insert_function(
+                module, ir.FunctionType(_LANES, [_LANES, _LANES, _MASK]), "llvm.x86.avx512.mask.compress.v16f32"
+            )
+            expand = cgutils.get_or_insert_function(
+                module, ir.FunctionType(_LANES, [_LANES, _LANES, _MASK]), "llvm.x86.avx512.mask.expand.v16f32"
+            )
+            popcount = cgutils.get_or_insert_function(module, ir.FunctionType(_I16, [_I16]), "llvm.ctpop.i16")
+            keep_bits = builder.inttoptr(keep, _I16.as_pointer())
+            positions = builder.inttoptr(at, _I64.as_pointer())
+            first_vector = builder.ashr(p0, _const(4))
+            kept, stored, places = [], [], []
+            for v in range(vectors):
+                index = builder.add(first_vector, _const(v))
+                lanes_kept = builder.and_(
+                    builder.bitcast(builder.load(builder.gep(keep_bits, [index])), _MASK), masks[v]
+                )
+                count = builder.zext(builder.call(popcount, [builder.bitcast(lanes_kept, _I16)]), _I32)
+                kept.append(lanes_kept)
+                stored.append(builder.icmp_signed("<", lanes, _splat(builder, count, _INDICES)))
+                places.append(builder.load(builder.gep(positions, [index])))
+        else:
+            kept = stored = masks
+            places = [builder.add(p0, _const(16 * v)) for v in range(vectors)]
+        biases = builder.inttoptr(bias, _F32.as_pointer())
+        has_bias = builder.icmp_signed("!=", bias, _const(0))
+        residuals = builder.inttoptr(residual, _F32.as_pointer())
+        has_residual = builder.icmp_signed("!=", residual, _const(0))
+        # Without a residual its loads are masked off entirely (no address is touched) and the
+        # sum is kept as it is: adding a zero would turn -0.0 into +0.0.
+        residual_lanes = builder.select(has_residual, ir.Constant(_MASK, [1] * 16), ir.Constant(_MASK, None))
+        residual_masks = [builder.and_(mask, residual_lanes) for mask in stored]
+        lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
+        for r in range(ROWS):
+            with builder.if_then(builder.icmp_signed("<", _const(r), rows)):
+                row = builder.mul(_const(r), ldy)
+                with builder.if_else(has_bias) as (then, otherwise):
+                    with then:
+                        then_block = builder.block
+                        shift = _splat(builder, builder.load(builder.gep(biases, [_const(r)])), _LANES)
+                    with otherwise:
+                        else_block = builder.block
+                added = builder.phi(_LANES)
+                added.add_incoming(shift, then_block)
+                added.add_incoming(zero, else_block)
+                for v in range(vectors):
+                    place = builder.add(row, places[v])
+                    value = builder.load(accumulators[r][v])
+                    value = builder.select(has_bias, builder.fadd(value, added), value)
+                    there = builder.bitcast(builder.gep(residuals, [place]), vector_pointer)
+                    extra = builder.call(load, [there, four, residual_masks[v], zero])
+                    if crop:
+                        extra = builder.call(expand, [extra, zero, kept[v]])
+                    value = builder.select(has_residual, builder.fadd(value, extra), value)
+                    value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
+                    value = builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
+                    if crop:
+                        value = builder.call(compress, [value, zero, kept[v]])
+                    address = builder.bitcast(builder.gep(target, [place]), vector_pointer)
+                    builder.call(store, [value, address, four, stored[v]])
+        return context.get_dummy_value()
+
+    return codegen
+
+
+_SIGNATURE = types.void(*([types.intp] * 13), types.float32, types.float32)
+
+
+@intrinsic
+def tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """``y[r·ldy + p0 + i] = clamp(sum_k w[r·depth + k] · planes[offsets[k] + p0 + i] + bias[r]
+    + residual[r·ldy + p0 + i])`` for ``r < rows`` (at most ROWS) and ``i < valid`` (at most
+    COLUMNS), added in that order and clamped to ``[low, high]`` as the epilogue does (NaN
+    kept); ``bias`` and ``residual`` pointers or 0 for none; pointers and sizes as integers.
+    ``keep`` and ``at`` are unused (the ``crop_*`` variants' tables)."""
+    return _SIGNATURE, _codegen(4)
+
+
+@intrinsic
+def tile_48(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`tile` for at most 48 valid columns (three vectors: the masked fourth is not computed)."""
+    return _SIGNATURE, _codegen(3)
+
+
+@intrinsic
+def tile_32(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`tile` for at most 32 valid columns."""
+    return _SIGNATURE, _codegen(2)
+
+
+@intrinsic
+def tile_16(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`tile` for at most 16 valid columns."""
+    return _SIGNATURE, _codegen(1)
+
+
+@intrinsic
+def crop_tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`tile` storing the kept lanes of computed columns ``p0 + i`` at output positions:
+    vector ``j = p0 / 16 + v`` keeps the lanes of bit mask ``keep[j]`` (uint16) and stores them,
+    in order, from ``y[r·ldy + at[j]]`` (int64); a residual is read at the same positions."""
+    return _SIGNATURE, _codegen(4, crop=True)
+
+
+@intrinsic
+def crop_tile_48(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`crop_tile` for at most 48 valid columns."""
+    return _SIGNATURE, _codegen(3, crop=True)
+
+
+@intrinsic
+def crop_tile_32(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`crop_tile` for at most 32 valid columns."""
+    return _SIGNATURE, _codegen(2, crop=True)
+
+
+@intrinsic
+def crop_tile_16(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+    """:func:`crop_tile` for at most 16 valid columns."""
+    return _SIGNATURE, _codegen(1, crop=True)
