@@ -48,6 +48,11 @@ LAYERS = [
     (1, 3, 5, 1, 2, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
     (1, 3, 5, 4, 5, (7, 7), (3, 3), (3, 3, 3, 3), (1, 1)),
     (1, 64, 70, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # more than 64 columns, channel tail
+    # stride 2 with both column phases read: each input row split into both in one loop
+    (1, 5, 7, 15, 17, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),  # odd width, no left pad
+    (1, 4, 6, 13, 11, (5, 5), (2, 2), (2, 2, 1, 2), (1, 1)),  # left pad 2, odd width
+    (2, 3, 5, 9, 10, (3, 3), (2, 2), (0, 1, 1, 0), (1, 1)),  # left pad 1, even width
+    (1, 6, 4, 8, 9, (4, 4), (2, 2), (1, 1, 1, 1), (1, 1)),  # an even kernel
 ]
 
 

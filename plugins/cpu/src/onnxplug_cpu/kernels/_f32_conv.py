@@ -147,8 +147,9 @@ class ConvPlan:
         parts = self._parts.get(budget)
         if parts is None:
             geometry = self.geometry
+            gathered = len(geometry.phases) * self.channels * geometry.length
             parts = (
-                1 if self.in_place else _parts(self.channels * geometry.length, _MIN_VALUES_PER_PART, budget),
+                1 if self.in_place else _parts(gathered, _MIN_VALUES_PER_PART, budget),
                 _parts(loops().tile_count(self.shape[1], self.groups, geometry.columns), _MIN_TILES_PER_PART, budget),
             )
             self._parts[budget] = parts
