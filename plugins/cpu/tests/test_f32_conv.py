@@ -352,9 +352,11 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     no_bias, no_residual, inf = np.zeros(0, np.float32), np.zeros((0, 0), np.float32), np.float32(np.inf)
     count = loops.tile_count(7, 1, columns)
     no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
-    loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, no_bias, no_residual, -inf, inf, *no_crop, 0, count)
-    np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
-    assert (guarded[:, columns:] == 7.0).all()
+    for weights_outer in (False, True):  # either tile order: the same sums
+        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, 0, count)
+        loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, *args)
+        np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
+        assert (guarded[:, columns:] == 7.0).all()
     x = rng.standard_normal((1, 5, 1, columns), dtype=np.float32)
     weights = rng.standard_normal((9, 5, 1, 1), dtype=np.float32)
     got = convolve(x, weights, None, packed=PackedConv(weights, 1))
@@ -385,8 +387,9 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     assert ran == [] and np.abs(off - first).max() < 1e-4
 
 
+@pytest.mark.parametrize("weights_outer", [False, True])
 @pytest.mark.parametrize("layer", [LAYERS[0], LAYERS[1], LAYERS[9], LAYERS[10]], ids=["s2", "s1", "k7s3", "7x7"])
-def test_cropping_tiles_store_exactly_the_output(layer):
+def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
     """A gathered layer's tiles compress each vector's kept columns into the output rows: every
     output cell is written once with the bias, the residual and the clamp, and nothing past a row
     of the output is touched (64 sentinel columns a row)."""
@@ -426,6 +429,7 @@ def test_cropping_tiles_store_exactly_the_output(layer):
             np.float32(2.0),
             layer_plan.keep,
             layer_plan.at,
+            weights_outer,
             0,
             count,
         )
@@ -433,3 +437,21 @@ def test_cropping_tiles_store_exactly_the_output(layer):
         np.testing.assert_allclose(
             guarded[:, : oh * ow].reshape(m, oh, ow), want[image], atol=2e-5 * np.sqrt(weights[0].size) * 4
         )
+
+
+def test_either_tile_order_gives_the_same_bits():
+    """Layers whose weights outweigh their input run their tiles weights-first; each tile's sums
+    are the same either way."""
+    x, weights, bias, attrs = _case(LAYERS[1])
+    matrix = PackedConv(weights, 1).matrix[0]
+    layer = _f32_conv.plan(x.shape, weights.shape[0], 1, weights.shape[2:], (1, 1), None, (1, 1, 1, 1), "NOTSET")
+    results, planned = [], layer.weights_outer  # a cached plan: restored after
+    try:
+        for weights_outer in (False, True):
+            layer.weights_outer = weights_outer
+            results.append(_f32_conv.run(layer, x, matrix, bias, None, (0.0, 6.0)))
+    finally:
+        layer.weights_outer = planned
+    np.testing.assert_array_equal(results[0], results[1])
+    wide = _f32_conv.plan((1, 256, 4, 40), 256, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    assert wide.weights_outer  # ocr_rec's 256-channel layer on a 4×40 map: weights first

@@ -57,6 +57,7 @@ _NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 _MIN_TILES_PER_PART = 4
 #: Values per thread below which one thread gathers alone.
 _MIN_VALUES_PER_PART = 1 << 14
+WEIGHTS_OUTER_ON = True
 
 
 @functools.cache
@@ -119,6 +120,7 @@ class ConvPlan:
         "direct",
         "keep",
         "at",
+        "weights_outer",
         "shape",
         "channels",
         "groups",
@@ -137,6 +139,9 @@ class ConvPlan:
         self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
+        # Tiles in weight order where the weights outweigh what the tiles read of the input.
+        read = len(geometry.phases) * c * (geometry.length if not in_place else shape[2] * shape[3])
+        self.weights_outer = WEIGHTS_OUTER_ON and maps * offsets.size > read
         top, left = geometry.pads
         # convolve_images' geometry arguments
         self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, in_place)
@@ -242,6 +247,7 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         np.float32(high),
         layer.keep,
         layer.at,
+        layer.weights_outer,
     )
     if max(parts) == 1 or parallel_ready():
         if max(parts) > 1:
@@ -257,7 +263,7 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
 def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offsets, y, columns, *rest):
     """:func:`run`'s stages for each image where numba's threading layer is not safe
     (``kernels._team``): the driver's serial loops, split over Python threads."""
-    groups, group_stride, b, z, low, high, keep, at = rest
+    groups, group_stride, b, z, low, high, keep, at, weights_outer = rest
     top, left = geometry.pads
     count = compiled.tile_count(w.shape[0], groups, columns)
     for image in range(x.shape[0]):
@@ -268,7 +274,7 @@ def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offset
             gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
             run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
             source = planes.reshape(-1)
-        fused = (b, z[image], low, high, keep, at)
+        fused = (b, z[image], low, high, keep, at, weights_outer)
         product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
         run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
 
@@ -307,6 +313,7 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _NO_CLAMP[1],
         _NO_KEEP,
         _NO_AT,
+        False,
     )
     return y
 

@@ -36,7 +36,9 @@ __all__ = ["COLUMNS", "ROWS", "convolve_images", "gather", "tile_count", "tiles"
 
 
 @numba.njit(cache=True, nogil=True)
-def tiles(w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, t0, t1):  # pragma: no cover
+def tiles(  # pragma: no cover - compiled
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, t0, t1
+):
     """Tiles ``[t0, t1)`` of ``y = clamp(w @ implicit(planes, offsets) + b + z)`` over ``columns``
     computed columns (``b`` and ``z`` empty for none, ``z`` laid out as ``y``; ``low``/``high``
     ``-inf``/``inf`` for no clamp).  With ``keep``/``at`` not empty the computed columns are a
@@ -54,9 +56,14 @@ def tiles(w, planes, offsets, y, columns, groups, group_stride, b, z, low, high,
     has_b = b.shape[0] > 0
     has_z = z.shape[0] > 0
     crop = keep.shape[0] > 0
+    column_tiles = (columns + COLUMNS - 1) // COLUMNS
     for t in range(t0, t1):
-        column_tile = t // row_tiles
-        r = t - column_tile * row_tiles
+        if weights_outer:
+            r = t // column_tiles
+            column_tile = t - r * column_tiles
+        else:
+            column_tile = t // row_tiles
+            r = t - column_tile * row_tiles
         g = r // m_tiles
         m0 = g * per_group + (r - g * m_tiles) * ROWS
         p0 = column_tile * COLUMNS
@@ -104,12 +111,12 @@ def tile_count(rows: int, groups: int, columns: int) -> int:
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def tiles_parallel(
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, parts
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, parts
 ):  # pragma: no cover
     count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
     for part in prange(parts):
         lo, hi = count * part // parts, count * (part + 1) // parts
-        tiles(w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, lo, hi)
+        tiles(w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -211,6 +218,7 @@ def convolve_images(  # pragma: no cover - compiled
     high,
     keep,
     at,
+    weights_outer,
     sh,
     sw,
     top,
@@ -245,11 +253,10 @@ def convolve_images(  # pragma: no cover - compiled
                     gather(x[image], planes, sh, sw, top, left, phases, hq, wq, lo, hi)
             source = planes.reshape(planes.size)
         target = y[image]
+        fused = (b, residual, low, high, keep, at, weights_outer)
         if tile_parts <= 1:
-            tiles(w, source, offsets, target, columns, groups, group_stride, b, residual, low, high, keep, at, 0, count)
+            tiles(w, source, offsets, target, columns, groups, group_stride, *fused, 0, count)
         else:
             for part in prange(tile_parts):
                 lo, hi = count * part // tile_parts, count * (part + 1) // tile_parts
-                tiles(
-                    w, source, offsets, target, columns, groups, group_stride, b, residual, low, high, keep, at, lo, hi
-                )
+                tiles(w, source, offsets, target, columns, groups, group_stride, *fused, lo, hi)
