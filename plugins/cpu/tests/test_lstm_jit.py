@@ -145,3 +145,29 @@ def test_nan_propagates_as_in_the_numpy_loop(monkeypatch, clip):
     for got, loop in zip(compiled, numpy_loop):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(loop))
         np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name", ["bidirectional", "sequence_lens", "peepholes"])
+def test_both_directions_at_once_on_the_team_match_the_numpy_loop(name, monkeypatch):
+    """Inside a run on numba's team a bidirectional layer runs both directions in one parallel
+    call, and its input projection on the convolution tiles; the same results as the numpy loop."""
+    from onnxplug_cpu.kernels import _f32_conv, _team
+
+    if rnn._compiled_lstm() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    case = CASES[name]
+    feeds, names = _inputs(np.random.default_rng(len(name) + 1), case)
+    monkeypatch.setattr(rnn, "_compiled_lstm", lambda: None)
+    numpy_loop = _call(feeds, names, case)
+    monkeypatch.undo()
+    products, both = [], []
+    real_product, real_both = _f32_conv.matrix_product, rnn._compiled_both
+    monkeypatch.setattr(rnn, "team_joined", lambda: True)
+    monkeypatch.setattr(rnn, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_f32_conv, "matrix_product", lambda *a: products.append(1) or real_product(*a))
+    monkeypatch.setattr(rnn, "_compiled_both", lambda: both.append(1) or real_both())
+    on_team = _call(feeds, names, case)
+    assert both == [1] and products == ([1, 1] if _f32_conv.available() else [])
+    for got, loop in zip(on_team, numpy_loop):
+        np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)

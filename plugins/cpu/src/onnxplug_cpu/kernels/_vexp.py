@@ -74,3 +74,29 @@ def exp_value(y):  # pragma: no cover - compiled (LLVM inlines it into the calle
     k1 = k >> 1  # 2^n as 2^k1 * 2^(n - k1): both halves normal for -174 < n < 130
     q = q * float_from_bits((k1 + 127) << 23)
     return q * float_from_bits((k - k1 + 127) << 23)
+
+
+_TWO = _f32(2)
+#: tanh's odd Taylor series below :data:`_TANH_SERIES_BELOW` (its next term, 21844/6081075 x^13, is
+#: under 6e-10 there); above it ``1 - 2 / (exp(2|x|) + 1)``, whose cancellation costs at most a
+#: few ulp once the result is past 0.29.
+_TANH_SERIES_BELOW = _f32(0.3)
+_T3, _T5, _T7 = _f32(-1 / 3), _f32(2 / 15), _f32(-17 / 315)
+_T9, _T11 = _f32(62 / 2835), _f32(-1382 / 155925)
+
+
+@jit
+def tanh_value(v):  # pragma: no cover - compiled (inlined into the callers' loops)
+    """tanh of one float32 ``v``, branch-free (both forms computed, one selected) so that a loop
+    calling it vectorises, where ``math.tanh`` is a scalar libm call.  Within a few ulp of
+    ``np.tanh`` (2.5 at most, measured over every magnitude); ±inf give ±1, ±0 and NaN stay.
+    Callers compile with ``error_model="numpy"``, or the division's zero check keeps the loop
+    scalar."""
+    a = -v if v < 0 else v
+    e = exp_value(a + a)
+    far = _ONE - _TWO / (e + _ONE)
+    s = a * a
+    near = a + a * (((((_T11 * s + _T9) * s + _T7) * s + _T5) * s + _T3) * s)
+    r = near if a < _TANH_SERIES_BELOW else far
+    r = -r if v < 0 else r
+    return v if v == 0 else r  # -0.0 stays -0.0

@@ -16,8 +16,12 @@ import numpy as np
 from onnxplug.errors import InvalidArgument
 from onnxplug.kernels import check_terminate
 
+from . import _f32_conv
 from ._lstm_jit import compiled as _compiled_lstm
+from ._lstm_jit import compiled_both as _compiled_both
 from ._registry import kernel
+from ._split_rows import run_in_row_blocks, thread_budget
+from ._team import team_joined
 
 
 def _sigmoid(x):
@@ -106,10 +110,20 @@ class _Inputs:
 
     def projected(self, d, gates):
         """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``,
-        as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector product per step)."""
+        as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector product per step).
+
+        Inside a run on numba's team (a CRNN's LSTM after its convolutions) the product is
+        ``W·Xᵀ`` on the convolution tiles, which read ``W`` as it is stored: OpenBLAS packs the
+        whole of ``W`` for every call, which for a few dozen steps cost more than the product
+        (ocr_rec: 91 µs a direction on two threads, 26 G multiply-adds/s on one)."""
         steps, batch, width = self.x.shape
-        flat = self.x.reshape(steps * batch, width) @ self.w[d].T
-        flat += self.b[d, : gates * self.hidden]
+        x = self.x.reshape(steps * batch, width)
+        w = self.w[d]
+        if x.dtype == np.float32 and w.flags.c_contiguous and team_joined() and _f32_conv.available():
+            flat = _f32_conv.matrix_product(w, np.ascontiguousarray(x.T)).T
+        else:
+            flat = x @ w.T
+        flat = flat + self.b[d, : gates * self.hidden]
         return flat.reshape(steps, batch, -1)
 
     def run(self, step, d, states):
@@ -239,6 +253,37 @@ def _default_lstm(activations, directions) -> bool:
     return names[: 3 * directions] == ["sigmoid", "tanh", "tanh"] * directions
 
 
+def _compiled_directions(compiled, data, peep, clip, input_forget):
+    """Every direction of a float32 LSTM through the compiled recurrence (``kernels._lstm_jit``):
+    ``(ys, finals)`` for :meth:`_Inputs.outputs`.  A bidirectional layer's two directions run at
+    once on two threads (numba's team inside a run that started it, else Python threads: the
+    loop releases the GIL), when the run has two."""
+    size, n = data.hidden, data.directions
+    lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
+    bound = np.float32(np.inf if clip is None else clip)
+    # Stacked per direction, so that both directions can be one compiled call.
+    xw = np.stack([data.projected(d, 4) for d in range(n)])
+    rt = np.ascontiguousarray(np.swapaxes(data.r, 1, 2))
+    rb = np.ascontiguousarray(data.b[:, 4 * size :])
+    peep = np.ascontiguousarray(peep)
+    h, c = (np.array(state, np.float32, order="C") for state in data.initial)
+    y = np.zeros((n, data.steps, data.batch, size), np.float32)
+    flags = (bool(input_forget), bound)
+
+    def one(d):
+        compiled(xw[d], rt[d], rb[d], peep[d], h[d], c[d], lens, data.reverse[d], *flags, y[d])
+
+    if n == 2 and thread_budget() >= 2:
+        if team_joined():
+            _compiled_both()(xw, rt, rb, peep, h, c, y, lens, False, *flags)
+        else:
+            run_in_row_blocks(lambda lo, hi: [one(d) for d in range(lo, hi)], 2, min_rows=1)
+    else:
+        for d in range(n):
+            one(d)
+    return list(y), [list(h), list(c)]
+
+
 @kernel("LSTM", since=(1, 7, 14, 22))
 def lstm(
     X,
@@ -276,22 +321,11 @@ def lstm(
             raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected {[data.directions, 3 * size]}")
     ys, finals = [], [[], []]
     compiled = _compiled_lstm() if work == np.float32 and _default_lstm(activations, data.directions) else None
+    if compiled is not None:
+        return data.outputs(*_compiled_directions(compiled, data, peep, clip, input_forget))
     for d in range(data.directions):
         xw = data.projected(d, 4)
         rt, rb = data.r[d].T, data.b[d, 4 * size :]
-        if compiled is not None:
-            h, c = (np.array(state[d], np.float32, order="C") for state in data.initial)
-            y = np.zeros((data.steps, data.batch, size), np.float32)
-            lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
-            bound = np.float32(np.inf if clip is None else clip)
-            compiled(
-                np.ascontiguousarray(xw), np.ascontiguousarray(rt), np.ascontiguousarray(rb),
-                np.ascontiguousarray(peep[d]), h, c, lens, data.reverse[d], bool(input_forget), bound, y,
-            )  # fmt: skip
-            ys.append(y)
-            finals[0].append(h)
-            finals[1].append(c)
-            continue
         p_i, p_o, p_f = peep[d, :size], peep[d, size : 2 * size], peep[d, 2 * size :]
         f, g, h_act = funcs[d]
 
