@@ -49,7 +49,10 @@ def compiled(width: int, stride: int, maximum: bool) -> Any | None:
         h, w = x.shape[1], x.shape[2]
         oh, ow = y.shape[1], y.shape[2]
         span = max(left + w, (ow - 1) * stride + width)
-        rows = np.full(span, fill, np.float32)
+        half = (span + 1) // 2
+        rows = np.full(2 * half, fill, np.float32)  # even length: the split reads pairs
+        even = np.empty(half, np.float32)
+        odd = np.empty(half, np.float32)
         inner = rows[left : left + w]
         for b in range(x.shape[0]):
             for oy in range(oh):
@@ -74,6 +77,23 @@ def compiled(width: int, stride: int, maximum: bool) -> Any | None:
                 if first:  # the window has no input row
                     for ox in range(ow):
                         out[ox] = fill
+                    continue
+                if stride == 2:
+                    # Split the row into its even and odd cells once (one loop writing both:
+                    # interleaved loads), so that every tap below is a unit-stride read; the
+                    # windows read rows[2·ox + j] as even[ox + j // 2] or odd[ox + j // 2].
+                    for i in range(half):
+                        even[i] = rows[2 * i]
+                        odd[i] = rows[2 * i + 1]
+                    for ox in range(ow):
+                        acc = even[ox]
+                        for j in range(1, width):
+                            v = odd[ox + j // 2] if j % 2 else even[ox + j // 2]
+                            if maximum:
+                                acc = v if (v > acc) | (v != v) else acc
+                            else:
+                                acc += v
+                        out[ox] = acc
                     continue
                 for ox in range(ow):
                     start = ox * stride
