@@ -27,6 +27,15 @@ CASES = [
     ((1, 6, 50, 53), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 5, 49, 50), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
     ((1, 70, 30, 52), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    # stride 1, padding 1 all round: each plane as one flat run (narrow and degenerate maps)
+    ((2, 5, 1, 1), dict(pads=[1, 1, 1, 1])),
+    ((1, 3, 1, 17), dict(pads=[1, 1, 1, 1])),
+    ((1, 4, 16, 1), dict(pads=[1, 1, 1, 1])),
+    ((2, 40, 28, 28), dict(auto_pad="SAME_UPPER")),
+    # stride 2 on narrow maps, padding 1 before: every second cell of the flat stride-1 run
+    ((1, 24, 14, 14), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 6, 13, 9), dict(strides=[2, 2], pads=[1, 1, 0, 0])),
+    ((1, 5, 1, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
 ]
 
 
@@ -123,6 +132,7 @@ def test_too_little_padding_is_refused_before_the_unchecked_loop():
 def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
     x, w = _data((1, 9, 17, 16), np.float32)
     x[0, 3, 4, 5] = np.nan
+    x[0, 5, 6, 0] = np.inf  # on the left edge: the flat run must not carry it into the row above
     call = _call(x, w, dict(strides=[stride, stride], pads=[1, 1, 1, 1]))
     b = np.linspace(-1, 1, 9, dtype=np.float32)
     want = np.clip(_depthwise.depthwise_conv_numpy(*call) + b.reshape(1, -1, 1, 1), np.float32(-0.5), np.float32(1.5))
@@ -136,10 +146,13 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
     code = (
         "import numpy as np\n"
         "from onnxplug_cpu.kernels import _depthwise, _depthwise_loops as loops\n"
-        "x = np.ones((1, 4, 9, 9), np.float32); w = np.ones((4, 3, 3), np.float32)\n"
-        "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (9, 9), (1, 1), (1, 1))\n"
-        "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"
-        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.stride_1, loops.stride_2)))\n"
+        "x = np.ones((1, 4, 9, 40), np.float32); w = np.ones((4, 3, 3), np.float32)\n"
+        "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (9, 40), (1, 1), (1, 1))\n"  # flat
+        "_depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (7, 38), (1, 1), (1, 1))\n"  # rows
+        "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (5, 20), (2, 2), (1, 1))\n"  # rows, stride 2
+        "_depthwise.depthwise_conv(x[..., :9], w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"  # flat, stride 2
+        "forms = (loops.stride_1, loops.stride_2, loops.stride_1_flat, loops.stride_2_flat)\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in forms))\n"
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0

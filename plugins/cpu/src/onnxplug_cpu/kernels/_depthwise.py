@@ -35,7 +35,7 @@ def depthwise_conv(x, w, begin, end, out, strides, dilations, bias=None, clamp=N
     kernels = _depthwise_jit.compiled() if w.shape[1:] == (3, 3) and tuple(dilations) == (1, 1) else None
     stride = strides[0] if strides[0] == strides[1] else 0
     if kernels is not None and stride in (1, 2):
-        return _compiled_3x3(kernels[stride], x, w, begin, end, out, stride, bias, clamp)
+        return _compiled_3x3(x, w, begin, end, out, stride, bias, clamp)
     return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias, clamp)
 
 
@@ -109,7 +109,7 @@ def _channels_last(x, w, begin, end, out, strides, dilations):
     return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
 
 
-def _compiled_3x3(kernel, x, w, begin, end, out, stride, bias, clamp):
+def _compiled_3x3(x, w, begin, end, out, stride, bias, clamp):
     """The numba 3×3 kernel (``_depthwise_jit``) over the layer's ``N·C`` planes; the same values
     as the numpy passes on the zero-padded input.
 
@@ -131,10 +131,17 @@ def _compiled_3x3(kernel, x, w, begin, end, out, stride, bias, clamp):
     b = np.ascontiguousarray(bias.reshape(c), dtype=x.dtype) if bias is not None else np.zeros(c, dtype=x.dtype)
     low, high = (-np.inf, np.inf) if clamp is None else clamp
     arguments = (planes, taps, b, bias is not None, kind(low), kind(high), begin[0], begin[1], cells)
+    # Padding 1 all round at stride 1 (the common 3×3 layer): each plane as one flat run, which
+    # vectorises where a narrow map's rows did not (384 channels at 14×14: 68 against 103 µs).
+    form = stride
+    if tuple(begin) == (1, 1) and stride == 1 and (oh, ow) == (h, wd):
+        form = "flat"
+    elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1) and ow < 16:
+        form = "flat2"  # narrow stride-2 maps: a flat stride-1 run, subsampled (see stride_2_flat)
     parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
     if parts > 1 and team_runs_convolutions():
         join_run()
-        _depthwise_jit.compiled_parallel()[stride](*arguments, parts)
+        _depthwise_jit.compiled_parallel()[form](*arguments, parts)
     else:
-        kernel(*arguments)
+        _depthwise_jit.compiled()[form](*arguments)
     return y

@@ -43,7 +43,9 @@ __all__ = ["compiled", "compiled_parallel"]
 @functools.cache
 def compiled() -> dict[int, Any] | None:
     """``{stride: kernel(x, taps, bias, has_bias, low, high, top, left, y)}`` for
-    stride 1 and 2 on both axes, or ``None``.
+    stride 1 and 2 on both axes, and ``"flat"``: stride 1 with one cell of padding on every side
+    (the output the input's size) computed over each plane as one flat run, ``"flat2"``: stride 2
+    with one cell of padding before each axis, every second cell of that run; or ``None``.
 
     ``x`` ``(P, H, W)`` is the input as ``N·C`` planes, ``taps`` ``(C, 9)``, ``bias`` ``(C,)``
     (added when ``has_bias``), ``low``/``high`` the clamp (``-inf``/``inf`` for none) in ``x``'s dtype, ``top`` and
@@ -53,7 +55,12 @@ def compiled() -> dict[int, Any] | None:
         return None
     from . import _depthwise_loops
 
-    return {1: _depthwise_loops.stride_1, 2: _depthwise_loops.stride_2}
+    return {
+        1: _depthwise_loops.stride_1,
+        2: _depthwise_loops.stride_2,
+        "flat": _depthwise_loops.stride_1_flat,
+        "flat2": _depthwise_loops.stride_2_flat,
+    }
 
 
 @functools.cache
@@ -65,4 +72,9 @@ def compiled_parallel() -> dict[int, Any] | None:
         return None
     from . import _depthwise_loops
 
-    return {1: _depthwise_loops.stride_1_parallel, 2: _depthwise_loops.stride_2_parallel}
+    return {
+        1: _depthwise_loops.stride_1_parallel,
+        2: _depthwise_loops.stride_2_parallel,
+        "flat": _depthwise_loops.stride_1_flat_parallel,
+        "flat2": _depthwise_loops.stride_2_flat_parallel,
+    }

@@ -137,6 +137,96 @@ def stride_2(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover
                 o[ox] = finish(s, b, has_bias, low, high)
 
 
+@jit
+def _edges(height, width):  # pragma: no cover - compiled
+    """Which cells of a flat ``height × width`` plane are in its first and in its last column."""
+    cells = height * width
+    first_column = np.empty(cells, dtype=np.bool_)
+    last_column = np.empty(cells, dtype=np.bool_)
+    for n in range(cells):
+        column = n % width
+        first_column[n] = column == 0
+        last_column[n] = column == width - 1
+    return first_column, last_column
+
+
+@jit
+def _flat_plane(
+    source, padded, width, first_column, last_column, t, c, b, has_bias, low, high, out
+):  # pragma: no cover
+    """One plane ``source`` (flat, ``H·W``) convolved with padding 1 all round into ``out`` (flat,
+    ``H·W``), the bias and the clamp in the store; ``padded`` is scratch of ``H·W + 2·W + 2``
+    cells whose first and last ``W + 1`` are zero."""
+    cells = source.shape[0]
+    zero = source.dtype.type(0)
+    t0, t1, t2, t3, t4 = t[c, 0], t[c, 1], t[c, 2], t[c, 3], t[c, 4]
+    t5, t6, t7, t8 = t[c, 5], t[c, 6], t[c, 7], t[c, 8]
+    inner = padded[width + 1 :]
+    for n in range(cells):
+        inner[n] = source[n]
+    # Views that start at each tap row's first cell read: every index is non-negative.
+    up, mid, down = padded[0:], padded[width:], padded[2 * width :]
+    for n in range(cells):
+        no_left, no_right = first_column[n], last_column[n]
+        s = (zero if no_left else up[n]) * t0
+        s = s + up[n + 1] * t1
+        s = s + (zero if no_right else up[n + 2]) * t2
+        s = s + (zero if no_left else mid[n]) * t3
+        s = s + mid[n + 1] * t4
+        s = s + (zero if no_right else mid[n + 2]) * t5
+        s = s + (zero if no_left else down[n]) * t6
+        s = s + down[n + 1] * t7
+        s = s + (zero if no_right else down[n + 2]) * t8
+        out[n] = finish(s, b, has_bias, low, high)
+
+
+@jit
+def stride_1_flat(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover - compiled
+    """:func:`stride_1` for padding 1 on every side (output = input size), each plane as one flat
+    run of ``H·W`` cells instead of ``H`` rows of a few cells, so that the loop vectorises (a
+    14-wide row is all scalar remainder for 16-lane vectors).  The plane is copied between
+    ``W + 1`` zeros, so the rows above and below read zeros; a tap in the left or right kernel
+    column that would read the neighbouring row's cell reads a zero instead (``ox == 0`` /
+    ``ox == W - 1``).  The same products in the same order as :func:`stride_1`: the same bits."""
+    height, width = x.shape[1], x.shape[2]
+    channels = t.shape[0]
+    cells = height * width
+    padded = np.zeros(cells + 2 * width + 2, dtype=x.dtype)
+    first_column, last_column = _edges(height, width)
+    store = (has_bias, low, high)
+    for p in range(y.shape[0]):
+        c = p % channels
+        _flat_plane(
+            x[p].reshape(cells), padded, width, first_column, last_column, t, c, bias[c], *store, y[p].reshape(cells)
+        )
+
+
+@jit
+def stride_2_flat(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no cover - compiled
+    """:func:`stride_2` with one cell of padding before each axis, on narrow maps: each plane's
+    stride-1 result as one flat run (:func:`stride_1_flat`'s loop), then every second row and
+    column of it.  Four times the multiply-adds, yet a vectorised flat run beats the scalar rows a
+    narrow stride-2 map has (576 channels at 14×14: the rows took 164 µs for 7×7 outputs).  Output
+    ``(oy, ox)`` is the stride-1 result at ``(2·oy, 2·ox)``: the same products in the same order,
+    the same bits."""
+    height, width = x.shape[1], x.shape[2]
+    channels = t.shape[0]
+    cells = height * width
+    oh, ow = y.shape[1], y.shape[2]
+    padded = np.zeros(cells + 2 * width + 2, dtype=x.dtype)
+    full = np.empty(cells, dtype=x.dtype)
+    first_column, last_column = _edges(height, width)
+    store = (has_bias, low, high)
+    for p in range(y.shape[0]):
+        c = p % channels
+        _flat_plane(x[p].reshape(cells), padded, width, first_column, last_column, t, c, bias[c], *store, full)
+        for oy in range(oh):
+            row = full[2 * oy * width :]
+            out = y[p, oy]
+            for ox in range(ow):
+                out[ox] = row[2 * ox]
+
+
 _parallel_jit = compiler(parallel=True)
 
 
@@ -157,3 +247,21 @@ def stride_2_parallel(x, t, bias, has_bias, low, high, top, left, y, parts):  # 
     for part in numba.prange(parts):
         lo, hi = channels * part // parts, channels * (part + 1) // parts
         stride_2(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, top, left, y[lo:hi])
+
+
+@_parallel_jit
+def stride_1_flat_parallel(x, t, bias, has_bias, low, high, top, left, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_1_flat` split as :func:`stride_1_parallel`."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_1_flat(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, top, left, y[lo:hi])
+
+
+@_parallel_jit
+def stride_2_flat_parallel(x, t, bias, has_bias, low, high, top, left, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_2_flat` split as :func:`stride_1_parallel`."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_2_flat(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, top, left, y[lo:hi])

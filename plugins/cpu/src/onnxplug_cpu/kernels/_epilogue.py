@@ -74,6 +74,8 @@ def finish(
     """``y`` ``(N, M, *spatial)`` (fresh, the caller's to overwrite) plus the per-channel bias
     ``b``, plus ``z`` of ``y``'s shape, then clamped to ``clamp`` ``(low, high)``; in place where
     possible."""
+    if b is None and z is None and clamp is None:
+        return y  # nothing to add or clamp: no pass over the output
     compiled = _compiled()
     fits = (
         compiled is not None
