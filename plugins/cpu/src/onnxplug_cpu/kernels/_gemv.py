@@ -1,0 +1,41 @@
+"""One row times a matrix stored transposed (``W·x``), split over numba's team.
+
+Why: a CNN's classifier (Gemm with ``transB``: ResNet-50's 2048×1000, ShuffleNet's 544×1000
+weights) runs once per image after the convolutions, whose run has pinned BLAS to one thread
+(``kernels._team``); on one thread, with its weights fallen out of the shared cache, OpenBLAS's
+``sgemv`` streamed them at 2.2 MB in 250-300 µs (onnxruntime: 40-110).  Here the rows are split
+over the team's threads; each row's dot product is one thread's, summed in 16-lane partial sums
+(``fastmath`` reassociation), so the result does not depend on the split.
+
+Used only inside a run that started the team (``kernels._team.team_joined``), from
+``kernels.math``; ``None`` without numba.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ._jit import compiler
+
+__all__ = ["compiled"]
+
+
+@functools.cache
+def compiled() -> Any | None:
+    """``rows_dot(w, x, y, parts)``: ``y[i] = w[i] · x`` for float32 ``w`` ``(N, K)`` C-contiguous
+    and ``x`` ``(K,)``, rows split into ``parts`` on numba's threading layer; or ``None``."""
+    if compiler() is None:
+        return None
+    from ._gemv_loops import rows_dot
+
+    return rows_dot
+
+
+def row_times_matrix(x: np.ndarray, w: np.ndarray, parts: int) -> np.ndarray:
+    """``x @ w.T`` for float32 ``x`` ``(K,)`` and C-contiguous ``w`` ``(N, K)``: an ``(N,)`` array."""
+    y = np.empty(w.shape[0], dtype=np.float32)
+    compiled()(w, np.ascontiguousarray(x), y, parts)
+    return y
