@@ -260,3 +260,39 @@ def test_double_gemm_is_not_fused(fusion, rng):
     nodes = [oh.make_node("Gemm", ["a", "w"], ["g"]), oh.make_node("Relu", ["g"], ["y"])]
     model = model_of(nodes, inits, [oh.make_tensor_value_info("a", d, [4, 5])], "y", dtype=d)
     fusion.assert_unchanged(model, [SETS["ms_ops.fused_gemm"]], "float32 only")
+
+
+@pytest.mark.parametrize(
+    "conv_attrs, x_shape, w_shape",
+    [
+        ({"pads": [1, 1, 1, 1]}, [1, 4, 20, 20], (16, 4, 3, 3)),  # gathered: the cropping store
+        ({}, [1, 8, 10, 10], (12, 8, 1, 1)),  # pointwise: the direct store
+        ({"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2}, [2, 6, 15, 13], (8, 3, 3, 3)),
+        ({"pads": [2, 2]}, [1, 3, 40], (5, 3, 5)),  # 1-D: numpy's path, then the SiLU pass
+    ],
+)
+def test_silu_after_a_conv_is_fused_conv_quick_gelu(fusion, rng, conv_attrs, x_shape, w_shape):
+    """Conv then x * Sigmoid(x) (a YOLO layer) → QuickGelu → FusedConv(activation="QuickGelu"),
+    onnxplug's own activation (onnxruntime's FusedConv has none, so onnxruntime cannot be the
+    oracle here: the unoptimized graph on onnxplug is)."""
+    inits = [
+        nh.from_array(rng.standard_normal(w_shape).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal(w_shape[0]).astype(np.float32), "b"),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], **conv_attrs),
+        oh.make_node("Sigmoid", ["c"], ["s"]),
+        oh.make_node("Mul", ["c", "s"], ["y"]),
+    ]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("x", F, x_shape)], "y")
+    x = (rng.standard_normal(x_shape) * 3).astype(np.float32)
+    want = fusion.run(model, {"x": x})[0]
+    sets = [SETS["ms_ops.quick_gelu"], SETS["ms_ops.fused_conv"]]
+    fused, applied = fusion.apply(model, sets)
+    assert fusion.histogram(fused) == {f"{MS}.FusedConv": 1}, applied
+    node = next(iter(fused.graph))
+    assert node.attributes.get_string("activation") == "QuickGelu"
+    assert list(node.attributes.get_floats("activation_params")) == [1.0]
+    got = fusion.run(fused, {"x": x})[0]
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)

@@ -117,8 +117,10 @@ _GOOD_SCALE = {"name": "scale", "shape": [1, 1], "datatype": "FP32", "data": [3.
         (b"{not json", {}, 400, "not valid JSON"),
         (b"[]", {}, 400, "'inputs' list"),
         (
-            _json_infer([{"name": "x", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
-                         _GOOD_SCALE]) + b"\0" * 4,
+            _json_infer(
+                [{"name": "x", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}}, _GOOD_SCALE]
+            )
+            + b"\0" * 4,
             "header",
             400,
             "overruns",

@@ -33,6 +33,7 @@ def test_concurrent_requests_get_their_own_unbatched_results(batch_session):
     results: dict[int, list] = {}
 
     with BatchScheduler(recording, max_batch_size=6, max_queue_delay_ms=50, workers=2) as scheduler:
+
         def client(indices):
             for i in indices:
                 results[i] = scheduler.submit(requests[i]).result(timeout=60)

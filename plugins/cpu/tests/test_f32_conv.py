@@ -353,7 +353,7 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     count = loops.tile_count(7, 1, columns)
     no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
     for weights_outer in (False, True):  # either tile order: the same sums
-        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, 0, count)
+        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, np.float32(np.nan), 0, count)
         loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, *args)
         np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
         assert (guarded[:, columns:] == 7.0).all()
@@ -430,6 +430,7 @@ def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
             layer_plan.keep,
             layer_plan.at,
             weights_outer,
+            np.float32(np.nan),  # no SiLU
             0,
             count,
         )
@@ -455,3 +456,30 @@ def test_either_tile_order_gives_the_same_bits():
     np.testing.assert_array_equal(results[0], results[1])
     wide = _f32_conv.plan((1, 256, 4, 40), 256, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
     assert wide.weights_outer  # ocr_rec's 256-channel layer on a 4×40 map: weights first
+
+
+@pytest.mark.parametrize("layer", [LAYERS[1], LAYERS[3], LAYERS[4]], ids=["gathered", "pointwise", "strided"])
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+def test_silu_in_the_store_matches_the_separate_pass(layer, alpha, monkeypatch):
+    """FusedConv's QuickGelu in the tiles' store (exp in LLVM IR, as kernels._vexp computes it):
+    within 2 ulp-scale of the convolution then numerics.silu; a residual is added before it;
+    exp's overflow gives an exact 0 and NaN stays NaN."""
+    from onnxplug_cpu.numerics import silu
+
+    x, weights, bias, attrs = _case(layer)
+    x = x * 40  # sums far past exp's range on both sides
+    x[0, 0, 0, 0] = np.nan
+    packed = PackedConv(weights, 1)
+    plain = convolve(x, weights, bias, packed=packed, **attrs)
+    residual = np.random.default_rng(47).standard_normal(plain.shape, dtype=np.float32)
+    fused = convolve(x, weights, bias, packed=packed, residual=residual, silu_alpha=alpha, **attrs)
+    want = silu(plain + residual, alpha)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(fused[finite], want[finite], rtol=3e-7, atol=1e-37)
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(want))
+    assert (fused[plain + residual < -200 / alpha] == 0).all()
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")  # the numpy path: the separate pass
+    np.testing.assert_array_equal(
+        convolve(x, weights, bias, packed=PackedConv(weights, 1), residual=residual, silu_alpha=alpha, **attrs)[finite],
+        silu(convolve(x, weights, bias, packed=PackedConv(weights, 1), residual=residual, **attrs), alpha)[finite],
+    )

@@ -72,7 +72,8 @@ _OPS: dict[str, tuple] = {
         {**_CONV_ATTRS, "activation": _opt(STRING), "activation_params": _opt(FLOATS)},
         inf.conv,
         "Conv, plus an optional residual Z added before an activation (Relu, Tanh, "
-        "Sigmoid, LeakyRelu, Clip, HardSigmoid) whose parameters come from activation_params.",
+        "Sigmoid, LeakyRelu, Clip, HardSigmoid; and onnxplug's QuickGelu, alpha in "
+        "activation_params) whose parameters come from activation_params.",
     ),
     "FusedGemm": (
         ["A:T", "B:T", "C:T?"],

@@ -253,6 +253,7 @@ def convolve(
     op: str = "Conv",
     residual: np.ndarray | None = None,
     clamp: tuple[float, float] | None = None,
+    silu_alpha: float | None = None,
 ) -> np.ndarray:
     """ONNX ``Conv`` of ``x`` ``(N, C, *spatial)`` with ``w`` ``(M, C/group, *k)`` and bias ``b``,
     in ``x``'s dtype.  ``packed`` is :func:`pack_conv_weights` or :class:`PackedConv` of ``w`` when
@@ -260,7 +261,10 @@ def convolve(
     result is always a fresh array the caller may modify in place.  ``residual`` (added after the
     bias; broadcastable) and ``clamp`` ``(low, high)`` are FusedConv's Z and its Relu or Clip: with
     the bias they are applied in one compiled pass over the output (``kernels._epilogue``), or in
-    the depthwise kernels' store, instead of one numpy pass each.
+    the depthwise kernels' store, instead of one numpy pass each.  ``silu_alpha`` is
+    FusedConv's QuickGelu (``x / (1 + exp(-silu_alpha·x))``, applied last): in the tiles' store where they run the
+    layer (a YOLO's SiLU after every convolution then costs no pass of its own), else one
+    compiled pass (:func:`silu`).
 
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
@@ -270,7 +274,7 @@ def convolve(
         usable = layer is not None and (b is None or b.shape == layer.shape[1:2])
         if usable and _f32_conv.available():  # this shape took the tiles before
             b32 = None if b is None else b.astype(np.float32, copy=False)
-            return _f32_conv.run(layer, x, packed.matrix.reshape(layer.shape[1], -1), b32, residual, clamp)
+            return _f32_conv.run(layer, x, packed.matrix.reshape(layer.shape[1], -1), b32, residual, clamp, silu_alpha)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise Fail(f"{op}: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
     nd = x.ndim - 2
@@ -309,7 +313,7 @@ def convolve(
         layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
         if prepared is not None and x.dtype == np.float32:
             prepared.remember_tiles(x.shape, (kernel_shape, strides, dilations, pads, auto_pad), layer)
-        return _f32_conv.run(layer, xc, matrix, bias, residual, clamp).astype(x.dtype, copy=False)
+        return _f32_conv.run(layer, xc, matrix, bias, residual, clamp, silu_alpha).astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
         y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)
@@ -340,4 +344,6 @@ def convolve(
         # embedding, whose run must not start the tiles' team (its MatMuls stay on OpenBLAS)
         y = np.matmul(weights, cols).reshape((n, w.shape[0]) + out)  # (N, g, M/g, P)
     y = finish(y, bias, residual, clamp)
+    if silu_alpha is not None:
+        y = silu(y, silu_alpha, out=y)
     return y.astype(x.dtype, copy=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import PackedConv, convolve, sigmoid
+from onnxplug_cpu.numerics import PackedConv, convolve, sigmoid, silu
 
 from ._common import widen
 from ._registry import kernel
@@ -61,6 +61,9 @@ def _activation(name, params, op):
         "ThresholdedRelu": lambda x: np.where(x > p(0, 1.0), x, 0),
         "ScaledTanh": lambda x: p(0, 1.0) * np.tanh(p(1, 1.0) * x),
         "ParametricSoftplus": lambda x: p(0, 1.0) * np.logaddexp(0, p(1, 1.0) * x),
+        # onnxplug's own: the optimizer folds com.microsoft QuickGelu (SiLU) into FusedConv
+        # (ms_ops.fused_conv); onnxruntime's FusedConv has no such activation.
+        "QuickGelu": lambda x: silu(widen(x), p(0, 1.0)),
     }
     if name not in table:
         raise Fail(f"{op}: unsupported activation {name!r}; supported: {sorted(k for k in table if k)}")
@@ -164,6 +167,10 @@ def fused_conv(
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
             return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, clamp=clamp, **geometry)
+        if activation == "QuickGelu" and (z is None or z.dtype == x.dtype):
+            # SiLU in the convolution tiles' store (onnxplug's own activation: see _activation)
+            silu_alpha = _param(params, 0, 1.0)
+            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, silu_alpha=silu_alpha, **geometry)
         y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)  # a fresh array
         if z is not None:
             if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):

@@ -89,6 +89,32 @@ class FuseConvActivation(pattern.RewriteRuleClassBase):
         return op.FusedConv(*conv.inputs, **attrs, _domain=DOMAIN)
 
 
+class FuseConvQuickGelu(pattern.RewriteRuleClassBase):
+    """``QuickGelu(Conv(x, W[, B]))`` (a SiLU after a convolution, as after every layer of a
+    YOLO-style detector, once ``ms_ops.quick_gelu`` made the SiLU a QuickGelu) →
+    ``FusedConv(activation="QuickGelu", activation_params=[alpha])``: onnxplug's own activation,
+    which the CPU provider applies in its convolution tiles' store instead of a pass of its own.
+    onnxruntime's FusedConv has no such activation, so a model saved after this rule runs on
+    onnxplug only (as onnxruntime's own optimized models run on onnxruntime only)."""
+
+    def pattern(self, op, x):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        return op.QuickGelu(conv, _domain=DOMAIN, _outputs=["act_out"])
+
+    def check(self, context, x, conv_out, act_out, **_):
+        result = pattern.MatchResult()
+        if x.dtype != _F32:
+            return result.fail("FusedConv is fused for float32 only", x)
+        return result
+
+    def rewrite(self, op, x, conv_out, act_out, **_):
+        conv = conv_out.producer()
+        attrs = dict(conv.attributes)
+        attrs["activation"] = "QuickGelu"
+        attrs["activation_params"] = [act_out.producer().attributes.get_float("alpha", 1.0)]
+        return op.FusedConv(*conv.inputs, **attrs, _domain=DOMAIN)
+
+
 class FuseConvAddActivation(pattern.RewriteRuleClassBase):
     """``act(add(Conv(x, W[, B]), z))``; ``conv_first`` says which operand of ``add`` the Conv is."""
 
@@ -274,12 +300,16 @@ _CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Cli
 
 
 def fused_conv_rules() -> list:
-    return [
-        FuseConvAddActivation.rule(f"conv_{add.lower()}_{a}_{i}", add=add, activation=a, conv_first=first)
-        for add in ("Add", "Sum")
-        for a in _CONV_ACTIVATIONS
-        for i, first in enumerate((True, False))
-    ] + [FuseConvActivation.rule(f"conv_{a}", activation=a) for a in _CONV_ACTIVATIONS]
+    return (
+        [
+            FuseConvAddActivation.rule(f"conv_{add.lower()}_{a}_{i}", add=add, activation=a, conv_first=first)
+            for add in ("Add", "Sum")
+            for a in _CONV_ACTIVATIONS
+            for i, first in enumerate((True, False))
+        ]
+        + [FuseConvActivation.rule(f"conv_{a}", activation=a) for a in _CONV_ACTIVATIONS]
+        + [FuseConvQuickGelu.rule("conv_quick_gelu")]
+    )
 
 
 def fused_gemm_rules() -> list:

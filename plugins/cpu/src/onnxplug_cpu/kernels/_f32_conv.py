@@ -52,6 +52,7 @@ _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for ba
 _NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
 _NO_KEEP = np.zeros(0, dtype=np.uint16)
 _NO_AT = np.zeros(0, dtype=np.int64)
+_NO_SILU = np.float32(np.nan)
 _NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
 _MIN_TILES_PER_PART = 4
@@ -195,6 +196,7 @@ def convolve(
     residual: np.ndarray | None = None,
     clamp: tuple[float, float] | None = None,
     groups: int = 1,
+    silu: float | None = None,
 ) -> np.ndarray:
     """The convolution of float32 ``x`` ``(N, C, H, W)`` with weights ``w`` ``(M, C/groups·kh·kw)``
     (float32, C-contiguous, channel-major; the rows in ``groups`` equal groups, group ``g``
@@ -212,11 +214,12 @@ def convolve(
         tuple(pads) if pads else None,
         auto_pad,
     )
-    return run(layer, x, w, bias, residual, clamp)
+    return run(layer, x, w, bias, residual, clamp, silu)
 
 
-def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None, clamp=None) -> np.ndarray:
-    """:func:`convolve` of an ``x`` of the shape ``layer`` was planned for."""
+def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
+    """:func:`convolve` of an ``x`` of the shape ``layer`` was planned for; ``silu``: the alpha of
+    a SiLU (com.microsoft QuickGelu) applied last, in the tiles' store."""
     compiled = loops()
     n, m, oh, ow = layer.shape
     geometry = layer.geometry
@@ -248,6 +251,7 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         layer.keep,
         layer.at,
         layer.weights_outer,
+        _NO_SILU if silu is None or broadcast else np.float32(silu),
     )
     if max(parts) == 1 or parallel_ready():
         if max(parts) > 1:
@@ -257,13 +261,16 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         _on_python_threads(compiled, geometry, layer.in_place, parts, *arguments)
     if broadcast:
         y = finish(y, None, residual, clamp)
+        if silu is not None:  # a rare layout: numpy's passes
+            with np.errstate(over="ignore"):
+                y = y / (np.float32(1) + np.exp(y * np.float32(-silu)))
     return y
 
 
 def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offsets, y, columns, *rest):
     """:func:`run`'s stages for each image where numba's threading layer is not safe
     (``kernels._team``): the driver's serial loops, split over Python threads."""
-    groups, group_stride, b, z, low, high, keep, at, weights_outer = rest
+    groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha = rest
     top, left = geometry.pads
     count = compiled.tile_count(w.shape[0], groups, columns)
     for image in range(x.shape[0]):
@@ -274,7 +281,7 @@ def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offset
             gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
             run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
             source = planes.reshape(-1)
-        fused = (b, z[image], low, high, keep, at, weights_outer)
+        fused = (b, z[image], low, high, keep, at, weights_outer, alpha)
         product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
         run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
 
@@ -314,6 +321,7 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _NO_KEEP,
         _NO_AT,
         False,
+        _NO_SILU,
     )
     return y
 

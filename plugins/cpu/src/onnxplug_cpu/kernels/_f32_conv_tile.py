@@ -37,17 +37,23 @@ __all__ = ["COLUMNS", "ROWS", "convolve_images", "gather", "tile_count", "tiles"
 
 @numba.njit(cache=True, nogil=True)
 def tiles(  # pragma: no cover - compiled
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, t0, t1
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, t0, t1
 ):
-    """Tiles ``[t0, t1)`` of ``y = clamp(w @ implicit(planes, offsets) + b + z)`` over ``columns``
-    computed columns (``b`` and ``z`` empty for none, ``z`` laid out as ``y``; ``low``/``high``
-    ``-inf``/``inf`` for no clamp).  With ``keep``/``at`` not empty the computed columns are a
-    gathered layer's ``oy·Wq + ox`` and the tiles store only the kept ones, at their output
-    positions (``kernels._f32_tile_ir.crop_tile``); otherwise column ``i`` is ``y[:, i]``.  The
-    rows of ``w`` form ``groups`` equal groups; group ``g`` reads the planes from ``g ·
-    group_stride`` values on (its block of input channels).  Tile ``t`` is column tile ``t //
-    row_tiles``, then the group, then the channel tile within it: consecutive tiles share their
-    input columns, which stay in cache."""
+    """Tiles ``[t0, t1)`` of ``y = silu(clamp(w @ implicit(planes, offsets) + b + z))`` over
+    ``columns`` computed columns (``b`` and ``z`` empty for none, ``z`` laid out as ``y``;
+    ``low``/``high`` ``-inf``/``inf`` for no clamp; ``silu(v) = v / (1 + exp(-alpha·v))``, none
+    where ``alpha`` is NaN).  With ``keep``/``at`` not empty the computed columns are a gathered
+    layer's ``oy·Wq + ox`` and the tiles store only the kept ones, at their output positions
+    (``kernels._f32_tile_ir.crop_tile``); otherwise column ``i`` is ``y[:, i]``.  The rows of
+    ``w`` form ``groups`` equal groups; group ``g`` reads the planes from ``g · group_stride``
+    values on (its block of input channels).
+
+    Tile ``t`` is column tile ``t // row_tiles``, then the group, then the channel tile within
+    it: consecutive tiles share their input columns, which stay in cache.  With
+    ``weights_outer`` the order is the other way round (the group and channel tile, then the
+    column tile), for layers whose weights outweigh their input: each tile's weights then stay
+    in cache across the columns, where column-major order streamed all the weights once per
+    column tile (ocr_rec's 256-channel layers on 4×40 maps: 1196 against 949 µs)."""
     m, depth = w.shape
     per_group = m // groups
     m_tiles = (per_group + ROWS - 1) // ROWS
@@ -56,6 +62,7 @@ def tiles(  # pragma: no cover - compiled
     has_b = b.shape[0] > 0
     has_z = z.shape[0] > 0
     crop = keep.shape[0] > 0
+    silu = 0 if alpha != alpha else 1  # NaN: no SiLU
     column_tiles = (columns + COLUMNS - 1) // COLUMNS
     for t in range(t0, t1):
         if weights_outer:
@@ -87,21 +94,21 @@ def tiles(  # pragma: no cover - compiled
         # the vectors it stores.
         if crop:
             if valid > 48:
-                crop_tile(*arguments, low, high)
+                crop_tile(*arguments, silu, low, high, alpha)
             elif valid > 32:
-                crop_tile_48(*arguments, low, high)
+                crop_tile_48(*arguments, silu, low, high, alpha)
             elif valid > 16:
-                crop_tile_32(*arguments, low, high)
+                crop_tile_32(*arguments, silu, low, high, alpha)
             else:
-                crop_tile_16(*arguments, low, high)
+                crop_tile_16(*arguments, silu, low, high, alpha)
         elif valid > 48:
-            tile(*arguments, low, high)
+            tile(*arguments, silu, low, high, alpha)
         elif valid > 32:
-            tile_48(*arguments, low, high)
+            tile_48(*arguments, silu, low, high, alpha)
         elif valid > 16:
-            tile_32(*arguments, low, high)
+            tile_32(*arguments, silu, low, high, alpha)
         else:
-            tile_16(*arguments, low, high)
+            tile_16(*arguments, silu, low, high, alpha)
 
 
 def tile_count(rows: int, groups: int, columns: int) -> int:
@@ -111,12 +118,13 @@ def tile_count(rows: int, groups: int, columns: int) -> int:
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def tiles_parallel(
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, parts
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, parts
 ):  # pragma: no cover
     count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
     for part in prange(parts):
         lo, hi = count * part // parts, count * (part + 1) // parts
-        tiles(w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, lo, hi)
+        fused = (b, z, low, high, keep, at, weights_outer, alpha)
+        tiles(w, planes, offsets, y, columns, groups, group_stride, *fused, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -219,6 +227,7 @@ def convolve_images(  # pragma: no cover - compiled
     keep,
     at,
     weights_outer,
+    alpha,
     sh,
     sw,
     top,
@@ -235,9 +244,10 @@ def convolve_images(  # pragma: no cover - compiled
     For each image of ``x`` ``(N, C, H, W)``: the gather into the phase images ``planes`` (unless
     ``in_place``: a pointwise stride-1 layer reads ``x`` itself), then the tiles, which store
     ``y`` ``(N, M, OH·OW)`` with the bias, the residual ``z`` (``(N, M, OH·OW)``, or ``(N, 0,
-    0)`` for none) and the clamp, cropping through ``keep``/``at`` where the computed columns are
-    not the output's.  Each stage runs in ``*_parts`` ranges, over numba's threading layer when
-    more than one (the caller has checked that the layer is safe, ``kernels._team``)."""
+    0)`` for none), the clamp and the SiLU (``alpha``, NaN for none), cropping through
+    ``keep``/``at`` where the computed columns are not the output's.  Each stage runs in
+    ``*_parts`` ranges, over numba's threading layer when more than one (the caller has checked
+    that the layer is safe, ``kernels._team``)."""
     channels = x.shape[1]
     count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
     for image in range(x.shape[0]):
@@ -253,7 +263,7 @@ def convolve_images(  # pragma: no cover - compiled
                     gather(x[image], planes, sh, sw, top, left, phases, hq, wq, lo, hi)
             source = planes.reshape(planes.size)
         target = y[image]
-        fused = (b, residual, low, high, keep, at, weights_outer)
+        fused = (b, residual, low, high, keep, at, weights_outer, alpha)
         if tile_parts <= 1:
             tiles(w, source, offsets, target, columns, groups, group_stride, *fused, 0, count)
         else:

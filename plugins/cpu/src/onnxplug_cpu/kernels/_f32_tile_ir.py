@@ -26,6 +26,9 @@ and its scratch sums, which on large maps cost as much memory traffic as the out
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -49,12 +52,63 @@ def _splat(builder, value, vector_type):
     return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
 
 
+_LN2_HI = 0.693359375  # 9 significant bits: n·_LN2_HI is exact for |n| < 2^15
+_LN2_LO = math.log(2) - 0.693359375
+_EXP_LOW, _EXP_HIGH = -120.0, 89.0
+_TAYLOR = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0]
+
+
+def _lanes(value: float):
+    return ir.Constant(_LANES, [float(np.float32(value))] * 16)
+
+
+def _exp(builder, y):
+    """``exp`` of 16 float32 lanes: ``kernels._vexp.exp_value``'s steps (clamp, ``n = rint(y log2
+    e)``, Cody-Waite reduction, degree-7 polynomial, ``2^n`` in two halves), with each multiply-add
+    fused."""
+    module = builder.module
+    fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
+    rint = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES]), "llvm.rint.v16f32")
+    low, high = _lanes(_EXP_LOW), _lanes(_EXP_HIGH)
+    y = builder.select(builder.fcmp_ordered("<", y, low), low, y)  # NaN kept: it compares false
+    y = builder.select(builder.fcmp_ordered(">", y, high), high, y)
+    n = builder.call(rint, [builder.fmul(y, _lanes(1 / math.log(2)))])
+    r = builder.call(fma, [n, _lanes(-_LN2_HI), y])
+    r = builder.call(fma, [n, _lanes(-_LN2_LO), r])
+    q = _lanes(_TAYLOR[0])
+    for coefficient in _TAYLOR[1:]:
+        q = builder.call(fma, [q, r, _lanes(coefficient)])
+    # 2^n as 2^k1 · 2^(n - k1) from exponent bits, both halves normal for -174 < n < 130; a NaN n
+    # converts as 0 (fptosi of NaN is poison), q is NaN already.
+    n = builder.select(builder.fcmp_ordered("==", n, n), n, ir.Constant(_LANES, None))
+    k = builder.fptosi(n, _INDICES)
+    k1 = builder.ashr(k, ir.Constant(_INDICES, [1] * 16))
+    bias, shift = ir.Constant(_INDICES, [127] * 16), ir.Constant(_INDICES, [23] * 16)
+    for half in (k1, builder.sub(k, k1)):
+        q = builder.fmul(q, builder.bitcast(builder.shl(builder.add(half, bias), shift), _LANES))
+    return q
+
+
+def _maybe_silu(builder, has_silu, value, minus_alpha):
+    """``value / (1 + exp(-alpha · value))`` (SiLU, com.microsoft QuickGelu) where ``has_silu``,
+    else ``value``: a branch, so that layers without it pay nothing."""
+    entry = builder.block
+    with builder.if_then(has_silu):
+        scaled = builder.fmul(value, minus_alpha)
+        silu = builder.fdiv(value, builder.fadd(_lanes(1.0), _exp(builder, scaled)))
+        silu_block = builder.block
+    merged = builder.phi(_LANES)
+    merged.add_incoming(silu, silu_block)
+    merged.add_incoming(value, entry)
+    return merged
+
+
 def _codegen(vectors: int, crop: bool = False):
     """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4); ``crop``: the stores
     compress each vector's kept lanes to its output position (see the module's docstring)."""
 
     def codegen(context, builder, sig, args):
-        w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high = args
+        w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha = args
         module = builder.module
         vector_pointer = _LANES.as_pointer()
         fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
@@ -130,6 +184,8 @@ def _codegen(vectors: int, crop: bool = False):
         residual_lanes = builder.select(has_residual, ir.Constant(_MASK, [1] * 16), ir.Constant(_MASK, None))
         residual_masks = [builder.and_(mask, residual_lanes) for mask in stored]
         lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
+        has_silu = builder.icmp_signed("!=", silu, _const(0))
+        minus_alpha = _splat(builder, builder.fneg(alpha), _LANES)
         for r in range(ROWS):
             with builder.if_then(builder.icmp_signed("<", _const(r), rows)):
                 row = builder.mul(_const(r), ldy)
@@ -153,6 +209,7 @@ def _codegen(vectors: int, crop: bool = False):
                     value = builder.select(has_residual, builder.fadd(value, extra), value)
                     value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
                     value = builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
+                    value = _maybe_silu(builder, has_silu, value, minus_alpha)
                     if crop:
                         value = builder.call(compress, [value, zero, kept[v]])
                     address = builder.bitcast(builder.gep(target, [place]), vector_pointer)
@@ -162,11 +219,13 @@ def _codegen(vectors: int, crop: bool = False):
     return codegen
 
 
-_SIGNATURE = types.void(*([types.intp] * 13), types.float32, types.float32)
+_SIGNATURE = types.void(*([types.intp] * 14), types.float32, types.float32, types.float32)
 
 
 @intrinsic
-def tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def tile(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """``y[r·ldy + p0 + i] = clamp(sum_k w[r·depth + k] · planes[offsets[k] + p0 + i] + bias[r]
     + residual[r·ldy + p0 + i])`` for ``r < rows`` (at most ROWS) and ``i < valid`` (at most
     COLUMNS), added in that order and clamped to ``[low, high]`` as the epilogue does (NaN
@@ -176,25 +235,33 @@ def tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, re
 
 
 @intrinsic
-def tile_48(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def tile_48(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`tile` for at most 48 valid columns (three vectors: the masked fourth is not computed)."""
     return _SIGNATURE, _codegen(3)
 
 
 @intrinsic
-def tile_32(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def tile_32(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`tile` for at most 32 valid columns."""
     return _SIGNATURE, _codegen(2)
 
 
 @intrinsic
-def tile_16(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def tile_16(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`tile` for at most 16 valid columns."""
     return _SIGNATURE, _codegen(1)
 
 
 @intrinsic
-def crop_tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def crop_tile(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`tile` storing the kept lanes of computed columns ``p0 + i`` at output positions:
     vector ``j = p0 / 16 + v`` keeps the lanes of bit mask ``keep[j]`` (uint16) and stores them,
     in order, from ``y[r·ldy + at[j]]`` (int64); a residual is read at the same positions."""
@@ -202,18 +269,24 @@ def crop_tile(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bia
 
 
 @intrinsic
-def crop_tile_48(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def crop_tile_48(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`crop_tile` for at most 48 valid columns."""
     return _SIGNATURE, _codegen(3, crop=True)
 
 
 @intrinsic
-def crop_tile_32(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def crop_tile_32(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`crop_tile` for at most 32 valid columns."""
     return _SIGNATURE, _codegen(2, crop=True)
 
 
 @intrinsic
-def crop_tile_16(typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, low, high):
+def crop_tile_16(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
     """:func:`crop_tile` for at most 16 valid columns."""
     return _SIGNATURE, _codegen(1, crop=True)
