@@ -27,6 +27,7 @@ from ._pool_jit import compiled_parallel as _compiled_pool_parallel
 from ._registry import kernel
 from ._split_rows import run_in_row_blocks, thread_budget
 from ._team import join_run, team_runs_convolutions
+from .reduce import trailing_mean
 
 
 def pool_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0, op="Pool"):
@@ -351,8 +352,12 @@ def _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storag
 
 @kernel("GlobalAveragePool", since=(1, 22))
 def global_average_pool(x):
+    axes = tuple(range(2, x.ndim))
+    fast = trailing_mean(x, axes, True)  # float32: one matrix-vector product (kernels.reduce)
+    if fast is not None:
+        return fast
     acc = _accumulator(x.dtype)
-    return x.astype(acc).mean(axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+    return x.astype(acc, copy=False).mean(axis=axes, keepdims=True).astype(x.dtype, copy=False)
 
 
 @kernel("GlobalMaxPool", since=(1, 22))

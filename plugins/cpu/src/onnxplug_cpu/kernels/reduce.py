@@ -10,6 +10,8 @@ lowest/highest value) for max/min, -inf for the log-sums.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxplug.errors import InvalidArgument
@@ -33,7 +35,33 @@ def _sum(x, axes, keepdims):
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
+#: Rows from which a float32 mean over trailing axes is a matrix-vector product with ones.
+_ROW_MEAN_MIN_ROWS = 64
+#: ... and the most values per row it sums that way (sequential sums; numpy's are pairwise).
+_ROW_MEAN_MAX_COLUMNS = 4096
+
+
+def trailing_mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray | None:
+    """The mean of a C-contiguous float32 ``x`` over its trailing ``axes`` (a global average
+    pool, a CNN head's ReduceMean over H and W) as ``x2d @ ones / n`` (BLAS's ``sgemv``), or
+    ``None`` where that does not apply.  Why: numpy reduces each row in a call of its own, about
+    30 ns a row: 1280 channels of 7×7 took 100-150 µs (onnxruntime: 20)."""
+    k = x.ndim - len(axes)
+    trailing = len(axes) > 0 and k > 0 and tuple(sorted(axes)) == tuple(range(k, x.ndim))
+    if x.dtype != np.float32 or not x.flags.c_contiguous or not trailing:
+        return None
+    rows, cols = math.prod(x.shape[:k]), math.prod(x.shape[k:])
+    if rows < _ROW_MEAN_MIN_ROWS or not 0 < cols <= _ROW_MEAN_MAX_COLUMNS:
+        return None
+    sums = x.reshape(rows, cols) @ np.ones(cols, dtype=np.float32)
+    mean = np.divide(sums, np.float32(cols), out=sums)
+    return mean.reshape(x.shape[:k] + ((1,) * len(axes) if keepdims else ()))
+
+
 def _mean(x, axes, keepdims):
+    fast = trailing_mean(x, tuple(axes), keepdims)
+    if fast is not None:
+        return fast
     if x.dtype.kind in "iu":
         # Integer mean truncates toward zero, computed without a float round trip.
         count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64)) if axes != () else 1

@@ -1,0 +1,39 @@
+"""A float32 mean over trailing axes as one matrix-vector product (``kernels.reduce.trailing_mean``,
+used by ReduceMean and GlobalAveragePool): numpy's values, NaN and infinities as numpy, the
+shapes keepdims gives, and the calls that keep numpy's reduction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxplug_cpu.kernels import pool, reduce
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+@pytest.mark.parametrize("shape, axes", [((1, 1280, 7, 7), (2, 3)), ((2, 96, 5, 3), (3, 2)), ((300, 17), (1,))])
+def test_matches_numpy(shape, axes, keepdims):
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32) * 10
+    x.reshape(-1)[7] = np.nan
+    x.reshape(-1)[100] = np.inf
+    got = reduce.trailing_mean(x, axes, keepdims)
+    want = x.astype(np.float64).mean(axis=axes, keepdims=keepdims)
+    assert got is not None and got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_other_calls_keep_numpy():
+    x = np.ones((1, 1280, 7, 7), np.float32)
+    assert reduce.trailing_mean(x, (1, 2), True) is None  # not the trailing axes
+    assert reduce.trailing_mean(x.astype(np.float64), (2, 3), True) is None
+    assert reduce.trailing_mean(np.ones((1, 8, 7, 7), np.float32), (2, 3), True) is None  # too few rows
+    assert reduce.trailing_mean(x.transpose(0, 1, 3, 2), (2, 3), True) is None  # not contiguous
+    assert reduce.trailing_mean(x, (), True) is None
+
+
+def test_global_average_pool_takes_it():
+    x = np.random.default_rng(6).standard_normal((2, 100, 9, 9)).astype(np.float32)
+    got = pool.global_average_pool(x)
+    assert got.shape == (2, 100, 1, 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
