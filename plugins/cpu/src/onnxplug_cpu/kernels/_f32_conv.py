@@ -7,12 +7,13 @@ gap is").  Here each output tile of 6 channels × 64 columns is computed straigh
 every kernel tap reads the same phase images at a shifted offset (``kernels._conv_geometry``), so
 the only copy is one padded (and, for strides, phase-split) image, and a pointwise stride-1
 convolution reads its input in place.  Grouped layers run as one convolution whose groups read
-their own blocks of channels.  The gather, the tiles and the epilogue (crop, bias, residual,
-Relu/Clip) are each split over the run's threads on numba's threading layer (``kernels._team``),
-all from one compiled call per layer (each extra call from Python cost 5-10 µs, as much as a
-small layer's tiles), or over Python threads where that layer is not safe.  Where the computed
-columns are the output's (pointwise layers; stride 2 without padding) the tiles store the output
-with the bias, the residual and the clamp, and there is no epilogue pass.
+their own blocks of channels.  The tiles store the output themselves with the bias, the
+residual, the clamp (Relu/Clip) and FusedConv's SiLU, cropping a padded layer's extra columns as
+they store (``kernels._f32_tile_ir``), so there is no epilogue pass.  The gather and the tiles
+are each split over the run's threads on numba's threading layer (``kernels._team``), both from
+one compiled call per layer (each extra call from Python cost 5-10 µs, as much as a small
+layer's tiles), or over Python threads where that layer is not safe.  What a layer computes
+where (:class:`ConvPlan`) is worked out once per input shape.
 
 Numerics: each output is ``sum_k w[m, k] · x[...]`` accumulated in float32 with one rounding per
 multiply-add, ``k`` in the weights' order (channel, then tap row, then tap column); not
