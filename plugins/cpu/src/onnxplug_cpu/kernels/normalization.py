@@ -11,6 +11,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from ._channel_jit import affine_channels
 from ._layernorm_jit import layer_norm_last_axis
 from ._registry import kernel
 
@@ -45,6 +46,10 @@ def _batchnorm_inference(x, scale, b, mean, var, epsilon):
     n = x.ndim
     a = _channel_param(scale, n, ct) / np.sqrt(_channel_param(var, n, ct) + ct(epsilon))
     c = _channel_param(b, n, ct) - _channel_param(mean, n, ct) * a
+    if x.ndim >= 2 and a.size == x.shape[1]:  # per-channel: one compiled pass
+        fast = affine_channels(x, a, c)
+        if fast is not None:
+            return fast
     y = np.multiply(x, a, dtype=ct)
     y += c
     return y.astype(x.dtype, copy=False)
