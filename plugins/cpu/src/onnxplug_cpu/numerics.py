@@ -261,10 +261,10 @@ def convolve(
     result is always a fresh array the caller may modify in place.  ``residual`` (added after the
     bias; broadcastable) and ``clamp`` ``(low, high)`` are FusedConv's Z and its Relu or Clip: with
     the bias they are applied in one compiled pass over the output (``kernels._epilogue``), or in
-    the depthwise kernels' store, instead of one numpy pass each.  ``silu_alpha`` is
-    FusedConv's QuickGelu (``x / (1 + exp(-silu_alpha·x))``, applied last): in the tiles' store where they run the
-    layer (a YOLO's SiLU after every convolution then costs no pass of its own), else one
-    compiled pass (:func:`silu`).
+    the depthwise kernels' store, instead of one numpy pass each.  ``silu_alpha`` is FusedConv's
+    QuickGelu (``x / (1 + exp(-silu_alpha·x))``, applied last): in the tiles' store where they
+    run the layer (a YOLO's SiLU after every convolution then costs no pass of its own), else
+    one compiled pass (:func:`silu`).
 
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
