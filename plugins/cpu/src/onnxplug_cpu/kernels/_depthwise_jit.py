@@ -48,19 +48,10 @@ def compiled() -> dict[int, Any] | None:
     with one cell of padding before each axis, every second cell of that run; or ``None``.
 
     ``x`` ``(P, H, W)`` is the input as ``N·C`` planes, ``taps`` ``(C, 9)``, ``bias`` ``(C,)``
-    (added when ``has_bias``), ``low``/``high`` the clamp (``-inf``/``inf`` for none) in ``x``'s dtype, ``top`` and
-    ``left`` the padding before the map, ``y`` ``(P, oh, ow)`` (plane ``p`` has channel
+    (added when ``has_bias``), ``low``/``high`` the clamp (``-inf``/``inf`` for none) in ``x``'s
+    dtype, ``top`` and ``left`` the padding before the map, ``y`` ``(P, oh, ow)`` (plane ``p`` has channel
     ``p % C``)."""
-    if compiler() is None:
-        return None
-    from . import _depthwise_loops
-
-    return {
-        1: _depthwise_loops.stride_1,
-        2: _depthwise_loops.stride_2,
-        "flat": _depthwise_loops.stride_1_flat,
-        "flat2": _depthwise_loops.stride_2_flat,
-    }
+    return _forms("")
 
 
 @functools.cache
@@ -68,13 +59,16 @@ def compiled_parallel() -> dict[int, Any] | None:
     """``{stride: kernel(..., y, parts)}``: :func:`compiled`'s kernels with one image's channels
     split into ``parts`` on numba's threading layer, for sessions whose convolutions run on that
     team (``kernels._f32_conv``); ``None`` without numba."""
+    return _forms("_parallel")
+
+
+#: Each form's loop in ``_depthwise_loops`` (its parallel form adds ``_parallel``).
+_FORMS = {1: "stride_1", 2: "stride_2", "flat": "stride_1_flat", "flat2": "stride_2_flat"}
+
+
+def _forms(suffix: str) -> dict[Any, Any] | None:
     if compiler() is None:
         return None
     from . import _depthwise_loops
 
-    return {
-        1: _depthwise_loops.stride_1_parallel,
-        2: _depthwise_loops.stride_2_parallel,
-        "flat": _depthwise_loops.stride_1_flat_parallel,
-        "flat2": _depthwise_loops.stride_2_flat_parallel,
-    }
+    return {form: getattr(_depthwise_loops, name + suffix) for form, name in _FORMS.items()}

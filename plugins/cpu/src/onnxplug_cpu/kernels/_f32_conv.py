@@ -45,7 +45,7 @@ from ._scratch import scratch
 from ._split_rows import run_in_row_blocks, thread_budget
 from ._team import join_run, parallel_ready, run_parts, tiles_enabled
 
-__all__ = ["ConvPlan", "available", "convolve", "matmul", "matrix_product", "plan", "run"]
+__all__ = ["ConvPlan", "available", "matmul", "matrix_product", "plan", "run"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
@@ -74,7 +74,7 @@ def loops() -> Any | None:
 
 
 def available() -> bool:
-    """Whether :func:`convolve` runs: not switched off (``ONNXPLUG_CPU_CONV_TILE=0``), numba
+    """Whether :func:`run` may be called: not switched off (``ONNXPLUG_CPU_CONV_TILE=0``), numba
     usable and the CPU with AVX-512F."""
     return tiles_enabled() and loops() is not None
 
@@ -189,42 +189,14 @@ def plan(shape: tuple, maps: int, groups: int, kernel: tuple, strides, dilations
     return ConvPlan(shape, maps, groups, kernel, strides, dilations, pads, auto_pad)
 
 
-def convolve(
-    x: np.ndarray,
-    w: np.ndarray,
-    kernel: tuple,
-    strides=None,
-    dilations=None,
-    pads=None,
-    auto_pad: str = "NOTSET",
-    bias: np.ndarray | None = None,
-    residual: np.ndarray | None = None,
-    clamp: tuple[float, float] | None = None,
-    groups: int = 1,
-    silu: float | None = None,
-) -> np.ndarray:
-    """The convolution of float32 ``x`` ``(N, C, H, W)`` with weights ``w`` ``(M, C/groups·kh·kw)``
-    (float32, C-contiguous, channel-major; the rows in ``groups`` equal groups, group ``g``
-    reading input channels ``[g·C/groups, (g+1)·C/groups)``), plus ``bias`` ``(M,)``, plus
-    ``residual`` (of the output's shape, or broadcastable), clamped to ``clamp``; a fresh ``(N,
-    M, OH, OW)`` float32 array.  The caller has checked :func:`available`, the shapes and the
-    attributes (``numerics.convolve``)."""
-    layer = plan(
-        tuple(x.shape),
-        w.shape[0],
-        groups,
-        tuple(kernel),
-        tuple(strides) if strides else None,
-        tuple(dilations) if dilations else None,
-        tuple(pads) if pads else None,
-        auto_pad,
-    )
-    return run(layer, x, w, bias, residual, clamp, silu)
-
-
 def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
-    """:func:`convolve` of an ``x`` of the shape ``layer`` was planned for; ``silu``: the alpha of
-    a SiLU (com.microsoft QuickGelu) applied last, in the tiles' store."""
+    """The convolution of float32 ``x`` (of the shape ``layer`` was planned for, ``(N, C, H, W)``)
+    with weights ``w`` ``(M, C/groups·kh·kw)`` (float32, C-contiguous, channel-major; the rows in
+    ``layer.groups`` equal groups, group ``g`` reading input channels ``[g·C/groups,
+    (g+1)·C/groups)``), plus ``bias`` ``(M,)``, plus ``residual`` (of the output's shape, or
+    broadcastable), clamped to ``clamp``, then ``silu``'s SiLU (com.microsoft QuickGelu's alpha);
+    a fresh ``(N, M, OH, OW)`` float32 array.  The caller has checked :func:`available`, the
+    shapes and the attributes (``numerics.convolve``)."""
     compiled = loops()
     n, m, oh, ow = layer.shape
     geometry = layer.geometry
