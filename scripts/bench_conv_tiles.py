@@ -1,5 +1,5 @@
-"""The opt-in float32 convolution tiles (``ONNXPLUG_CPU_CONV_TILE=1``, ``kernels._f32_conv``)
-against the default numpy paths and onnxruntime, layer by layer, in one process.
+"""The float32 convolution tiles (``kernels._f32_conv``, on by default) against the numpy paths
+(``ONNXPLUG_CPU_CONV_TILE=0``) and onnxruntime, layer by layer, in one process.
 
     python scripts/bench_conv_tiles.py                # the layer list below, 2 threads
     python scripts/bench_conv_tiles.py --threads 1
@@ -7,7 +7,7 @@ against the default numpy paths and onnxruntime, layer by layer, in one process.
 For each layer (a single-node Conv model with bias) it times onnxplug with the tiles on, onnxplug
 with them off and onnxruntime, alternating the three in rounds (onnxruntime's spinning disabled so
 that its threads do not slow the others), and prints the medians and the tiles' ratio to each.
-Whole models: run ``scripts/bench.py`` twice, with and without ``ONNXPLUG_CPU_CONV_TILE=1``
+Whole models: run ``scripts/bench.py`` twice, with ``ONNXPLUG_CPU_CONV_TILE=1`` and ``=0``
 (the setting is read per call, but the thread teams of the two settings disturb each other inside
 one process).
 """
