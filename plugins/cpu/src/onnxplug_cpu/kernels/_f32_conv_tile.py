@@ -17,7 +17,7 @@ Python threads where the layer is not safe; :func:`tiles_parallel` serves the pl
 from __future__ import annotations
 
 import numba
-from numba import prange
+from numba import prange, types
 
 from ._f32_tile_ir import (
     COLUMNS,
@@ -35,7 +35,24 @@ from ._f32_tile_ir import (
 __all__ = ["COLUMNS", "ROWS", "convolve_images", "gather", "tile_count", "tiles", "tiles_parallel"]
 
 
-@numba.njit(cache=True, nogil=True)
+def _array(dtype, ndim: int, *, read_only: bool = True):
+    return types.Array(dtype, ndim, "C", readonly=read_only)
+
+
+# Each loop is compiled for one signature, when this module is imported (or loaded from numba's
+# cache), with every array it only reads typed read-only.  A writable array converts to a
+# read-only one at the call; left to compile per call, numba made a specialisation for every mix
+# of read-only (a model's initializers) and writable arguments: 16 of `convolve_images`, each
+# ~13 s of LLVM on a cold cache, which was most of the CPU plugin's test time.
+_INT, _F32 = types.int64, types.float32
+_W, _PLANES, _OFFSETS = _array(_F32, 2), _array(_F32, 1), _array(_INT, 1)
+_BIAS, _KEEP, _AT = _array(_F32, 1), _array(types.uint16, 1), _array(_INT, 1)
+# w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha
+_TILE_ARGUMENTS = (_W, _PLANES, _OFFSETS, _array(_F32, 2, read_only=False), _INT, _INT, _INT, _BIAS)
+_TILE_ARGUMENTS += (_array(_F32, 2), _F32, _F32, _KEEP, _AT, types.boolean, _F32)
+
+
+@numba.njit(types.void(*_TILE_ARGUMENTS, _INT, _INT), cache=True, nogil=True)
 def tiles(  # pragma: no cover - compiled
     w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, t0, t1
 ):
@@ -116,7 +133,7 @@ def tile_count(rows: int, groups: int, columns: int) -> int:
     return groups * -(-(rows // groups) // ROWS) * -(-columns // COLUMNS)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(types.void(*_TILE_ARGUMENTS, _INT), cache=True, nogil=True, parallel=True)
 def tiles_parallel(
     w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, parts
 ):  # pragma: no cover
@@ -135,7 +152,11 @@ def _phase_of(phases, py, px):  # pragma: no cover - compiled
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+_PHASES = _array(_INT, 2)
+_GATHER_ARGUMENTS = (_array(_F32, 3), _array(_F32, 3, read_only=False), _INT, _INT, _INT, _INT, _PHASES, _INT, _INT)
+
+
+@numba.njit(types.void(*_GATHER_ARGUMENTS, _INT, _INT), cache=True, nogil=True)
 def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no cover - compiled
     """Channels ``[c0, c1)`` of ``x`` ``(C, H, W)`` into the phase images ``planes`` ``(P, C,
     length)`` (``kernels._conv_geometry``), zero where the padding or the tiles' overrun is.
@@ -210,7 +231,12 @@ def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no 
                         target[i] = source[i * sw]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+_CONVOLVE_ARGUMENTS = (_array(_F32, 4), _W, _array(_F32, 3, read_only=False), _OFFSETS)
+_CONVOLVE_ARGUMENTS += (_array(_F32, 3, read_only=False), _INT, _INT, _INT, _BIAS, _array(_F32, 3), _F32, _F32)
+_CONVOLVE_ARGUMENTS += (_KEEP, _AT, types.boolean, _F32, _INT, _INT, _INT, _INT, _PHASES, _INT, _INT, types.boolean)
+
+
+@numba.njit(types.void(*_CONVOLVE_ARGUMENTS, _INT, _INT), cache=True, nogil=True, parallel=True)
 def convolve_images(  # pragma: no cover - compiled
     x,
     w,
