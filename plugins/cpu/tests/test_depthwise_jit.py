@@ -36,6 +36,10 @@ CASES = [
     ((1, 24, 14, 14), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 6, 13, 9), dict(strides=[2, 2], pads=[1, 1, 0, 0])),
     ((1, 5, 1, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    # small maps: one copy of all the planes (kernels._depthwise_loops.FRAMED_CELLS)
+    ((3, 10, 7, 7), dict(pads=[1, 1, 1, 1])),
+    ((2, 7, 13, 11), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 4, 16, 16), dict(pads=[1, 1, 1, 1])),
 ]
 
 
@@ -142,6 +146,31 @@ def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
 
 
 @pytest.mark.numba
+@pytest.mark.parametrize("stride", [1, 2])
+def test_small_planes_read_as_one_run_keep_each_plane_to_itself(stride):
+    """Maps of up to ``FRAMED_CELLS`` cells are read from one copy of all the planes, where the
+    row above a plane's first row is the previous plane's last: those taps must read zeros."""
+    x, w = _data((2, 6, 7, 7), np.float32)
+    assert 7 * 7 <= _depthwise_loops().FRAMED_CELLS
+    x[0, 2, 0, 3] = np.inf  # the first row of a middle plane: the plane before must not read it
+    x[0, 2, 6, 4] = -np.inf  # its last row: nor the plane after
+    x[0, 5, 6, 6] = np.inf  # the first image's last cell: the next image's first plane follows
+    x[1, 0, 0, 0] = np.nan
+    call = _call(x, w, dict(strides=[stride, stride], pads=[1, 1, 1, 1]))
+    want = _depthwise.depthwise_conv_numpy(*call)
+    got = _depthwise.depthwise_conv(*call)
+    np.testing.assert_array_equal(got, want)
+    assert np.isfinite(got[0, [0, 1, 3, 4]]).all() and np.isfinite(got[1, 1:]).all()
+    assert not np.isfinite(got[0, 2]).all() and np.isnan(got[1, 0]).any()
+
+
+def _depthwise_loops():
+    from onnxplug_cpu.kernels import _depthwise_loops
+
+    return _depthwise_loops
+
+
+@pytest.mark.numba
 def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
         "import numpy as np\n"
@@ -151,6 +180,7 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "_depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (7, 38), (1, 1), (1, 1))\n"  # rows
         "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (5, 20), (2, 2), (1, 1))\n"  # rows, stride 2
         "_depthwise.depthwise_conv(x[..., :9], w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"  # flat, stride 2
+        "_depthwise.depthwise_conv(x[..., :7, :7], w, (1, 1), (1, 1), (7, 7), (1, 1), (1, 1))\n"  # framed
         "forms = (loops.stride_1, loops.stride_2, loops.stride_1_flat, loops.stride_2_flat)\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in forms))\n"
     )
