@@ -269,11 +269,11 @@ def stride_1_flat(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no 
     padded = np.zeros(cells + 2 * width + 2, dtype=x.dtype)
     first_column, last_column = _edges(height, width)
     store = (has_bias, low, high)
+    source, flat = x.reshape(x.shape[0] * cells), y.reshape(y.shape[0] * cells)
     for p in range(y.shape[0]):
         c = p % channels
-        _flat_plane(
-            x[p].reshape(cells), padded, width, first_column, last_column, t, c, bias[c], *store, y[p].reshape(cells)
-        )
+        plane, out = source[p * cells : (p + 1) * cells], flat[p * cells : (p + 1) * cells]
+        _flat_plane(plane, padded, width, first_column, last_column, t, c, bias[c], *store, out)
 
 
 @jit
@@ -293,9 +293,11 @@ def stride_2_flat(x, t, bias, has_bias, low, high, top, left, y):  # pragma: no 
     full = np.empty(cells, dtype=x.dtype)
     first_column, last_column = _edges(height, width)
     store = (has_bias, low, high)
+    source = x.reshape(x.shape[0] * cells)
     for p in range(y.shape[0]):
         c = p % channels
-        _flat_plane(x[p].reshape(cells), padded, width, first_column, last_column, t, c, bias[c], *store, full)
+        plane = source[p * cells : (p + 1) * cells]
+        _flat_plane(plane, padded, width, first_column, last_column, t, c, bias[c], *store, full)
         for oy in range(oh):
             row = full[2 * oy * width :]
             out = y[p, oy]
