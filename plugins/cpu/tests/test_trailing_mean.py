@@ -37,3 +37,24 @@ def test_global_average_pool_takes_it():
     got = pool.global_average_pool(x)
     assert got.shape == (2, 100, 1, 1) and got.dtype == np.float32
     np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_a_team_run_splits_the_rows_over_the_team(monkeypatch):
+    """Inside a run on numba's team the rows are summed by ``kernels._gemv`` split over it (each
+    thread reading what its share of the last convolution left in its cache): the same values."""
+    from onnxplug_cpu.kernels import _gemv, _team
+
+    if _gemv.compiled() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    x = np.random.default_rng(8).standard_normal((1, 1280, 7, 7)).astype(np.float32)
+    x[0, 700, 3, 3] = np.nan
+    outside = reduce.trailing_mean(x, (2, 3), False)
+    calls = []
+    real = _gemv.row_times_matrix
+    monkeypatch.setattr(_gemv, "row_times_matrix", lambda *args: calls.append(args[2]) or real(*args))
+    monkeypatch.setattr(reduce, "team_joined", lambda: True)
+    monkeypatch.setattr(reduce, "thread_budget", lambda: 2)
+    inside = reduce.trailing_mean(x, (2, 3), False)
+    assert calls == [2]
+    np.testing.assert_allclose(inside, outside, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.isnan(inside), np.isnan(outside))
