@@ -140,9 +140,62 @@ def test_broadcast_residual_is_not_fused(fusion, rng):
     fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]], "shape is not known to equal")
 
 
-def test_residual_without_activation_is_not_fused(fusion, rng):
+def test_residual_before_an_unfusable_activation_fuses_without_one(fusion, rng):
+    feeds = {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}
+    feeds["z"] = rng.standard_normal((2, 6, 8, 8)).astype(np.float32)
     model = conv_residual(rng, "Add", activation="Softplus")
-    fusion.assert_unchanged(model, [SETS["ms_ops.fused_conv"]])
+    fused, _ = fusion.check(model, [SETS["ms_ops.fused_conv"]], feeds, {f"{MS}.FusedConv": 1, "Softplus": 1})
+    node = next(n for n in fused.graph if n.op_type == "FusedConv")
+    assert "activation" not in node.attributes and node.inputs[3].name == "z"
+
+
+def conv_add(rng, add, *, conv_first=True, readers=1):
+    """``add(Conv(x), z)`` read by an Identity (no activation: MobileNetV2's linear residual), and
+    by a second node when ``readers`` is 2 (the next block's Conv and its residual add)."""
+    model = conv_residual(rng, add, conv_first=conv_first, activation="Identity")
+    graph = model.graph
+    if readers > 1:
+        graph.node.append(oh.make_node("Neg", ["s"], ["n"]))
+        graph.output.append(oh.make_tensor_value_info("n", F, None))
+    return model
+
+
+@pytest.mark.parametrize("add", ["Add", "Sum"])
+@pytest.mark.parametrize("conv_first", [True, False])
+@pytest.mark.parametrize("readers", [1, 2])
+def test_residual_without_activation_fuses_into_fused_conv_without_one(fusion, rng, add, conv_first, readers):
+    feeds = {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)}
+    feeds["z"] = rng.standard_normal((2, 6, 8, 8)).astype(np.float32)
+    model = conv_add(rng, add, conv_first=conv_first, readers=readers)
+    expected = {f"{MS}.FusedConv": 1, "Identity": 1} | ({"Neg": 1} if readers > 1 else {})
+    fused, _ = fusion.check(model, [SETS["ms_ops.fused_conv"]], feeds, expected)
+    node = next(n for n in fused.graph if n.op_type == "FusedConv")
+    assert "activation" not in node.attributes and len(node.inputs) == 4 and node.inputs[3].name == "z"
+
+
+def test_fused_conv_without_activation_loads_in_onnxruntime(rng):
+    """onnxruntime reads FusedConv's missing activation as the identity: a model saved after the
+    fusion still runs there, with the same values."""
+    ort = pytest.importorskip("onnxruntime")
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    z = rng.standard_normal((1, 6, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    node = oh.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain=MS, pads=[1, 1, 1, 1])
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", F, [1, 4, 8, 8]), oh.make_tensor_value_info("z", F, [1, 6, 8, 8])],
+        [oh.make_tensor_value_info("y", F, [1, 6, 8, 8])],
+        [nh.from_array(w, "w"), nh.from_array(b, "b")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid(MS, 1)])
+    import onnxplug
+
+    feeds = {"x": x, "z": z}
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    ours = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
 GEMM_ACTIVATIONS = [

@@ -167,6 +167,9 @@ def fused_conv(
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
             return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, clamp=clamp, **geometry)
+        if not activation and z is not None and z.dtype == x.dtype:
+            # a residual with no activation (ms_ops.fused_conv's FuseConvAdd): added in the store
+            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, **geometry)
         if activation == "QuickGelu" and (z is None or z.dtype == x.dtype):
             # SiLU in the convolution tiles' store (onnxplug's own activation: see _activation)
             silu_alpha = _param(params, 0, 1.0)

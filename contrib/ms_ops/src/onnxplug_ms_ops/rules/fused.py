@@ -7,6 +7,8 @@
   onnxruntime's ConvAddActivationFusion: the residual add and the activation run in place on the
   convolution's fresh output instead of as two more nodes, each allocating and passing over a
   full feature map (16 Sum and 16 Relu nodes in ResNet-50).
+- ``FuseConvAdd``: ``Add(Conv(x, W[, B]), z)`` with no activation after it → ``FusedConv(x, W,
+  B, z)`` without one (onnxruntime reads that as the identity): MobileNetV2's residual adds.
 - ``FuseGemmActivation``: ``act(Gemm(A, B[, C]))`` → ``FusedGemm`` for the activations FusedGemm's
   ``activation_alpha/beta/gamma`` can carry (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Elu,
   Selu, Softplus, Softsign, ThresholdedRelu).
@@ -150,6 +152,42 @@ class FuseConvAddActivation(pattern.RewriteRuleClassBase):
             attrs["activation_params"] = self._activation_params
         inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))  # X, W, B (maybe absent)
         return op.FusedConv(*inputs, z, **attrs, _domain=DOMAIN)
+
+
+class FuseConvAdd(pattern.RewriteRuleClassBase):
+    """``add(Conv(x, W[, B]), z)`` with no activation after it (MobileNetV2's inverted residuals,
+    whose blocks end in a linear projection) → ``FusedConv(x, W, B, z)`` with no ``activation``:
+    onnxruntime's FusedConv reads a missing activation as the identity, so a model saved after this
+    rule still loads there.  The residual is then added in the convolution's store instead of a
+    pass of its own.  An add whose only reader is an activation FusedConv carries is left to
+    :class:`FuseConvAddActivation`, which fuses all three."""
+
+    def __init__(self, name: str, *, add: str, conv_first: bool):
+        super().__init__(name)
+        self._add, self._conv_first = add, conv_first
+
+    def pattern(self, op, x, z):
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        operands = (conv, z) if self._conv_first else (z, conv)
+        return getattr(op, self._add)(*operands, _outputs=["total"])
+
+    def check(self, context, x, z, conv_out, total, **_):
+        result = pattern.MatchResult()
+        if x.dtype != _F32 or z.dtype != _F32:
+            return result.fail("FusedConv is fused for float32 only", x)
+        z_shape, y_shape = static_shape(z), static_shape(conv_out)
+        if z_shape is None or z_shape != y_shape:
+            return result.fail("the added tensor's shape is not known to equal the Conv output's", z)
+        readers = [use.node for use in total.uses()]
+        fusable = len(readers) == 1 and readers[0].domain in ("", "ai.onnx") and _params(readers[0]) is not None
+        if fusable and not total.is_graph_output():
+            return result.fail("an activation follows: left to the Conv+Add+activation fusion", total)
+        return result
+
+    def rewrite(self, op, x, z, conv_out, **_):
+        conv = conv_out.producer()
+        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))  # X, W, B (maybe absent)
+        return op.FusedConv(*inputs, z, **dict(conv.attributes), _domain=DOMAIN)
 
 
 #: Gemm activations and their attribute → FusedGemm's activation_alpha/beta/gamma (with defaults).
@@ -309,6 +347,11 @@ def fused_conv_rules() -> list:
         ]
         + [FuseConvActivation.rule(f"conv_{a}", activation=a) for a in _CONV_ACTIVATIONS]
         + [FuseConvQuickGelu.rule("conv_quick_gelu")]
+        + [
+            FuseConvAdd.rule(f"conv_{add.lower()}_{i}", add=add, conv_first=first)
+            for add in ("Add", "Sum")
+            for i, first in enumerate((True, False))
+        ]
     )
 
 
