@@ -188,16 +188,23 @@ def test_a_forked_child_keeps_out_of_its_parents_team():
 
 
 @pytest.mark.parametrize("maximum", [True, False])
-def test_pools_on_the_team_match_python_threads(maximum, monkeypatch):
+@pytest.mark.parametrize("small", [False, True], ids=["rows", "all-planes"])
+def test_pools_on_the_team_match_python_threads(maximum, small, monkeypatch):
     from onnxplug_cpu.kernels import pool
 
-    x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
-    geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
+    if small:  # 3×3 stride 1 on 14×14 maps: kernels._pool3_loops
+        x = np.random.default_rng(13).standard_normal((1, 576, 14, 14), dtype=np.float32)
+        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(1, 1), dilations=None, maximum=maximum)
+        out = (14, 14)
+    else:
+        x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
+        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
+        out = (20, 20)
     results = []
     for team in ("1", "0"):
         monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
         with threadpoolctl.threadpool_limits(2, user_api="blas"):
-            results.append(pool._compiled_reduce(x, (20, 20), **geometry))
+            results.append(pool._compiled_reduce(x, out, **geometry))
     assert results[0] is not None
     np.testing.assert_array_equal(results[0], results[1])
 

@@ -121,6 +121,39 @@ def test_blocks_of_planes_on_two_threads_match_the_numpy_path(monkeypatch, op):
     np.testing.assert_array_equal(compiled, _run(model, x)[0])
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("include_pad", [0, 1])
+@pytest.mark.parametrize("shape", [(2, 40, 9, 7), (1, 20, 16, 16), (1, 1000, 1, 5)])
+def test_small_maps_pool_all_planes_at_once(monkeypatch, op, include_pad, shape):
+    """3×3 stride-1 windows padded by one on maps of up to 256 cells (Inception's branch pools)
+    take ``kernels._pool3_loops``, all the planes in one flat run: the row loops' values, the
+    numpy path's, and infinities or NaN on a plane's edge kept to that plane."""
+    geometry = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    if op == "AveragePool":
+        geometry["count_include_pad"] = include_pad
+    rng = np.random.default_rng(sum(shape) + include_pad)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 1, 0, 0] = np.inf  # first cell of a plane: the plane before must not read it
+    x[0, 2, -1, -1] = -np.inf  # last cell: nor the plane after
+    x[0, 3, 0, -1] = np.nan
+    model = _model(op, list(x.shape), geometry)
+    calls = []
+    real = pool._pool_3x3
+    monkeypatch.setattr(pool, "_pool_3x3", lambda *args: calls.append(1) or real(*args))
+    framed = _run(model, x)[0]
+    assert calls == [1]
+    finite = x.copy()
+    finite[~np.isfinite(finite)] = 0
+    np.testing.assert_allclose(
+        _run(model, finite)[0], ReferenceEvaluator(model).run(None, {"x": finite})[0], rtol=1e-6, atol=1e-6
+    )
+    assert np.isfinite(framed[0, 0]).all() and np.isfinite(framed[0, 4:]).all()
+    monkeypatch.setattr(pool, "_small_3x3", lambda *args: False)
+    np.testing.assert_array_equal(framed, _run(model, x)[0])  # the row loops
+    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: None)
+    np.testing.assert_array_equal(framed, _run(model, x)[0])  # the numpy path
+
+
 @pytest.mark.parametrize("jit", ["1", "0"])
 def test_a_float32_convolution_loads_numba_unless_disabled(tmp_path, jit):
     """A float32 2-D Conv's session imports numba (its epilogue, shifted adds and pools run
@@ -139,3 +172,16 @@ def test_a_float32_convolution_loads_numba_unless_disabled(tmp_path, jit):
     env = dict(os.environ, ONNXPLUG_CPU_JIT=jit)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ("True" if jit == "1" else "False")
+
+
+def test_small_map_pools_load_from_numba_cache_in_a_new_process(cache_misses_in_new_processes):
+    code = (
+        "import numpy as np\n"
+        "from onnxplug_cpu.kernels import _pool3_loops as loops\n"
+        "x = np.ones((8, 7, 7), np.float32); y = np.empty_like(x)\n"
+        "loops.pool_3x3(x, y, True, np.float32(-np.inf))\n"
+        "loops.pool_3x3(x, y, False, np.float32(0))\n"
+        "print(sum(loops.pool_3x3.stats.cache_misses.values()))\n"
+    )
+    first, second = cache_misses_in_new_processes(code)
+    assert first > 0 and second == 0

@@ -173,6 +173,8 @@ def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
 COMPILED_MIN_ELEMENTS = 4096
 #: Input elements per thread below which a compiled pool keeps to the calling thread.
 PLANE_BLOCK_ELEMENTS = 1 << 15
+#: Maps of at most this many cells pool a 3×3 stride-1 window all planes at once (:func:`_pool_3x3`).
+_POOL3_MAX_CELLS = 256
 
 
 def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
@@ -191,6 +193,9 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
     y = np.empty(x.shape[:2] + tuple(out), np.float32)
     source = np.ascontiguousarray(x).reshape(-1, *x.shape[2:])
     planes = y.reshape(-1, *out)
+    if _small_3x3(x.shape[2:], out, begin, kernel_shape, strides):
+        _pool_3x3(source, planes, maximum)
+        return y
     geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
 
     plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
@@ -208,6 +213,39 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum):
 
     run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
     return y
+
+
+def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
+    """A 3×3 stride-1 window with one cell of padding all round on a map of at most
+    ``_POOL3_MAX_CELLS`` cells (Inception's branch pools): :func:`_pool_3x3`'s case."""
+    return (
+        tuple(kernel_shape) == (3, 3)
+        and tuple(strides) == (1, 1)
+        and tuple(begin) == (1, 1)
+        and tuple(out) == tuple(shape)
+        and math.prod(shape) <= _POOL3_MAX_CELLS
+    )
+
+
+def _pool_3x3(source, planes, maximum: bool) -> None:
+    """All the planes of a small map in one flat run (``kernels._pool3_loops``): its few short
+    rows cost the row-by-row loops more in setup than in arithmetic (576 channels of 14×14:
+    187 against 65 µs on one thread).  The planes split over numba's team as the row loops'."""
+    from . import _pool3_loops
+
+    fill = np.float32(-np.inf) if maximum else np.float32(0.0)
+    plane = source.shape[1] * source.shape[2]
+    min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
+    parts = min(thread_budget(), source.shape[0] // min_rows) if source.shape[0] >= 2 * min_rows else 1
+    if parts > 1 and team_runs_convolutions():
+        join_run()
+        _pool3_loops.pool_3x3_parallel(source, planes, maximum, fill, parts)
+        return
+
+    def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
+        _pool3_loops.pool_3x3(source[start:stop], planes[start:stop], maximum, fill)
+
+    run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
 
 
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad, dtype):
