@@ -58,3 +58,18 @@ def test_a_team_run_splits_the_rows_over_the_team(monkeypatch):
     assert calls == [2]
     np.testing.assert_allclose(inside, outside, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(inside), np.isnan(outside))
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_an_average_pool_whose_window_is_the_whole_map_takes_it(monkeypatch, include_pad):
+    x = np.random.default_rng(9).standard_normal((2, 100, 7, 7)).astype(np.float32)
+    calls = []
+    real = pool.trailing_mean
+    monkeypatch.setattr(pool, "trailing_mean", lambda *args: calls.append(1) or real(*args))
+    got = pool.average_pool(x, kernel_shape=[7, 7], auto_pad="NOTSET", count_include_pad=include_pad)
+    assert calls == [1] and got.shape == (2, 100, 1, 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    # padded, strided past the map, or a window smaller than the map: the windowed sums
+    pool.average_pool(x, kernel_shape=[7, 7], auto_pad="NOTSET", pads=[1, 1, 1, 1], count_include_pad=include_pad)
+    pool.average_pool(x, kernel_shape=[6, 6], auto_pad="NOTSET", strides=[2, 2], count_include_pad=include_pad)
+    assert calls == [1]
