@@ -123,11 +123,12 @@ def test_blocks_of_planes_on_two_threads_match_the_numpy_path(monkeypatch, op):
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 @pytest.mark.parametrize("include_pad", [0, 1])
-@pytest.mark.parametrize("shape", [(2, 40, 9, 7), (1, 20, 16, 16), (1, 1000, 1, 5)])
+@pytest.mark.parametrize("shape", [(2, 40, 9, 7), (1, 20, 16, 16), (1, 1000, 1, 5), (1, 6, 64, 64)])
 def test_small_maps_pool_all_planes_at_once(monkeypatch, op, include_pad, shape):
-    """3×3 stride-1 windows padded by one on maps of up to 256 cells (Inception's branch pools)
-    take ``kernels._pool3_loops``, all the planes in one flat run: the row loops' values, the
-    numpy path's, and infinities or NaN on a plane's edge kept to that plane."""
+    """3×3 stride-1 windows padded by one on maps of up to 64×64 cells (Inception's branch pools)
+    take ``kernels._pool3_loops``, all the planes in one flat run (AveragePool's division in it):
+    the row loops' values, the numpy path's, and infinities or NaN on a plane's edge kept to that
+    plane."""
     geometry = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     if op == "AveragePool":
         geometry["count_include_pad"] = include_pad
@@ -179,8 +180,10 @@ def test_small_map_pools_load_from_numba_cache_in_a_new_process(cache_misses_in_
         "import numpy as np\n"
         "from onnxplug_cpu.kernels import _pool3_loops as loops\n"
         "x = np.ones((8, 7, 7), np.float32); y = np.empty_like(x)\n"
-        "loops.pool_3x3(x, y, True, np.float32(-np.inf))\n"
-        "loops.pool_3x3(x, y, False, np.float32(0))\n"
+        "none = np.zeros(0, np.float32); none.flags.writeable = False\n"
+        "counts = np.full(49, 9, np.float32); counts.flags.writeable = False\n"
+        "loops.pool_3x3(x, y, True, np.float32(-np.inf), none)\n"
+        "loops.pool_3x3(x, y, False, np.float32(0), counts)\n"
         "print(sum(loops.pool_3x3.stats.cache_misses.values()))\n"
     )
     first, second = cache_misses_in_new_processes(code)

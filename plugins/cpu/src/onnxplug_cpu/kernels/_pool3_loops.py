@@ -1,5 +1,5 @@
-"""3×3 stride-1 MaxPool and AveragePool sums with one cell of padding all round on small maps,
-all the planes at once (imported only where :func:`._jit.compiler` gives a decorator).
+"""3×3 stride-1 MaxPool and AveragePool with one cell of padding all round, all the planes at
+once (imported only where :func:`._jit.compiler` gives a decorator).
 
 Why: Inception's branch pools run on 14×14 and 7×7 maps of 576 and 1024 channels, where the
 row-by-row loops of ``kernels._pool_jit`` spent their time setting up each plane's few short rows
@@ -7,12 +7,13 @@ row-by-row loops of ``kernels._pool_jit`` spent their time setting up each plane
 into one flat run between ``W + 1`` fill cells, and each pass is one vectorised loop over a
 plane's cells: a tap that would read across the plane's edge (the neighbouring row, or the
 neighbouring plane) reads the fill instead, as the depthwise layers' framed form does
-(``kernels._depthwise_loops``).  ``kernels.pool`` sends maps of up to 256 cells here.
+(``kernels._depthwise_loops``).  ``kernels.pool`` sends maps of up to 64×64 cells here.
 
 Same values as ``kernels._pool_jit`` (and the numpy path): the rows of each window are reduced
 first, top to bottom, then the three column results left to right, the padding reading the fill
 (``-inf`` for the maximum, ``0`` for sums: the numpy path pads with it too); NaN wins a maximum as
-in ``np.maximum``.  The caller divides sums by the window counts.  Module-level functions, so
+in ``np.maximum``.  AveragePool's division by the window counts is made in the same pass (the
+numpy path's division, value for value).  Module-level functions, so
 that numba's on-disk cache finds them in the next process.
 """
 
@@ -23,10 +24,12 @@ import numpy as np
 
 from ._jit import compiler
 
-jit = compiler()
+# error_model="numpy": the division by the window counts, unchecked for zero, vectorises (with
+# numba's check the pass ran 3x slower); a zero count divides as numpy does.
+jit = compiler(error_model="numpy")
 if jit is None:  # pragma: no cover - the caller checks compiler() first
     raise ImportError("numba is disabled (ONNXPLUG_CPU_JIT=0) or not installed")
-_parallel_jit = compiler(parallel=True)
+_parallel_jit = compiler(parallel=True, error_model="numpy")
 
 
 @jit
@@ -37,9 +40,10 @@ def _combine(acc, value, maximum):  # pragma: no cover - compiled
 
 
 @jit
-def pool_3x3(x, y, maximum, fill):  # pragma: no cover - compiled
+def pool_3x3(x, y, maximum, fill, counts):  # pragma: no cover - compiled
     """The 3×3 window maxima (``maximum``) or sums of every cell of ``x`` ``(P, H, W)`` into ``y``
-    (the same shape), the cells outside the map reading ``fill``."""
+    (the same shape), the cells outside the map reading ``fill``; each divided by ``counts``
+    (one per cell of a plane: AveragePool's window counts) unless ``counts`` is empty."""
     planes, height, width = x.shape
     cells = height * width
     total = planes * cells
@@ -68,19 +72,21 @@ def pool_3x3(x, y, maximum, fill):  # pragma: no cover - compiled
             acc = _combine(acc, mid[n], maximum)
             target[n] = _combine(acc, fill if last_row[n] else down[n], maximum)
     out = y.reshape(total)
+    divide = counts.shape[0] > 0
     for p in range(planes):
         base = p * cells
         left, centre, o = columns[base:], columns[base + 1 :], out[base:]
         for n in range(cells):
             acc = fill if first_column[n] else left[n]
             acc = _combine(acc, centre[n], maximum)
-            o[n] = _combine(acc, fill if last_column[n] else centre[n + 1], maximum)
+            acc = _combine(acc, fill if last_column[n] else centre[n + 1], maximum)
+            o[n] = acc / counts[n] if divide else acc
 
 
 @_parallel_jit
-def pool_3x3_parallel(x, y, maximum, fill, parts):  # pragma: no cover - compiled
+def pool_3x3_parallel(x, y, maximum, fill, counts, parts):  # pragma: no cover - compiled
     """:func:`pool_3x3` with the planes split into ``parts`` on numba's threading layer."""
     planes = x.shape[0]
     for part in numba.prange(parts):
         lo, hi = planes * part // parts, planes * (part + 1) // parts
-        pool_3x3(x[lo:hi], y[lo:hi], maximum, fill)
+        pool_3x3(x[lo:hi], y[lo:hi], maximum, fill, counts)
