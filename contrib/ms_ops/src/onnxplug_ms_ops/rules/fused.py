@@ -117,6 +117,30 @@ class FuseConvQuickGelu(pattern.RewriteRuleClassBase):
         return op.FusedConv(*conv.inputs, **attrs, _domain=DOMAIN)
 
 
+def _conv_add(op, x, z, add: str, conv_first: bool, **outputs):
+    """The patterns' ``add(Conv(x, W[, B]), z)``, the Conv as the first or the second operand."""
+    conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+    operands = (conv, z) if conv_first else (z, conv)
+    return getattr(op, add)(*operands, **outputs)
+
+
+def _check_residual(result, x, z, conv_out):
+    """``result``, failed unless ``x`` and ``z`` are float32 and ``z`` has the Conv output's known
+    shape: FusedConv's Z has the output's shape (onnxruntime's kernel requires it), so a ``z``
+    that broadcasts is left to the Add."""
+    if x.dtype != _F32 or z.dtype != _F32:
+        return result.fail("FusedConv is fused for float32 only", x)
+    z_shape, y_shape = static_shape(z), static_shape(conv_out)
+    if z_shape is None or z_shape != y_shape:
+        return result.fail("the added tensor's shape is not known to equal the Conv output's", z)
+    return result
+
+
+def _fused_conv_with_residual(op, conv: ir.Node, z, attrs: dict):
+    inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))  # X, W, B (maybe absent)
+    return op.FusedConv(*inputs, z, **attrs, _domain=DOMAIN)
+
+
 class FuseConvAddActivation(pattern.RewriteRuleClassBase):
     """``act(add(Conv(x, W[, B]), z))``; ``conv_first`` says which operand of ``add`` the Conv is."""
 
@@ -125,20 +149,13 @@ class FuseConvAddActivation(pattern.RewriteRuleClassBase):
         self._add, self._activation, self._conv_first = add, activation, conv_first
 
     def pattern(self, op, x, z):
-        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
-        operands = (conv, z) if self._conv_first else (z, conv)
-        total = getattr(op, self._add)(*operands)
+        total = _conv_add(op, x, z, self._add, self._conv_first)
         return getattr(op, self._activation)(total, _allow_other_inputs=True, _outputs=["act_out"])
 
     def check(self, context, x, z, conv_out, act_out, **_):
-        result = pattern.MatchResult()
-        if x.dtype != _F32 or z.dtype != _F32:
-            return result.fail("FusedConv is fused for float32 only", x)
-        # FusedConv's Z has the output's shape (onnxruntime's kernel requires it): a z that
-        # broadcasts is left to the Add.
-        z_shape, y_shape = static_shape(z), static_shape(conv_out)
-        if z_shape is None or z_shape != y_shape:
-            return result.fail("the added tensor's shape is not known to equal the Conv output's", z)
+        result = _check_residual(pattern.MatchResult(), x, z, conv_out)
+        if not result:
+            return result
         self._activation_params = _params(act_out.producer())
         if self._activation_params is None:
             return result.fail("the activation's parameters are not constants", act_out)
@@ -150,8 +167,7 @@ class FuseConvAddActivation(pattern.RewriteRuleClassBase):
         attrs["activation"] = self._activation
         if self._activation_params:
             attrs["activation_params"] = self._activation_params
-        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))  # X, W, B (maybe absent)
-        return op.FusedConv(*inputs, z, **attrs, _domain=DOMAIN)
+        return _fused_conv_with_residual(op, conv, z, attrs)
 
 
 class FuseConvAdd(pattern.RewriteRuleClassBase):
@@ -167,17 +183,12 @@ class FuseConvAdd(pattern.RewriteRuleClassBase):
         self._add, self._conv_first = add, conv_first
 
     def pattern(self, op, x, z):
-        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
-        operands = (conv, z) if self._conv_first else (z, conv)
-        return getattr(op, self._add)(*operands, _outputs=["total"])
+        return _conv_add(op, x, z, self._add, self._conv_first, _outputs=["total"])
 
     def check(self, context, x, z, conv_out, total, **_):
-        result = pattern.MatchResult()
-        if x.dtype != _F32 or z.dtype != _F32:
-            return result.fail("FusedConv is fused for float32 only", x)
-        z_shape, y_shape = static_shape(z), static_shape(conv_out)
-        if z_shape is None or z_shape != y_shape:
-            return result.fail("the added tensor's shape is not known to equal the Conv output's", z)
+        result = _check_residual(pattern.MatchResult(), x, z, conv_out)
+        if not result:
+            return result
         readers = [use.node for use in total.uses()]
         fusable = len(readers) == 1 and readers[0].domain in ("", "ai.onnx") and _params(readers[0]) is not None
         if fusable and not total.is_graph_output():
@@ -185,9 +196,7 @@ class FuseConvAdd(pattern.RewriteRuleClassBase):
         return result
 
     def rewrite(self, op, x, z, conv_out, **_):
-        conv = conv_out.producer()
-        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))  # X, W, B (maybe absent)
-        return op.FusedConv(*inputs, z, **dict(conv.attributes), _domain=DOMAIN)
+        return _fused_conv_with_residual(op, conv_out.producer(), z, dict(conv_out.producer().attributes))
 
 
 #: Gemm activations and their attribute → FusedGemm's activation_alpha/beta/gamma (with defaults).
