@@ -52,3 +52,43 @@ def test_produced_ops_have_schemas(stage):
     for rule_set in collected(stage):
         for ref in rule_set.produces:
             assert onnx.defs.has(ref.op_type, ref.domain), (rule_set.name, str(ref))
+
+
+def test_a_dropped_session_leaves_no_graph_alive_in_the_rules():
+    """The optimizer applies new rule objects to each model (``RuleSet.fresh_rules``): an
+    onnxscript rule keeps its last match, so shared rule objects kept the last optimized model,
+    and every initializer of it, alive after its session was gone."""
+    import gc
+
+    import numpy as np
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    name = "graph-the-rules-must-not-keep"
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    report = session.get_optimization_report()
+    assert any(n.op_type == "FusedConv" for n in report.model.graph)  # a rule matched this graph
+    del session, report
+    gc.collect()
+    alive = [g for g in gc.get_objects() if isinstance(g, ir.Graph) and g.name == name]
+    assert alive == []
+
+
+def test_lazy_rules_build_new_objects_each_time():
+    from onnxplug.optimizer import LazyRules
+
+    lazy = LazyRules("onnxplug_ms_ops.rules.fused:fused_conv_rules")
+    first, second = lazy.build(), lazy.build()
+    assert len(first) == len(second) == len(lazy) > 0
+    assert all(a is not b for a, b in zip(first, second))
+    assert tuple(lazy) == tuple(lazy)  # the kept ones, for listing

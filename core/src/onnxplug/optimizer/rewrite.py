@@ -38,6 +38,7 @@ def rewrite_in_place(model: ir.Model, rule_sets: Sequence[RuleSet]) -> dict[str,
     for rule_set in rule_sets:
         if not rule_set.rules:
             continue
-        count = pattern.RewriteRuleSet(list(rule_set.rules)).apply_to_model(model)
+        # New rule objects per model: shared ones kept the last model alive (RuleSet.fresh_rules).
+        count = pattern.RewriteRuleSet(list(rule_set.fresh_rules())).apply_to_model(model)
         applied[rule_set.name] = applied.get(rule_set.name, 0) + int(count or 0)
     return applied
