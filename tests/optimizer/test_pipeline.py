@@ -312,7 +312,7 @@ def test_anchors_are_op_types_not_a_string():
         RuleSet("test.bad", [], anchors="Relu")
 
 
-def test_lazy_rules_are_built_once_on_first_use():
+def test_lazy_rules_are_built_when_a_model_needs_them_and_anew_for_each():
     from onnxplug.optimizer import LazyRules
 
     built = []
@@ -324,9 +324,16 @@ def test_lazy_rules_are_built_once_on_first_use():
     lazy = LazyRules(build)
     rule_set = RuleSet("test.lazy", lazy, produces=[OpRef("", "Relu")], anchors={"Relu"})
     assert built == [] and "not built" in repr(rule_set.rules)
-    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(rule_set)))
-    assert _ops(session) == ["MatMul", "Relu"] and built == [1]
-    assert len(lazy) == 1 and built == [1]
+    environment = _environment(_rules_plugin(rule_set))
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, environment)
+    assert _ops(session) == ["MatMul", "Relu"] and built
+    # new rule objects for each application to a model (an onnxscript rule keeps its last
+    # match: RuleSet.fresh_rules), so a second session builds them again
+    first = len(built)
+    _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, environment)
+    assert len(built) == 2 * first
+    assert len(lazy) == 1 and len(built) == 2 * first + 1  # listing builds the kept ones once
+    assert len(lazy) == 1 and len(built) == 2 * first + 1
 
 
 def test_a_small_models_session_does_not_import_onnxscripts_rewriter():

@@ -36,9 +36,10 @@ def rewrite_in_place(model: ir.Model, rule_sets: Sequence[RuleSet]) -> dict[str,
 
     applied: dict[str, int] = {}
     for rule_set in rule_sets:
-        if not rule_set.rules:
-            continue
         # New rule objects per model: shared ones kept the last model alive (RuleSet.fresh_rules).
-        count = pattern.RewriteRuleSet(list(rule_set.fresh_rules())).apply_to_model(model)
+        rules = rule_set.fresh_rules()
+        if not rules:
+            continue
+        count = pattern.RewriteRuleSet(list(rules)).apply_to_model(model)
         applied[rule_set.name] = applied.get(rule_set.name, 0) + int(count or 0)
     return applied
