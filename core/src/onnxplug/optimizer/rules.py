@@ -41,12 +41,14 @@ class OpRef:
 
 
 class LazyRules(Sequence):
-    """A rule set's rules, built when first used.
+    """A rule set's rules, built when first used, and anew for each model the optimizer applies
+    them to (:meth:`build`).
 
     ``build`` is a zero-argument callable or a ``"module:function"`` string returning the rules.
     Building onnxscript rules imports onnxscript's rewriter (a quarter of a second); a plugin
     that lists its sets with lazy rules costs nothing in a session whose graphs hold none of a
-    set's :attr:`RuleSet.anchors`, since the optimizer then never asks for the rules.
+    set's :attr:`RuleSet.anchors`, since the optimizer then never asks for the rules.  As a
+    sequence it lists rule objects built once and kept, for reports and tests.
 
     .. versionadded:: 0.2
     """
