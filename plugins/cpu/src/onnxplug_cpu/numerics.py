@@ -48,7 +48,7 @@ from .kernels._jit import load_for_feature_maps
 from .kernels._layernorm_jit import layer_norm_last_axis
 from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
-from .kernels._sigmoid_jit import logistic
+from .kernels._sigmoid_jit import logistic, silu
 from .kernels._softmax_jit import softmax_last_axis
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
@@ -85,19 +85,6 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.exp(e, out=e)
     e += 1
     return np.divide(1, e, out=e)  # a true division: numpy's reciprocal is not vectorised
-
-
-def silu(x: np.ndarray, alpha: float = 1.0, out: np.ndarray | None = None) -> np.ndarray:
-    """``x * sigmoid(alpha * x)`` (SiLU, Swish, com.microsoft QuickGelu) of a float array, into
-    ``out`` when given (``x`` itself allowed), computed as ``x / (1 + exp(-alpha x))``."""
-    y = logistic(x, alpha, out)
-    if y is not None:
-        return y
-    e = np.multiply(x, x.dtype.type(-alpha)) if alpha != 1.0 else np.negative(x)
-    with np.errstate(over="ignore"):
-        np.exp(e, out=e)
-    e += 1
-    return np.divide(x, e, out=e if out is None else out)
 
 
 def conv_compute_dtype(dtype: np.dtype) -> type:

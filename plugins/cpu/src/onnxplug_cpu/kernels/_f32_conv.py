@@ -42,6 +42,7 @@ from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
 from ._jit import compiler, cpu_has
 from ._scratch import scratch
+from ._sigmoid_jit import silu as silu_pass
 from ._split_rows import run_in_row_blocks, thread_budget
 from ._team import join_run, parallel_ready, run_parts, tiles_enabled
 
@@ -238,9 +239,8 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
         _on_python_threads(compiled, geometry, layer.in_place, parts, *arguments)
     if broadcast:
         y = finish(y, None, residual, clamp)
-        if silu is not None:  # a rare layout: numpy's passes
-            with np.errstate(over="ignore"):
-                y = y / (np.float32(1) + np.exp(y * np.float32(-silu)))
+        if silu is not None:  # a rare layout: the separate pass
+            y = silu_pass(y, silu, out=y)
     return y
 
 

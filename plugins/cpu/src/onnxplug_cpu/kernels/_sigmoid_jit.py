@@ -24,7 +24,7 @@ from ._jit import compiler
 from ._split_rows import thread_budget
 from ._team import team_joined
 
-__all__ = ["BLOCK", "MIN_ELEMENTS", "PART_ELEMENTS", "compiled", "logistic"]
+__all__ = ["BLOCK", "MIN_ELEMENTS", "PART_ELEMENTS", "compiled", "logistic", "silu"]
 
 #: Elements per block of the compiled loop: its copy of the block, the input and the output stay in L1.
 BLOCK = 2048
@@ -77,3 +77,17 @@ def logistic(x: np.ndarray, alpha: float | None = None, out: np.ndarray | None =
     else:
         kernels[1](x, np.float32(alpha), out)
     return out
+
+
+def silu(x: np.ndarray, alpha: float = 1.0, out: np.ndarray | None = None) -> np.ndarray:
+    """``x * sigmoid(alpha * x)`` (SiLU, Swish, com.microsoft QuickGelu) of a float array, into
+    ``out`` when given (``x`` itself allowed), computed as ``x / (1 + exp(-alpha x))``: the
+    compiled pass (:func:`logistic`) where it applies, else numpy's."""
+    y = logistic(x, alpha, out)
+    if y is not None:
+        return y
+    e = np.multiply(x, x.dtype.type(-alpha)) if alpha != 1.0 else np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    e += 1
+    return np.divide(x, e, out=e if out is None else out)

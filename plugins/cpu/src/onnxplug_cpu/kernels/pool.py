@@ -193,7 +193,7 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum, c
     strides = tuple(strides) if strides else (1, 1)
     if kernel_shape[1] > 16 or strides[1] > 16:
         return None, False
-    pool = _compiled_pool(int(kernel_shape[1]), int(strides[1]), maximum)
+    pool = _compiled_pool(int(kernel_shape[1]), int(strides[1]), maximum)  # None: numba is off
     if pool is None:
         return None, False
     y = np.empty(x.shape[:2] + tuple(out), np.float32)
@@ -203,23 +203,29 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum, c
         divisors = _NO_COUNTS if counts is None else np.ascontiguousarray(counts, np.float32).reshape(-1)
         _pool_3x3(source, planes, maximum, divisors)
         return y, counts is not None
+    parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
     geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
+    _over_planes(pool, parallel, source, planes, *geometry)
+    return y, False
 
-    plane = x.shape[2] * x.shape[3]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
+
+def _over_planes(serial, parallel, source, planes, *args) -> None:
+    """``serial(source, planes, *args)`` of ``(P, H, W)`` planes in blocks on the run's threads:
+    ``parallel(source, planes, *args, parts)`` on numba's team where the convolutions use it,
+    else blocks on Python threads (the compiled loops release the GIL); inputs of under
+    ``PLANE_BLOCK_ELEMENTS`` per thread on the calling thread."""
+    plane = source.shape[1] * source.shape[2]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
     min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
     parts = min(thread_budget(), source.shape[0] // min_rows) if source.shape[0] >= 2 * min_rows else 1
-    if parts > 1 and team_runs_convolutions():
-        pool_parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
-        if pool_parallel is not None:
-            join_run()
-            pool_parallel(source, planes, *geometry, parts)
-            return y, False
+    if parts > 1 and parallel is not None and team_runs_convolutions():
+        join_run()
+        parallel(source, planes, *args, parts)
+        return
 
-    def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
-        pool(source[start:stop], planes[start:stop], *geometry)
+    def block(start, stop):
+        serial(source[start:stop], planes[start:stop], *args)
 
     run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
-    return y, False
 
 
 def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
@@ -238,22 +244,11 @@ def _pool_3x3(source, planes, maximum: bool, counts: np.ndarray) -> None:
     """All the planes of a map in one flat run (``kernels._pool3_loops``), AveragePool's division
     in the same pass: short rows cost the row-by-row loops more in setup than in arithmetic (on
     the team, with the division: 576 channels of 14×14 113 → 51 µs, 1024 of 7×7 145 → 50).  The
-    planes split over numba's team as the row loops'."""
+    planes split over the run's threads as the row loops'."""
     from . import _pool3_loops
 
     fill = np.float32(-np.inf) if maximum else np.float32(0.0)
-    plane = source.shape[1] * source.shape[2]
-    min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
-    parts = min(thread_budget(), source.shape[0] // min_rows) if source.shape[0] >= 2 * min_rows else 1
-    if parts > 1 and team_runs_convolutions():
-        join_run()
-        _pool3_loops.pool_3x3_parallel(source, planes, maximum, fill, counts, parts)
-        return
-
-    def block(start, stop):  # the compiled loop releases the GIL: blocks of planes run in parallel
-        _pool3_loops.pool_3x3(source[start:stop], planes[start:stop], maximum, fill, counts)
-
-    run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
+    _over_planes(_pool3_loops.pool_3x3, _pool3_loops.pool_3x3_parallel, source, planes, maximum, fill, counts)
 
 
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad, dtype):
