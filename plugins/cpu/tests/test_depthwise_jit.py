@@ -186,3 +186,31 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_layers_on_the_team_keep_their_bits(stride, monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")  # the team serves them where it runs convolutions
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 48, 30, 30), dtype=np.float32)
+    weights = rng.standard_normal((48, 1, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(48, dtype=np.float32)
+    results = []
+    for team in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(2, user_api="blas"):
+            results.append(
+                convolve(
+                    x,
+                    weights,
+                    bias,
+                    group=48,
+                    strides=(stride, stride),
+                    pads=(1, 1, 1, 1),
+                    packed=PackedConv(weights, 48),
+                    clamp=(0.0, 6.0),
+                )
+            )
+    np.testing.assert_array_equal(results[0], results[1])

@@ -187,53 +187,6 @@ def test_a_forked_child_keeps_out_of_its_parents_team():
     assert total == pytest.approx(float(np.abs(expected).sum()), rel=1e-6)
 
 
-@pytest.mark.parametrize("maximum", [True, False])
-@pytest.mark.parametrize("small", [False, True], ids=["rows", "all-planes"])
-def test_pools_on_the_team_match_python_threads(maximum, small, monkeypatch):
-    from onnxplug_cpu.kernels import pool
-
-    if small:  # 3×3 stride 1 on 14×14 maps: kernels._pool3_loops
-        x = np.random.default_rng(13).standard_normal((1, 576, 14, 14), dtype=np.float32)
-        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(1, 1), dilations=None, maximum=maximum)
-        out = (14, 14)
-    else:
-        x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
-        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
-        out = (20, 20)
-    results = []
-    for team in ("1", "0"):
-        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
-        with threadpoolctl.threadpool_limits(2, user_api="blas"):
-            results.append(pool._compiled_reduce(x, out, **geometry)[0])
-    assert results[0] is not None
-    np.testing.assert_array_equal(results[0], results[1])
-
-
-@pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_layers_on_the_team_keep_their_bits(stride, monkeypatch):
-    rng = np.random.default_rng(17)
-    x = rng.standard_normal((1, 48, 30, 30), dtype=np.float32)
-    weights = rng.standard_normal((48, 1, 3, 3), dtype=np.float32)
-    bias = rng.standard_normal(48, dtype=np.float32)
-    results = []
-    for team in ("1", "0"):
-        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
-        with threadpoolctl.threadpool_limits(2, user_api="blas"):
-            results.append(
-                convolve(
-                    x,
-                    weights,
-                    bias,
-                    group=48,
-                    strides=(stride, stride),
-                    pads=(1, 1, 1, 1),
-                    packed=PackedConv(weights, 48),
-                    clamp=(0.0, 6.0),
-                )
-            )
-    np.testing.assert_array_equal(results[0], results[1])
-
-
 @pytest.mark.parametrize("threads", [2, 0])  # 0: the default, the libraries' own count
 def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
     """The run that starts the team sets BLAS to one thread (no OpenBLAS worker polling beside it)

@@ -188,3 +188,25 @@ def test_small_map_pools_load_from_numba_cache_in_a_new_process(cache_misses_in_
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
+
+
+@pytest.mark.parametrize("maximum", [True, False])
+@pytest.mark.parametrize("small", [False, True], ids=["rows", "all-planes"])
+def test_pools_on_the_team_match_python_threads(maximum, small, monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")  # the team serves pools where it runs convolutions
+    if small:  # 3×3 stride 1 on 14×14 maps: kernels._pool3_loops
+        x = np.random.default_rng(13).standard_normal((1, 576, 14, 14), dtype=np.float32)
+        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(1, 1), dilations=None, maximum=maximum)
+        out = (14, 14)
+    else:
+        x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
+        geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
+        out = (20, 20)
+    results = []
+    for team in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
+        with threadpoolctl.threadpool_limits(2, user_api="blas"):
+            results.append(pool._compiled_reduce(x, out, **geometry)[0])
+    assert results[0] is not None
+    np.testing.assert_array_equal(results[0], results[1])
