@@ -1,8 +1,12 @@
 """The loader moves embedded weights out of the parsed protobuf (``graph/_own_data.py``), so a
 session holds them once: every tensor of the loaded IR, in every graph, is array-backed and
-equal to what onnx reads from the file."""
+equal to what onnx reads from the file.  And once built, a session lets the loaded model go, so
+weights the optimizer replaced are not held beside their replacements."""
 
 from __future__ import annotations
+
+import gc
+import tracemalloc
 
 import ml_dtypes
 import numpy as np
@@ -90,3 +94,87 @@ def test_a_session_on_the_model_computes_as_before():
     want_out, want_bf = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})
     np.testing.assert_allclose(out, want_out, rtol=1e-5)
     np.testing.assert_array_equal(bf, want_bf)
+
+
+def _conv_batchnorm_model(channels: int) -> bytes:
+    """A 3×3 convolution whose weights (``channels``² × 9 floats) the optimizer folds the
+    following BatchNormalization into: the folded weights replace the loaded ones."""
+    rng = np.random.default_rng(2)
+    weights = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32)
+    scale, bias, mean = (rng.standard_normal(channels).astype(np.float32) for _ in range(3))
+    variance = rng.uniform(0.5, 2.0, channels).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 4, 4])],
+        [
+            numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(scale, "scale"),
+            numpy_helper.from_array(bias, "bias"),
+            numpy_helper.from_array(mean, "mean"),
+            numpy_helper.from_array(variance, "var"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_built_session_holds_the_folded_weights_once(tmp_path):
+    channels = 256  # 2.25 MiB of weights
+    weight_bytes = channels * channels * 9 * 4
+    path = tmp_path / "conv_bn.onnx"
+    path.write_bytes(_conv_batchnorm_model(channels))
+    x = np.random.default_rng(3).standard_normal((1, channels, 4, 4)).astype(np.float32)
+    want = onnx.reference.ReferenceEvaluator(str(path)).run(None, {"x": x})[0]
+    onnxplug.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})  # imports
+    gc.collect()
+    tracemalloc.start()
+    try:
+        session = onnxplug.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert session.get_optimization_report().nodes_after == 1  # the normalization was folded
+    # the folded weights, not the loaded ones beside them (that was twice the weights)
+    assert held < 1.5 * weight_bytes, held / weight_bytes
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-3, atol=1e-3)
+    # set_providers reads the model again from its path, as onnxruntime does
+    session.set_providers(["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-3, atol=1e-3)
+
+
+def test_a_dropped_session_frees_its_weights_without_the_garbage_collector():
+    channels = 256
+    weight_bytes = channels * channels * 9 * 4
+    data = _conv_batchnorm_model(channels)
+    x = np.zeros((1, channels, 4, 4), np.float32)
+    onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})  # imports
+    gc.collect()
+    gc.disable()  # graphs are reference cycles: only the session's own release frees them now
+    tracemalloc.start()
+    try:
+        session = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": x})
+        created = tracemalloc.get_traced_memory()[0]
+        del session
+        dropped = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert dropped < 0.1 * weight_bytes < weight_bytes < created, (created, dropped)
+
+
+def test_the_optimization_report_outlives_its_session():
+    data = _conv_batchnorm_model(8)
+    report = onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"]).get_optimization_report()
+    gc.collect()
+    assert [node.op_type for node in report.model.graph] == ["Conv"]
+    x = np.random.default_rng(4).standard_normal((1, 8, 4, 4)).astype(np.float32)
+    folded = ir.serde.serialize_model(report.model)
+    got = onnx.reference.ReferenceEvaluator(folded).run(None, {"x": x})[0]
+    want = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

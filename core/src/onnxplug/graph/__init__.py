@@ -5,6 +5,7 @@ from ._convex import connected_parts, convex_parts, successor_map
 from ._external_memory import InMemoryData
 from ._extract import extract_model
 from ._load import LoadedModel, load_model
+from ._own_data import release_tensors
 from ._scopes import execution_order, node_reads, order_units, outer_references, subgraphs
 from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, type_string
 from ._view import GraphView, NodeView
@@ -26,6 +27,7 @@ __all__ = [
     "onnx_element_type",
     "order_units",
     "outer_references",
+    "release_tensors",
     "shape_list",
     "subgraphs",
     "successor_map",

@@ -9,13 +9,17 @@ which is then freed, and the plan later gets the same arrays without a copy.
 
 Tensors that are not plain embedded data (external data, which onnx-ir maps lazily; strings)
 keep their form; a model with embedded string tensors keeps its protobuf alive, as before.
+
+The other end of a weight's life is ``release_tensors``: an IR graph is a web of cycles (graph,
+nodes and values refer to each other), so a dropped model's arrays would wait for Python's
+cycle collector; a session about to be discarded lets go of them at once instead.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-__all__ = ["own_tensor_data"]
+__all__ = ["own_tensor_data", "release_tensors"]
 
 
 def own_tensor_data(model: ir.Model) -> int:
@@ -31,6 +35,18 @@ def own_tensor_data(model: ir.Model) -> int:
         for node in graph:
             replaced += _own_attributes(node)
     return replaced
+
+
+def release_tensors(model: ir.Model) -> None:
+    """Detach every initializer's tensor, in every graph of ``model``, from its value.
+
+    For a model nobody will read again (the session's own copies, when it is closed or
+    collected): its arrays are then freed as soon as nothing else holds them, rather than when
+    the garbage collector next breaks the graph's reference cycles.
+    """
+    for graph in _graphs(model):
+        for value in getattr(graph, "initializers", {}).values():
+            value.const_value = None
 
 
 def _graphs(model: ir.Model):

@@ -7,6 +7,8 @@ that ``run`` only checks feeds, executes the plan's steps and hands back fresh a
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -17,13 +19,14 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from .._plugins import Environment, default_environment
 from ..api import KernelLookup, Provider, ProviderContext
 from ..compile_cache import CONFIG_KEY as COMPILE_CACHE_KEY
 from ..compile_cache import default_compile_cache
 from ..errors import InvalidArgument, NoModel
-from ..graph import load_model
+from ..graph import LoadedModel, load_model, release_tensors
 from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
@@ -60,9 +63,13 @@ _LEVEL_NAMES = {
 }
 
 
-def _close_all(providers: list[Provider]) -> None:
+def _release(providers: list[Provider], models: list[ir.Model]) -> None:
+    """Close the providers and let go of the session's own models' weights (their graphs'
+    reference cycles would keep the arrays until the garbage collector's next full pass)."""
     for provider in providers:
         provider.close()
+    for model in models:
+        release_tensors(model)
 
 
 #: onnxruntime's severities (0 verbose ... 4 fatal) as logging levels.
@@ -102,12 +109,18 @@ class InferenceSession:
         self._logger = self._session_logger()
         start = time.perf_counter_ns()
         external_dir = options._entries().get("session.model_external_data_dir")
-        self._loaded = load_model(path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options))
+        # Kept to load the model again for set_providers (as onnxruntime reads its path or bytes
+        # again): the loaded model is released once the session is built (see _create).
+        self._load = functools.partial(
+            load_model, path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options)
+        )
+        self._loaded: LoadedModel | None = self._load()
         self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
-        apply_model_config(options, self._loaded.proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
+        self._proto = self._loaded.proto
+        apply_model_config(options, self._proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
         apply_global_threads(options)  # set_global_thread_pool_sizes
         if self._profiler is None and options.enable_profiling:  # enabled by the model's config
             self._profiler = Profiler(options.profile_file_prefix)
@@ -117,7 +130,6 @@ class InferenceSession:
         self._plan: GraphPlan | None = None
         self._optimized: OptimizedModel | None = None
         self._partitioned: PartitionedModel | None = None
-        self._optimized_cache: dict[tuple[str, ...], OptimizedModel] = {}
         self._parallel: ParallelExecutor | None = None
         self._run_capture: SessionCapture | None = None
         start = time.perf_counter_ns()
@@ -132,11 +144,23 @@ class InferenceSession:
     def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
         """The pipeline after loading: providers chosen, then optimize → partition → plan.
 
-        The loaded model is never edited; each stage returns a new value, so ``set_providers``
-        runs the stages again from the same loaded model (the optimized model is reused when the
-        new providers allow the same rule sets).
+        The loaded model is never edited; each stage returns a new value.  It is released at the
+        end, built or not: weights the optimizer replaced (convolutions with a normalization
+        folded in) would otherwise be held twice for the session's life.  ``set_providers``
+        loads the model again from its path or bytes, as onnxruntime does.
         """
-        proto = self._loaded.proto
+        try:
+            self._build(requests)
+        finally:
+            if self._loaded is not None:
+                release_tensors(self._loaded.model)  # its arrays go now, not at the next collection
+            self._loaded = None
+
+    def _build(self, requests: list[tuple[str, dict[str, str]]]) -> None:
+        if self._loaded is None:
+            self._loaded = self._load()
+            self._proto = self._loaded.proto
+        proto = self._proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
         denotations = self._sess_options.__dict__.get("_denotation_overrides", {})
         self._input_specs, self._inputs, self._overridable = input_specs(
@@ -172,9 +196,11 @@ class InferenceSession:
                 provider.close()
             raise
         self._providers = providers
-        # Providers hold device memory, compiled engines, vendor handles: release them when the
-        # session is collected without close() (the finalizer holds the providers, not the session).
-        self._finalizer = weakref.finalize(self, _close_all, list(providers))
+        # Providers hold device memory, compiled engines, vendor handles, and the stages' models
+        # hold the weights: release them when the session is collected without close() (the
+        # finalizer holds them, not the session).  The loaded model is not kept (see _create).
+        owned = [self._optimized.model, self._partitioned.model]
+        self._finalizer = weakref.finalize(self, _release, list(providers), owned)
         # the first position of each name (a graph may list one value as two outputs)
         self._output_index: dict[str, int] = {}
         for index, name in enumerate(self._plan.output_names):
@@ -204,8 +230,7 @@ class InferenceSession:
         )
 
     def _optimize(self, slots: list[ProviderSlot]) -> OptimizedModel:
-        """The optimizer stage for these providers, reusing an earlier result when the same rule
-        sets apply (the result depends only on the model, the level and the rule sets)."""
+        """The optimizer stage for these providers (their kernels decide which rule sets apply)."""
         level = int(self._sess_options.graph_optimization_level)
         names = {slot.provider.name for slot in slots}
 
@@ -218,19 +243,13 @@ class InferenceSession:
             return first.lookup(domain, op_type, since_version) is not None
 
         gate = RuleGate(names, has_kernel)
-        opsets = self._loaded.opsets
+        assert self._loaded is not None
         rule_sets = {stage: self._environment.rewrite_rules(stage) for stage in stages_for_level(level)}
-        applicable = tuple(
-            rule_set.name for sets in rule_sets.values() for rule_set in sets if gate.why_not(rule_set, opsets) is None
-        )
-        cached = self._optimized_cache.get(applicable)
-        if cached is not None:
-            return cached
         initializers = {
             name: np.asarray(value._onnxplug_value())
             for name, value in self._sess_options.__dict__.get("_initializers", {}).items()
         }
-        optimized = optimize(
+        return optimize(
             self._loaded.model,
             level,
             rule_sets=rule_sets,
@@ -239,8 +258,6 @@ class InferenceSession:
             node_opsets=node_opsets,
             initializers=initializers,
         )
-        self._optimized_cache[applicable] = optimized
-        return optimized
 
     def _session_logger(self) -> logging.Logger:
         """The session's logger, ``onnxplug.session.<logid>`` (``SessionOptions.logid``, else
@@ -308,10 +325,14 @@ class InferenceSession:
 
     def get_optimization_report(self) -> OptimizedModel:
         """What the optimizer did for this session: the optimized model, one report per pass
-        (node counts before and after, what changed), and the rule sets not applied with why."""
+        (node counts before and after, what changed), and the rule sets not applied with why.
+
+        The model is a copy (sharing the weights' arrays), so it outlives the session intact:
+        the session lets go of its own when it is closed or collected.
+        """
         self._require_plan()
         assert self._optimized is not None
-        return self._optimized
+        return dataclasses.replace(self._optimized, model=self._optimized.model.clone())
 
     def _require_plan(self) -> GraphPlan:
         if self._plan is None:
@@ -481,12 +502,12 @@ class InferenceSession:
             finalizer()  # closes each provider once; later calls (and collection) do nothing
         self._providers = []
         self._plan = None
-        self._partitioned = None
+        self._optimized = self._partitioned = None
         self._run_capture = None
 
     @property
     def _model_proto(self) -> onnx.ModelProto:
-        return self._loaded.proto
+        return self._proto
 
     # -- onnxruntime introspection (see _session_info) --------------------------------------
 
