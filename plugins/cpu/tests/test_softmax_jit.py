@@ -80,9 +80,13 @@ def test_in_place_and_copies():
         softmax_last_axis(view, in_place=True)
 
 
-def test_what_it_declines():
+def test_what_it_declines(monkeypatch):
     rng = np.random.default_rng(3)
-    assert softmax_last_axis(_scores(rng, (10, 1000), 1.0)) is None  # small: numpy
+    small = _scores(rng, (10, 1000), 1.0)
+    assert _softmax_jit.compiled() is not None  # imports numba
+    _close(softmax_last_axis(small), _reference(small))  # small, with numba loaded: the loop
+    monkeypatch.setattr(_softmax_jit, "numba_loaded", lambda: False)
+    assert softmax_last_axis(small) is None  # small, before anything loaded numba: numpy
     assert softmax_last_axis(_scores(rng, (64, 1024), 1.0).astype(np.float64)) is None
     assert softmax_last_axis(np.zeros((20000, 0), np.float32)) is None
 

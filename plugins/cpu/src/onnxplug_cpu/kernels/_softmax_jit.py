@@ -19,12 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ._jit import compiler
+from ._jit import compiler, numba_loaded
 
 __all__ = ["compiled", "softmax_last_axis"]
 
-#: Smaller inputs stay in numpy: its passes cost microseconds there, and a classifier's final
-#: softmax should not load numba (about 1 s and 120 MiB on first use) for that.
+#: Smaller inputs stay in numpy unless numba is already loaded (``kernels._jit.numba_loaded``:
+#: a CNN's convolutions loaded it): a classifier's final softmax should not load numba (about
+#: 1 s and 120 MiB on first use) for microseconds, but once it is there the loop is still 3×
+#: faster on small inputs (41×97, OCR's per-step classes: numpy's five passes 14 µs, the loop 5).
 MIN_VALUES = 1 << 14
 
 
@@ -41,8 +43,9 @@ def compiled() -> Any | None:
 def softmax_last_axis(x: np.ndarray, *, in_place: bool = False) -> np.ndarray | None:
     """Softmax of float32 ``x`` over its last axis (``in_place``: written over ``x``, which must
     then be C-contiguous and the caller's to overwrite); ``None`` when the loop does not apply
-    (another dtype, fewer than :data:`MIN_VALUES` values, no numba): the caller uses numpy."""
-    if x.dtype != np.float32 or x.size < MIN_VALUES or x.shape[-1] == 0:
+    (another dtype, fewer than :data:`MIN_VALUES` values while numba is not loaded, no numba):
+    the caller uses numpy."""
+    if x.dtype != np.float32 or x.shape[-1] == 0 or (x.size < MIN_VALUES and not numba_loaded()):
         return None
     loop = compiled()
     if loop is None:

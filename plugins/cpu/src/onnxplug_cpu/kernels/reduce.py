@@ -36,7 +36,39 @@ def _extreme(dtype, lowest):
 def _sum(x, axes, keepdims):
     if x.dtype == np.bool_:
         raise InvalidArgument("reduction of a boolean tensor by sum is not defined")
+    fast = middle_sum(x, axes, keepdims)
+    if fast is not None:
+        return fast
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+#: The most slices :func:`middle_sum` adds one numpy call each, and the fewest values a slice
+#: must hold for that to beat numpy's reduction.
+_MIDDLE_MAX_SLICES = 64
+_MIDDLE_MIN_INNER = 16
+
+
+def middle_sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray | None:
+    """The sum of a C-contiguous float ``x`` over consecutive axes that stop before its last
+    (OCR's mean over a feature map's 3 rows: ``(1, 256, 3, 41)`` over axis 2), as the reduced
+    block's slices added in order; ``None`` where that does not apply.  Why: numpy's reduction
+    over a middle axis walks it in small steps, 28-40 µs there, against 11 for the slices.  numpy
+    also adds a middle axis's values one slice after another, so the bits are the same."""
+    if x.dtype.kind != "f" or not x.flags.c_contiguous or not axes:
+        return None
+    first, last = min(axes), max(axes)
+    if len(axes) != last - first + 1 or last >= x.ndim - 1:
+        return None
+    count, inner = math.prod(x.shape[first : last + 1]), math.prod(x.shape[last + 1 :])
+    if not 1 < count <= _MIDDLE_MAX_SLICES or inner < _MIDDLE_MIN_INNER:
+        return None
+    blocks = x.reshape(math.prod(x.shape[:first]), count, inner)
+    total = blocks[:, 0].copy()
+    for index in range(1, count):
+        np.add(total, blocks[:, index], out=total)
+    if keepdims:
+        return total.reshape(tuple(1 if a in axes else n for a, n in enumerate(x.shape)))
+    return total.reshape(tuple(n for a, n in enumerate(x.shape) if a not in axes))
 
 
 #: Rows from which a float32 mean over trailing axes is a matrix-vector product with ones.
@@ -82,6 +114,9 @@ def _mean(x, axes, keepdims):
     fast = trailing_mean(x, tuple(axes), keepdims)
     if fast is not None:
         return fast
+    total = middle_sum(x, tuple(axes), keepdims)
+    if total is not None:  # np.mean's own division: the float sum by the count, in its dtype
+        return np.divide(total, x.dtype.type(math.prod(x.shape[a] for a in axes)), out=total)
     if x.dtype.kind in "iu":
         # Integer mean truncates toward zero, computed without a float round trip.
         count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64)) if axes != () else 1
