@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxplug
@@ -79,7 +79,7 @@ def _call(feeds, names, case):
         activations=case.get("activations"),
         layout=case.get("layout", 0),
     )
-    return rnn.lstm(*args, **attrs)
+    return rnn.lstm_values(*args, **attrs)
 
 
 @pytest.mark.numba
@@ -171,3 +171,27 @@ def test_both_directions_at_once_on_the_team_match_the_numpy_loop(name, monkeypa
     assert both == [1] and products == ([1, 1] if _f32_conv.available() else [])
     for got, loop in zip(on_team, numpy_loop):
         np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.numba
+def test_a_constant_recurrence_is_transposed_once_at_creation(monkeypatch):
+    """A session whose ``R`` is an initializer makes ``Rᵀ`` when it is created, not on every run;
+    the results are those of a session fed the same ``R``."""
+    case = CASES["peepholes"]
+    feeds, names = _inputs(np.random.default_rng(11), case)
+    made = []
+    real = rnn.transposed_recurrence
+    monkeypatch.setattr(rnn, "transposed_recurrence", lambda r: made.append(r is not None) or real(r))
+    fed = onnxplug.InferenceSession(_model(case, names).SerializeToString(), providers=["CPUExecutionProvider"])
+    model = _model(case, names)
+    model.graph.initializer.append(numpy_helper.from_array(feeds["R"], "R"))
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "R"))
+    constant = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert made == [False, True]  # made once, for the session whose R is a constant
+    runs = [constant.run(None, {k: v for k, v in feeds.items() if k != "R"}) for _ in range(3)]
+    assert made == [False, True]
+    want = fed.run(None, feeds)
+    assert len(made) == 3 and made[2]  # the session fed R transposes it on its run
+    for outputs in runs:
+        for got, expected in zip(outputs, want):
+            np.testing.assert_array_equal(got, expected)

@@ -10,7 +10,7 @@ vectorised loop over the hidden units, with the branch-free ``exp`` and ``tanh``
 ``kernels._vexp`` (``math.exp``/``math.tanh`` are scalar libm calls: five per hidden unit and
 step made them most of the layer, 0.77 against onnxruntime's 0.27 ms on ``ocr_rec``).
 
-Same definitions as the numpy loop in :func:`onnxplug_cpu.kernels.rnn.lstm`: gate order i, o,
+Same definitions as the numpy loop in :func:`onnxplug_cpu.kernels.rnn.lstm_values`: gate order i, o,
 f, c; peepholes; ``clip`` applied to every activation's input; ``input_forget`` couples the
 forget gate to ``1 - i``; with ``sequence_lens`` a finished batch entry keeps its state and emits
 zeros (a reverse pass starts at each entry's own last step).  Only the default activations

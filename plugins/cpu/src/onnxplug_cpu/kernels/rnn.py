@@ -253,17 +253,30 @@ def _default_lstm(activations, directions) -> bool:
     return names[: 3 * directions] == ["sigmoid", "tanh", "tanh"] * directions
 
 
-def _compiled_directions(compiled, data, peep, clip, input_forget):
+def transposed_recurrence(r: np.ndarray | None) -> np.ndarray | None:
+    """``Rᵀ`` per direction, C-contiguous, as the compiled recurrence reads it: for a float32
+    ``R`` ``(directions, 4H, H)``, else ``None``.  Made once per node when ``R`` is a constant
+    (on every run it was a 45 µs copy, ocr_rec's 2×384×96)."""
+    if not isinstance(r, np.ndarray) or r.dtype != np.float32 or r.ndim != 3:
+        return None
+    packed = np.ascontiguousarray(np.swapaxes(r, 1, 2))
+    packed.flags.writeable = False
+    return packed
+
+
+def _compiled_directions(compiled, data, peep, clip, input_forget, rt=None):
     """Every direction of a float32 LSTM through the compiled recurrence (``kernels._lstm_jit``):
     ``(ys, finals)`` for :meth:`_Inputs.outputs`.  A bidirectional layer's two directions run at
     once on two threads (numba's team inside a run that started it, else Python threads: the
-    loop releases the GIL), when the run has two."""
+    loop releases the GIL), when the run has two.  ``rt``: :func:`transposed_recurrence` of
+    ``data.r`` when the node made it at creation."""
     size, n = data.hidden, data.directions
     lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
     bound = np.float32(np.inf if clip is None else clip)
     # Stacked per direction, so that both directions can be one compiled call.
     xw = np.stack([data.projected(d, 4) for d in range(n)])
-    rt = np.ascontiguousarray(np.swapaxes(data.r, 1, 2))
+    if rt is None:
+        rt = transposed_recurrence(data.r)
     rb = np.ascontiguousarray(data.b[:, 4 * size :])
     peep = np.ascontiguousarray(peep)
     h, c = (np.array(state, np.float32, order="C") for state in data.initial)
@@ -284,8 +297,21 @@ def _compiled_directions(compiled, data, peep, clip, input_forget):
     return list(y), [list(h), list(c)]
 
 
-@kernel("LSTM", since=(1, 7, 14, 22))
-def lstm(
+@kernel("LSTM", since=(1, 7, 14, 22), factory=True)
+def lstm(ctx, **attributes):
+    """The LSTM node: :func:`lstm_values` on every run, with ``Rᵀ`` made at creation when ``R``
+    is a constant (a run whose ``R`` is another array makes its own)."""
+    recurrence = ctx.constant(2)
+    transposed = transposed_recurrence(recurrence)
+
+    def run(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        known = transposed if R is recurrence else None
+        return lstm_values(X, W, R, B, sequence_lens, initial_h, initial_c, P, transposed_r=known, **attributes)
+
+    return run
+
+
+def lstm_values(
     X,
     W,
     R,
@@ -302,8 +328,10 @@ def lstm(
     direction,
     hidden_size=None,
     input_forget,
+    transposed_r=None,
     **legacy,
 ):
+    """An LSTM's outputs; ``transposed_r``: :func:`transposed_recurrence` of ``R``, if known."""
     data = _Inputs(
         "LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size, direction, legacy.get("layout", 0)
     )
@@ -322,7 +350,7 @@ def lstm(
     ys, finals = [], [[], []]
     compiled = _compiled_lstm() if work == np.float32 and _default_lstm(activations, data.directions) else None
     if compiled is not None:
-        return data.outputs(*_compiled_directions(compiled, data, peep, clip, input_forget))
+        return data.outputs(*_compiled_directions(compiled, data, peep, clip, input_forget, transposed_r))
     for d in range(data.directions):
         xw = data.projected(d, 4)
         rt, rb = data.r[d].T, data.b[d, 4 * size :]
