@@ -133,7 +133,8 @@ def test_a_run_on_the_team_splits_the_planes_with_the_same_bits(monkeypatch, mod
     if resize._compiled_2d() is None or not _team.parallel_ready():
         pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
     x = np.random.default_rng(3).standard_normal((1, 16, 64, 64)).astype(np.float32)
-    alone = _run(x, (2.0, 2.0), mode, "half_pixel")
+    scales = (2.0, 3.0)  # not an exact 2× of both axes: the gather (test_doubling_... below)
+    alone = _run(x, scales, mode, "half_pixel")
     monkeypatch.setattr(resize, "team_joined", lambda: True)
     monkeypatch.setattr(resize, "thread_budget", lambda: 2)
     split = []
@@ -144,5 +145,56 @@ def test_a_run_on_the_team_splits_the_planes_with_the_same_bits(monkeypatch, mod
         return real()
 
     monkeypatch.setattr(resize, "_compiled_2d_parallel", spy)
-    np.testing.assert_array_equal(_run(x, (2.0, 2.0), mode, "half_pixel"), alone)
+    np.testing.assert_array_equal(_run(x, scales, mode, "half_pixel"), alone)
     assert split == [1]
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("team", [False, True])
+@pytest.mark.parametrize("shape", [(1, 128, 10, 10), (2, 3, 33, 17), (1, 16, 64, 64)])
+def test_an_exact_doubling_takes_the_doubling_loop(monkeypatch, shape, team):
+    """A nearest 2× upsampling of both axes whose tables read each position twice (asymmetric
+    with floor; half_pixel with either rounding) doubles the values in one pass, split over the
+    team in a team run: the gather's bits.  Tables that do not (asymmetric with ceil) keep the
+    gather."""
+    from onnxplug_cpu.kernels import _team
+
+    if resize._compiled_2d() is None or (team and not _team.parallel_ready()):
+        pytest.skip("needs numba (and, on the team, a thread-safe threading layer)")
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    if team:
+        monkeypatch.setattr(resize, "team_joined", lambda: True)
+        monkeypatch.setattr(resize, "thread_budget", lambda: 2)
+    doubling = []
+    real = resize._compiled_doubling
+    monkeypatch.setattr(resize, "_compiled_doubling", lambda: doubling.append(1) or real())
+    for ctm, nearest_mode, doubled in [
+        ("asymmetric", "floor", True),
+        ("half_pixel", "round_prefer_floor", True),
+        ("half_pixel", "round_prefer_ceil", True),  # k ∓ 0.25 rounds to k either way
+        ("asymmetric", "ceil", False),  # 2k + 1 reads k + 1
+        ("align_corners", "round_prefer_floor", None),  # depends on the size: the tables decide
+    ]:
+        doubling.clear()
+        got = _run(x, (2.0, 2.0), "nearest", ctm, nearest_mode)
+        if doubled is not None:
+            assert doubling == ([1] if doubled else []), (ctm, nearest_mode)
+        want = ReferenceEvaluator(_node_model(shape, ctm, nearest_mode)).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+        if doubling:
+            np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
+
+
+def _node_model(shape, ctm, nearest_mode):
+    node = helper.make_node(
+        "Resize",
+        ["x", "", "scales"],
+        ["y"],
+        mode="nearest",
+        coordinate_transformation_mode=ctm,
+        nearest_mode=nearest_mode,
+    )
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    return make_model(
+        [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"scales": scales}
+    )

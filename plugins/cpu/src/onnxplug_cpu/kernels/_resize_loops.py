@@ -31,6 +31,26 @@ def nearest(x, iy, ix, y):  # pragma: no cover - compiled
 
 
 @jit
+def double_both_axes(x, doubled, y):  # pragma: no cover - compiled
+    """``y`` ``(R, 2, 2W)``: each row of ``x`` ``(R, W)`` with its values doubled, twice.  The
+    columns are doubled for all the rows in one flat run into ``doubled`` ``(R·2W,)`` (a row of
+    10-40 values alone would leave most of the loop to its scalar remainder), then each doubled
+    row is stored twice."""
+    flat = x.reshape(-1)
+    for i in range(flat.shape[0]):
+        value = flat[i]
+        doubled[2 * i] = value
+        doubled[2 * i + 1] = value
+    width = y.shape[2]
+    for r in range(y.shape[0]):
+        row, first, second = doubled[r * width : (r + 1) * width], y[r, 0], y[r, 1]
+        for j in range(width):
+            value = row[j]
+            first[j] = value
+            second[j] = value
+
+
+@jit
 def linear(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
     blend = np.empty(x.shape[2], np.float32)
     for b in range(y.shape[0]):
@@ -58,3 +78,11 @@ def linear_parallel(x, iy, wy, ix, wx, y, parts):  # pragma: no cover - compiled
     for part in numba.prange(parts):
         lo, hi = planes * part // parts, planes * (part + 1) // parts
         linear(x[lo:hi], iy, wy, ix, wx, y[lo:hi])
+
+
+@_parallel_jit
+def double_both_axes_parallel(x, doubled, y, parts):  # pragma: no cover - compiled
+    rows, width = y.shape[0], y.shape[2]
+    for part in numba.prange(parts):
+        lo, hi = rows * part // parts, rows * (part + 1) // parts
+        double_both_axes(x[lo:hi], doubled[lo * width : hi * width], y[lo:hi])
