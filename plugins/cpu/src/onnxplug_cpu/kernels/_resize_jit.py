@@ -11,7 +11,7 @@ each output row is written once:
   source row equals the previous one's is a copy of that output row (every second row at 2×);
   an exact 2× upsampling of both axes (YOLO's and FPNs' necks) doubles every value of the map in
   one flat run and stores each doubled row twice (``double_both_axes``): rows of 10-40 values
-  left the gather mostly to its scalar remainder (128 planes of 10×10: 22 → 6 µs);
+  left the gather mostly to its scalar remainder (128 planes of 10×10: 22 → 8 µs);
 * linear: the two source rows are blended into a scratch row (``r0·wy0 + r1·wy1``, vectorised),
   which is then gathered and blended through the column taps (``t[i0]·wx0 + t[i1]·wx1``).
 
