@@ -178,3 +178,16 @@ def test_the_optimization_report_outlives_its_session():
     got = onnx.reference.ReferenceEvaluator(folded).run(None, {"x": x})[0]
     want = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_session_from_bytes_keeps_its_loaded_model_for_set_providers():
+    """Nothing else holds the bytes: set_providers builds again from the loaded model it kept
+    (whose weights the optimizer did not replace are shared with the optimized model)."""
+    x = np.random.default_rng(5).standard_normal((1, 16, 4, 4)).astype(np.float32)
+    data = _conv_batchnorm_model(16)
+    want = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})[0]
+    session = onnxplug.InferenceSession(bytes(bytearray(data)))  # a copy only the session sees
+    del data
+    for _ in range(2):
+        session.set_providers(["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import logging
 import os
 import threading
@@ -108,13 +107,9 @@ class InferenceSession:
         self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
         self._logger = self._session_logger()
         start = time.perf_counter_ns()
-        external_dir = options._entries().get("session.model_external_data_dir")
-        # Kept to load the model again for set_providers (as onnxruntime reads its path or bytes
-        # again): the loaded model is released once the session is built (see _create).
-        self._load = functools.partial(
-            load_model, path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options)
-        )
-        self._loaded: LoadedModel | None = self._load()
+        self._loaded: LoadedModel | None = self._load(path_or_bytes)
+        if self._model_path is None:  # kept for set_providers (see _create); its arrays go with the session
+            weakref.finalize(self, release_tensors, self._loaded.model)
         self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
         if self._profiler is not None:
             loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
@@ -144,21 +139,29 @@ class InferenceSession:
     def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
         """The pipeline after loading: providers chosen, then optimize → partition → plan.
 
-        The loaded model is never edited; each stage returns a new value.  It is released at the
-        end, built or not: weights the optimizer replaced (convolutions with a normalization
-        folded in) would otherwise be held twice for the session's life.  ``set_providers``
-        loads the model again from its path or bytes, as onnxruntime does.
+        The loaded model is never edited; each stage returns a new value.  A model loaded from a
+        path is released at the end, built or not: weights the optimizer replaced (convolutions
+        with a normalization folded in) would otherwise be held twice for the session's life, and
+        ``set_providers`` reads the path again, as onnxruntime does.  A model given as bytes is
+        kept for ``set_providers`` instead of the bytes (which onnxruntime keeps): the weights the
+        optimizer did not replace are shared with the optimized model, so it holds no more than
+        they would.
         """
         try:
             self._build(requests)
         finally:
-            if self._loaded is not None:
+            if self._model_path is not None and self._loaded is not None:
                 release_tensors(self._loaded.model)  # its arrays go now, not at the next collection
-            self._loaded = None
+                self._loaded = None
+
+    def _load(self, path_or_bytes: Any) -> LoadedModel:
+        options = self._sess_options
+        external_dir = options._entries().get("session.model_external_data_dir")
+        return load_model(path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options))
 
     def _build(self, requests: list[tuple[str, dict[str, str]]]) -> None:
-        if self._loaded is None:
-            self._loaded = self._load()
+        if self._loaded is None:  # a model from a path, released after the last build
+            self._loaded = self._load(self._model_path)
             self._proto = self._loaded.proto
         proto = self._proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
