@@ -25,7 +25,7 @@ from ..api import KernelLookup, Provider, ProviderContext
 from ..compile_cache import CONFIG_KEY as COMPILE_CACHE_KEY
 from ..compile_cache import default_compile_cache
 from ..errors import InvalidArgument, NoModel
-from ..graph import LoadedModel, load_model, release_tensors
+from ..graph import LoadedModel, release_tensors
 from ..kernels import RunState, enter_run, leave_run
 from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
@@ -42,7 +42,8 @@ from ._plan import GraphPlan, build_plan
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
 from ._save import write_optimized_model
-from ._session_info import assignment_info, in_memory_data, memory_infos
+from ._session_info import assignment_info, memory_infos
+from ._source import ModelSource
 from .iobinding import IOBinding
 from .lora import with_adapters
 from .options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
@@ -102,20 +103,16 @@ class InferenceSession:
         read_config = kwargs.pop("read_config_from_model", None)
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
-        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         options = self._sess_options
         self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
         self._logger = self._session_logger()
         start = time.perf_counter_ns()
-        self._loaded: LoadedModel | None = self._load(path_or_bytes)
-        if self._model_path is None:  # kept for set_providers (see _create); its arrays go with the session
-            weakref.finalize(self, release_tensors, self._loaded.model)
+        self._source = ModelSource(path_or_bytes, options)  # what set_providers builds from again
         self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
         if self._profiler is not None:
-            loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
+            loading = "model_loading_uri" if self._source.path is not None else "model_loading_array"
             self._profiler.session_event(loading, start, time.perf_counter_ns())
-        self._proto = self._loaded.proto
-        apply_model_config(options, self._proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
+        apply_model_config(options, self._source.proto, read_config)  # ORT_LOAD_CONFIG_FROM_MODEL
         apply_global_threads(options)  # set_global_thread_pool_sizes
         if self._profiler is None and options.enable_profiling:  # enabled by the model's config
             self._profiler = Profiler(options.profile_file_prefix)
@@ -139,31 +136,16 @@ class InferenceSession:
     def _create(self, requests: list[tuple[str, dict[str, str]]]) -> None:
         """The pipeline after loading: providers chosen, then optimize → partition → plan.
 
-        The loaded model is never edited; each stage returns a new value.  A model loaded from a
-        path is released at the end, built or not: weights the optimizer replaced (convolutions
-        with a normalization folded in) would otherwise be held twice for the session's life, and
-        ``set_providers`` reads the path again, as onnxruntime does.  A model given as bytes is
-        kept for ``set_providers`` instead of the bytes (which onnxruntime keeps): the weights the
-        optimizer did not replace are shared with the optimized model, so it holds no more than
-        they would.
+        The loaded model is never edited; each stage returns a new value.  What of it is kept
+        between builds is :class:`._source.ModelSource`'s business.
         """
         try:
-            self._build(requests)
+            self._build(self._source.loaded(), requests)
         finally:
-            if self._model_path is not None and self._loaded is not None:
-                release_tensors(self._loaded.model)  # its arrays go now, not at the next collection
-                self._loaded = None
+            self._source.built()
 
-    def _load(self, path_or_bytes: Any) -> LoadedModel:
-        options = self._sess_options
-        external_dir = options._entries().get("session.model_external_data_dir")
-        return load_model(path_or_bytes, external_data_dir=external_dir, in_memory=in_memory_data(options))
-
-    def _build(self, requests: list[tuple[str, dict[str, str]]]) -> None:
-        if self._loaded is None:  # a model from a path, released after the last build
-            self._loaded = self._load(self._model_path)
-            self._proto = self._loaded.proto
-        proto = self._proto
+    def _build(self, loaded: LoadedModel, requests: list[tuple[str, dict[str, str]]]) -> None:
+        proto = loaded.proto
         overrides = self._sess_options.__dict__.get("_dim_overrides", {})
         denotations = self._sess_options.__dict__.get("_denotation_overrides", {})
         self._input_specs, self._inputs, self._overridable = input_specs(
@@ -178,7 +160,7 @@ class InferenceSession:
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             start = time.perf_counter()
-            self._optimized = self._optimize(slots)
+            self._optimized = self._optimize(loaded, slots)
             fusions = self._optimized.fusions()
             self._logger.info(
                 "optimized in %.2f s: %d -> %d nodes%s",
@@ -201,7 +183,7 @@ class InferenceSession:
         self._providers = providers
         # Providers hold device memory, compiled engines, vendor handles, and the stages' models
         # hold the weights: release them when the session is collected without close() (the
-        # finalizer holds them, not the session).  The loaded model is not kept (see _create).
+        # finalizer holds them, not the session).
         owned = [self._optimized.model, self._partitioned.model]
         self._finalizer = weakref.finalize(self, _release, list(providers), owned)
         # the first position of each name (a graph may list one value as two outputs)
@@ -215,7 +197,7 @@ class InferenceSession:
             write_optimized_model(
                 self._optimized.model,
                 proto,
-                self._loaded.base_dir,
+                loaded.base_dir,
                 options.optimized_model_filepath,
                 options._entries(),
             )
@@ -232,7 +214,7 @@ class InferenceSession:
             cache=default_compile_cache(options._entries().get(COMPILE_CACHE_KEY) or None),
         )
 
-    def _optimize(self, slots: list[ProviderSlot]) -> OptimizedModel:
+    def _optimize(self, loaded: LoadedModel, slots: list[ProviderSlot]) -> OptimizedModel:
         """The optimizer stage for these providers (their kernels decide which rule sets apply)."""
         level = int(self._sess_options.graph_optimization_level)
         names = {slot.provider.name for slot in slots}
@@ -246,14 +228,13 @@ class InferenceSession:
             return first.lookup(domain, op_type, since_version) is not None
 
         gate = RuleGate(names, has_kernel)
-        assert self._loaded is not None
         rule_sets = {stage: self._environment.rewrite_rules(stage) for stage in stages_for_level(level)}
         initializers = {
             name: np.asarray(value._onnxplug_value())
             for name, value in self._sess_options.__dict__.get("_initializers", {}).items()
         }
         return optimize(
-            self._loaded.model,
+            loaded.model,
             level,
             rule_sets=rule_sets,
             gate=gate,
@@ -276,7 +257,7 @@ class InferenceSession:
     def _log_creation(self) -> None:
         """Report the session's providers and partition at INFO."""
         if self._logger.isEnabledFor(logging.INFO):
-            source = self._model_path or "bytes"
+            source = self._source.path or "bytes"
             self._logger.info(
                 "session for %s: providers %s, nodes per provider %s, %d inlined, %d copies",
                 source,
@@ -510,7 +491,7 @@ class InferenceSession:
 
     @property
     def _model_proto(self) -> onnx.ModelProto:
-        return self._proto
+        return self._source.proto
 
     # -- onnxruntime introspection (see _session_info) --------------------------------------
 
