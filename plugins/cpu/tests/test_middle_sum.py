@@ -24,7 +24,7 @@ def test_the_bits_of_numpy(shape, axes, keepdims, dtype):
         np.testing.assert_array_equal(got, want)
 
 
-def test_the_reduce_mean_node_takes_it():
+def test_a_reduce_mean_node_over_a_middle_axis_matches_the_reference():
     import onnx
     from onnx import TensorProto, helper
 
