@@ -32,8 +32,14 @@ CASES = [
     ((1, 3, 1, 17), dict(pads=[1, 1, 1, 1])),
     ((1, 4, 16, 1), dict(pads=[1, 1, 1, 1])),
     ((2, 40, 28, 28), dict(auto_pad="SAME_UPPER")),
-    # stride 2 on narrow maps, padding 1 before: every second cell of the flat stride-1 run
+    # stride 2 with padding 1 before and a ceil(H/2) × ceil(W/2) output: four phase planes, one
+    # flat run (even and odd sides, a single cell, a single row or column)
     ((1, 24, 14, 14), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 3, 15, 16), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 4, 16, 15), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 3, 2, 2), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 3, 1, 9), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 3, 9, 1), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 6, 13, 9), dict(strides=[2, 2], pads=[1, 1, 0, 0])),
     ((1, 5, 1, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     # small maps: one copy of all the planes (kernels._depthwise_loops.FRAMED_CELLS)
@@ -179,9 +185,9 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (9, 40), (1, 1), (1, 1))\n"  # flat
         "_depthwise.depthwise_conv(x, w, (0, 0), (0, 0), (7, 38), (1, 1), (1, 1))\n"  # rows
         "_depthwise.depthwise_conv(x, w, (1, 1), (1, 1), (5, 20), (2, 2), (1, 1))\n"  # rows, stride 2
-        "_depthwise.depthwise_conv(x[..., :9], w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"  # flat, stride 2
+        "_depthwise.depthwise_conv(x[..., :9], w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"  # phases, stride 2
         "_depthwise.depthwise_conv(x[..., :7, :7], w, (1, 1), (1, 1), (7, 7), (1, 1), (1, 1))\n"  # framed
-        "forms = (loops.stride_1, loops.stride_2, loops.stride_1_flat, loops.stride_2_flat)\n"
+        "forms = (loops.stride_1, loops.stride_2, loops.stride_1_flat, loops.stride_2_phases)\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in forms))\n"
     )
     first, second = cache_misses_in_new_processes(code)

@@ -136,8 +136,8 @@ def _compiled_3x3(x, w, begin, end, out, stride, bias, clamp):
     form = stride
     if tuple(begin) == (1, 1) and stride == 1 and (oh, ow) == (h, wd):
         form = "flat"
-    elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1) and ow < 16:
-        form = "flat2"  # narrow stride-2 maps: a flat stride-1 run, subsampled (see stride_2_flat)
+    elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1):
+        form = "phases"  # PyTorch's padding=1: each plane's four phases, then one flat run
     parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
     if parts > 1 and team_runs_convolutions():
         join_run()

@@ -12,8 +12,10 @@ with the kernel size and the stride fixed at compile time, vectorises.
 No padded copy of the input (on MobileNetV2's first blocks that copy cost about as much as
 onnxruntime's whole layer).  Stride 1 reads the input rows themselves: the interior columns in a
 loop without checks, the border columns with them, and rows above or below the map read a row of
-zeros.  Stride 2 first splits each input row of a plane, once, into its even and odd padded
-columns (the padding cells are never written, so they stay zero), so that a window's columns are
+zeros.  Stride 2 with PyTorch's ``padding=1`` splits each plane into its four phase planes and
+computes it as one flat run (``_depthwise_loops.stride_2_phases``); other stride-2 layers first
+split each input row of a plane, once, into its even and odd padded columns (the padding cells
+are never written, so they stay zero), so that a window's columns are
 unit-stride loads (``even[ox]``, ``odd[ox]``, ``even[ox + 1]``) that vectorise where
 ``row[2 * ox + j]`` did not (measured: 96 channels at 112×112, 0.69 against 1.62 ms).  Every
 index is into a view that starts at the first cell read, so it is provably non-negative: numba's
@@ -44,8 +46,9 @@ __all__ = ["compiled", "compiled_parallel"]
 def compiled() -> dict[int, Any] | None:
     """``{stride: kernel(x, taps, bias, has_bias, low, high, top, left, y)}`` for
     stride 1 and 2 on both axes, and ``"flat"``: stride 1 with one cell of padding on every side
-    (the output the input's size) computed over each plane as one flat run, ``"flat2"``: stride 2
-    with one cell of padding before each axis, every second cell of that run; or ``None``.
+    (the output the input's size) computed over each plane as one flat run, ``"phases"``: stride 2
+    with one cell of padding before each axis and a ``ceil(H/2) × ceil(W/2)`` output, each plane
+    split into its four phases, then one flat run; or ``None``.
 
     ``x`` ``(P, H, W)`` is the input as ``N·C`` planes, ``taps`` ``(C, 9)``, ``bias`` ``(C,)``
     (added when ``has_bias``), ``low``/``high`` the clamp (``-inf``/``inf`` for none) in ``x``'s
@@ -63,7 +66,7 @@ def compiled_parallel() -> dict[int, Any] | None:
 
 
 #: Each form's loop in ``_depthwise_loops`` (its parallel form adds ``_parallel``).
-_FORMS = {1: "stride_1", 2: "stride_2", "flat": "stride_1_flat", "flat2": "stride_2_flat"}
+_FORMS = {1: "stride_1", 2: "stride_2", "flat": "stride_1_flat", "phases": "stride_2_phases"}
 
 
 def _forms(suffix: str) -> dict[Any, Any] | None:

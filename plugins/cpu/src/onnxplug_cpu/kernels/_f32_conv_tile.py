@@ -200,8 +200,13 @@ def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no 
                     for j in range(pairs):
                         even[j] = row[2 * j]
                         odd[j] = row[2 * j + 1]
-                    if last_even >= 0:
-                        even_plane[iy * wq + last_even] = row[width - 1]
+                if last_even >= 0:
+                    # An odd width's last column, in a loop of its own: stored inside the loop
+                    # above, it kept the pairs' loop scalar (16 channels at 160×160: 67 µs).
+                    for iy in range(hq):
+                        sy = iy * sh + py - top
+                        if 0 <= sy < height:
+                            even_plane[iy * wq + last_even] = x[c, sy, width - 1]
         return
     for p in range(phases.shape[0]):
         py = phases[p, 0]
