@@ -19,13 +19,11 @@ memory-bound, and a second thread pool next to OpenBLAS's would compete with it 
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from typing import Any
 
 import numpy as np
 
-from ._jit import compiler
+from ._jit import compiler, numba_loaded
 
 __all__ = ["finish"]
 
@@ -35,8 +33,8 @@ _NO_RESIDUAL = np.zeros((0, 0, 0), dtype=np.float32)
 
 def _compiled() -> Any | None:
     """The compiled loop, or ``None`` while numba is not loaded (or is disabled)."""
-    if "numba" not in sys.modules or os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
-        return None  # tested on every convolution: kept to a dict lookup
+    if not numba_loaded():
+        return None  # tested on every convolution: kept to dict lookups
     return _build()
 
 

@@ -28,13 +28,32 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compiler", "cpu_has", "load_for_feature_maps", "numba_loaded"]
+from onnxplug.kernels import current_run
+
+__all__ = ["compiler", "cpu_has", "load_for_feature_maps", "numba_loaded", "switched_on"]
+
+
+def switched_on(name: str) -> bool:
+    """Whether the environment switch ``name`` (``ONNXPLUG_CPU_JIT``, ``ONNXPLUG_CPU_CONV_TILE``,
+    ``ONNXPLUG_CPU_TEAM``, …) is not ``0``: read once per session run and kept in its notes, else
+    on every call.  Why: the kernels ask several switches on every layer, and each read of
+    ``os.environ`` costs about 0.5 µs (encoding the name, decoding the value), a few µs a layer
+    on models of small layers; a switch changed during a run applies from the next run."""
+    run = current_run()
+    if run is None:
+        return os.environ.get(name, "1") != "0"
+    notes = run.notes
+    key = ("switch", name)
+    value = notes.get(key)
+    if value is None:
+        value = notes[key] = os.environ.get(name, "1") != "0"
+    return value
 
 
 def numba_loaded() -> bool:
     """Whether numba is imported in this process and not disabled (``ONNXPLUG_CPU_JIT=0``): a
     dict lookup, cheap enough to ask on every call."""
-    return "numba" in sys.modules and os.environ.get("ONNXPLUG_CPU_JIT", "1") != "0"
+    return "numba" in sys.modules and switched_on("ONNXPLUG_CPU_JIT")
 
 
 def load_for_feature_maps() -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 
 from onnxplug.kernels import current_run
 
+from ._jit import switched_on
 from ._split_rows import blas_controllers, run_in_row_blocks
 
 __all__ = ["join_run", "parallel_ready", "run_parts", "team_joined", "team_runs_convolutions", "tiles_enabled"]
@@ -61,7 +62,7 @@ def _start() -> bool:
 def tiles_enabled() -> bool:
     """Whether the float32 convolution tiles are switched on (by default; ``ONNXPLUG_CPU_CONV_TILE=0``
     or ``ONNXPLUG_CPU_JIT=0`` turns them off; ``kernels._f32_conv`` also needs numba and AVX-512F)."""
-    return os.environ.get("ONNXPLUG_CPU_CONV_TILE", "1") != "0" and os.environ.get("ONNXPLUG_CPU_JIT", "1") != "0"
+    return switched_on("ONNXPLUG_CPU_CONV_TILE") and switched_on("ONNXPLUG_CPU_JIT")
 
 
 def team_runs_convolutions() -> bool:
@@ -80,7 +81,7 @@ def parallel_ready() -> bool:
             if _STATE["ready"] is None:
                 _STATE["ready"] = _start()
             ready = _STATE["ready"]
-    return ready and os.environ.get("ONNXPLUG_CPU_TEAM", "1") != "0"
+    return ready and switched_on("ONNXPLUG_CPU_TEAM")
 
 
 _RUN_NOTE = "onnxplug_cpu.team"
