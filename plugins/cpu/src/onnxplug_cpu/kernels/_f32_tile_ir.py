@@ -1,7 +1,8 @@
-"""The AVX-512 float32 tile of ``kernels._f32_conv`` as LLVM IR, through numba intrinsics.
+"""The AVX-512 float32 tile of ``kernels._f32_conv`` and ``kernels._f32_matmul`` as LLVM IR,
+through numba intrinsics.
 
-Imported by ``kernels._f32_conv_tile`` only (after ``kernels._f32_conv.loops`` has checked that
-numba is usable and the CPU has AVX-512F).  Module-level intrinsics, not closures, so that
+Imported by ``kernels._f32_conv_tile`` and ``kernels._f32_matmul_loops`` only (after
+``kernels._f32_conv.loops`` has checked that numba is usable and the CPU has AVX-512F).  Module-level intrinsics, not closures, so that
 numba's on-disk cache recognises the loops that call them from one process to the next.
 
 :func:`tile` computes :data:`ROWS` output channels × 64 output columns: 24 accumulators (four
@@ -38,6 +39,7 @@ ROWS = 6
 COLUMNS = 64
 _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 _I16 = ir.IntType(16)
+_I8 = ir.IntType(8)
 _LANES = ir.VectorType(_F32, 16)
 _INDICES = ir.VectorType(_I32, 16)
 _MASK = ir.VectorType(ir.IntType(1), 16)
@@ -103,9 +105,12 @@ def _maybe_silu(builder, has_silu, value, minus_alpha):
     return merged
 
 
-def _codegen(vectors: int, crop: bool = False):
+def _codegen(vectors: int, crop: bool = False, prefetch: bool = False):
     """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4); ``crop``: the stores
-    compress each vector's kept lanes to its output position (see the module's docstring)."""
+    compress each vector's kept lanes to its output position (see the module's docstring);
+    ``prefetch``: each ``k`` also prefetches the cache lines ``keep`` values past the ones it
+    loads (``kernels._f32_matmul_loops``: rows of weights a few rows on, each on a page of its
+    own, which the hardware's prefetchers do not follow)."""
 
     def codegen(context, builder, sig, args):
         w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha = args
@@ -136,6 +141,10 @@ def _codegen(vectors: int, crop: bool = False):
             for r in range(ROWS)
         ]
         accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(ROWS)]
+        if prefetch:
+            touch = cgutils.get_or_insert_function(
+                module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0"
+            )
         with cgutils.for_range(builder, depth) as k_loop:
             k = k_loop.index
             base = builder.add(builder.load(builder.gep(starts, [k])), p0)
@@ -143,6 +152,10 @@ def _codegen(vectors: int, crop: bool = False):
             for v in range(vectors):
                 address = builder.bitcast(builder.gep(source, [builder.add(base, _const(16 * v))]), vector_pointer)
                 columns.append(builder.call(load, [address, four, masks[v], zero]))
+                if prefetch:  # one cache line per vector: read, keep in all levels, data
+                    ahead = builder.gep(source, [builder.add(builder.add(base, keep), _const(16 * v))])
+                    flags = [ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]
+                    builder.call(touch, [builder.bitcast(ahead, _I8.as_pointer()), *flags])
             for r in range(ROWS):
                 weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
                 broadcast = _splat(builder, weight, _LANES)
@@ -256,6 +269,15 @@ def tile_16(
 ):
     """:func:`tile` for at most 16 valid columns."""
     return _SIGNATURE, _codegen(1)
+
+
+@intrinsic
+def prefetching_tile(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`tile` that also prefetches, for each ``k``, the cache lines ``keep`` values past the
+    ones it reads (``kernels._f32_matmul_loops``: the weights' rows a few rows on)."""
+    return _SIGNATURE, _codegen(4, prefetch=True)
 
 
 @intrinsic

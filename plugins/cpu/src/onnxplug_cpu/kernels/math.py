@@ -10,7 +10,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from . import _gemv
+from . import _f32_matmul, _gemv
 from ._numeric import as_dtype, widen
 from ._registry import kernel
 from ._split_rows import one_blas_thread, thread_budget
@@ -39,7 +39,7 @@ def _product(left, right):
     return np.matmul(left, right)
 
 
-def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
+def _gemm(a, b, c, alpha, beta, trans_a, trans_b, weights=None):
     if a.ndim != 2 or b.ndim != 2:
         raise InvalidArgument(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
     if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
@@ -50,7 +50,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     if left.shape[1] != right.shape[0]:
         raise InvalidArgument(f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}")
     with np.errstate(all="ignore"):
-        result = _product(left, right)
+        result = weights.times(left) if weights is not None and weights.applies(left) else _product(left, right)
         if alpha != 1:
             result = result * result.dtype.type(alpha)
         if c is not None and beta != 0:
@@ -63,9 +63,16 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     return as_dtype(result, dtype)
 
 
-@kernel("Gemm", since=(11, 13))
-def gemm(a, b, c=None, *, alpha, beta, transA, transB):
-    return _gemm(a, b, c, alpha, beta, transA, transB)
+@kernel("Gemm", since=(11, 13), factory=True)
+def gemm(ctx, *, alpha, beta, transA, transB):
+    """A constant float32 ``B`` stored as ``op(B)`` (``transB=0``) is multiplied on the tiles
+    (``kernels._f32_matmul``); a transposed one stays numpy's (the tiles would need a copy)."""
+    weights = None if transB else _f32_matmul.prepare(ctx.constant(1))
+
+    def run(a, b, c=None):
+        return _gemm(a, b, c, alpha, beta, transA, transB, weights)
+
+    return run
 
 
 @kernel("Gemm", since=(7, 9))
@@ -79,8 +86,7 @@ def gemm_1(a, b, c, *, alpha, beta, transA, transB, broadcast):
     return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
-@kernel("MatMul", since=(1, 9, 13))
-def matmul(a, b):
+def _matmul(a, b):
     if a.dtype != b.dtype:
         raise InvalidArgument(f"MatMul: input types differ ({a.dtype} and {b.dtype})")
     if a.ndim == 0 or b.ndim == 0:
@@ -91,6 +97,22 @@ def matmul(a, b):
     except ValueError as error:
         # Fail, as onnxruntime raises for dimensions that do not fit.
         raise Fail(f"MatMul: shapes {a.shape} and {b.shape} do not match: {error}") from None
+
+
+@kernel("MatMul", since=(1, 9, 13), factory=True)
+def matmul(ctx):
+    """A constant float32 matrix ``B`` (a transformer's weights) is multiplied on the tiles
+    (``kernels._f32_matmul``); everything else is numpy's product."""
+    weights = _f32_matmul.prepare(ctx.constant(1))
+    if weights is None:
+        return _matmul
+
+    def run(a, b):
+        if weights.applies(a):
+            return weights.times(a)
+        return _matmul(a, b)
+
+    return run
 
 
 @kernel("Einsum", since=(12, 28))

@@ -1,0 +1,98 @@
+"""The compiled loops of :mod:`._f32_matmul`: a float32 matrix times a constant matrix read where
+it is stored, on the AVX-512 tile of the convolutions (``kernels._f32_tile_ir``).
+
+Imported only by :func:`._f32_matmul.loops`, after ``kernels._f32_conv.loops`` has checked that
+numba is usable and the CPU has AVX-512F.  Module-level definitions with explicit signatures,
+as ``kernels._f32_conv_tile``, so that numba's on-disk cache serves every process.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange, types
+
+from ._f32_tile_ir import COLUMNS, ROWS, prefetching_tile, tile_16, tile_32, tile_48
+
+__all__ = ["BLOCK", "COLUMNS", "PREFETCH_ROWS", "ROWS", "product", "product_parallel"]
+
+#: Rows of the right operand (``k``) per block: each block's tiles sum their part of ``k`` and
+#: add it to what the blocks before stored.
+BLOCK = 384
+#: How many rows of the right operand ahead of the ones it reads a tile prefetches.
+PREFETCH_ROWS = 2
+
+
+def _array(dtype, ndim: int, *, read_only: bool = True):
+    return types.Array(dtype, ndim, "C", readonly=read_only)
+
+
+_INT, _F32 = types.int64, types.float32
+# a, b, offsets, y
+_ARGUMENTS = (_array(_F32, 2), _array(_F32, 2), _array(_INT, 1), _array(_F32, 2, read_only=False))
+
+
+@numba.njit(types.void(*_ARGUMENTS, _INT, _INT, types.boolean), cache=True, nogil=True)
+def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``y (+)= a @ b[rows]``: ``a`` ``(M, D)`` holds one block of the left
+    operand's columns, ``offsets`` (``D`` values, ``k · N``) the block's rows of ``b`` ``(K, N)``;
+    with ``accumulate`` the tiles add what ``y`` holds.  Tile ``t`` is column tile ``t //
+    row_tiles``, then ``ROWS`` rows of ``a``: consecutive tiles read the same 64 columns of
+    ``b``, which stay in cache while the rows of ``a`` pass over them."""
+    m, depth = a.shape
+    n = y.shape[1]
+    row_tiles = (m + ROWS - 1) // ROWS
+    no_clamp_low, no_clamp_high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
+    ahead = PREFETCH_ROWS * n
+    for t in range(t0, t1):
+        j = t // row_tiles
+        m0 = (t - j * row_tiles) * ROWS
+        p0 = j * COLUMNS
+        valid = min(COLUMNS, n - p0)
+        arguments = (
+            a[m0].ctypes.data,
+            b.ctypes.data,
+            y[m0].ctypes.data,
+            offsets.ctypes.data,
+            depth,
+            p0,
+            valid,
+            min(ROWS, m - m0),
+            n,
+            0,  # no bias
+            y[m0].ctypes.data if accumulate else 0,  # the sum so far, as a residual
+        )
+        if valid > 48:
+            # The rows of b are n values apart: each k reads a new page, where the hardware's
+            # prefetchers do not follow; the tile fetches the lines PREFETCH_ROWS rows ahead.
+            prefetching_tile(*arguments, ahead, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+        elif valid > 32:
+            tile_48(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+        elif valid > 16:
+            tile_32(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+        else:
+            tile_16(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+
+
+@numba.njit(types.void(*_ARGUMENTS, _INT), cache=True, nogil=True, parallel=True)
+def product_parallel(a, b, offsets, y, parts):  # pragma: no cover - compiled
+    """``y = a @ b`` for ``a`` ``(M, K)``, ``b`` ``(K, N)`` (``offsets`` the ``K`` values ``k ·
+    N``), block by block of :data:`BLOCK` rows of ``b``, each block's tiles in ``parts`` ranges on
+    numba's threading layer."""
+    m, depth = a.shape
+    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        block = np.ascontiguousarray(a[:, k0:k1])
+        for part in prange(parts):
+            _block_range(block, b, offsets[k0:k1], y, count * part // parts, count * (part + 1) // parts, k0 > 0)
+
+
+@numba.njit(types.void(*_ARGUMENTS), cache=True, nogil=True)
+def product(a, b, offsets, y):  # pragma: no cover - compiled
+    """:func:`product_parallel` on the calling thread alone."""
+    m, depth = a.shape
+    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        _block_range(np.ascontiguousarray(a[:, k0:k1]), b, offsets[k0:k1], y, 0, count, k0 > 0)

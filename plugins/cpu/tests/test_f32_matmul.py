@@ -1,0 +1,163 @@
+"""Products with a constant right operand on the tiles, read in place (``kernels._f32_matmul``):
+values against a float64 product over widths that leave a short last column tile, row counts
+that leave a short last row tile, depths of one block and several, batched left operands; the
+convolution tiles' bits where the depth is one block (the prefetching tiles included), the same
+bits however the tiles are split over threads; MatMul and Gemm nodes through a session against
+onnx's reference evaluator, with the tiles taken; which operands qualify; numba's cache."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxplug
+from onnxplug.testing import make_model
+from onnxplug_cpu.kernels import _f32_conv, _f32_matmul
+
+pytest.importorskip("numba")
+if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
+if _f32_conv.loops() is None:
+    pytest.skip("the float32 tiles need a CPU with AVX-512F (this one has none)", allow_module_level=True)
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+pytestmark = pytest.mark.numba
+
+
+@pytest.fixture(autouse=True)
+def tiles_on(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")
+
+
+def _operands(rows, depth, width, seed=3):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, depth), dtype=np.float32), rng.standard_normal((depth, width), dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    "rows, depth, width",
+    [
+        (8, 64, 256),  # whole column tiles
+        (13, 100, 130),  # a 2-column last tile, a short last row tile
+        (40, 800, 100),  # a 36-column last tile; three blocks of depth, the last short
+        (9, 400, 60),  # a single short column tile; two blocks
+        (128, 96, 200),  # many prefetching tiles
+    ],
+)
+def test_products_match_a_float64_product(rows, depth, width):
+    a, b = _operands(rows, depth, width)
+    weights = _f32_matmul.ConstantRight(b)
+    assert weights.applies(a)
+    got = weights.times(a)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == (rows, width) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("rows, depth, width", [(30, 64, 200), (128, 96, 130)])
+def test_one_block_gives_the_bits_of_the_convolution_tiles(rows, depth, width):
+    """Within one block of depth each sum has the same products in the same order as the
+    convolution tiles' product (``matrix_product``): prefetching changes no value."""
+    assert depth <= _f32_matmul.loops().BLOCK
+    a, b = _operands(rows, depth, width, seed=5)
+    np.testing.assert_array_equal(_f32_matmul.ConstantRight(b).times(a), _f32_conv.matrix_product(a, b))
+
+
+def test_the_split_over_threads_keeps_the_bits(monkeypatch):
+    a, b = _operands(70, 900, 300, seed=7)
+    weights = _f32_matmul.ConstantRight(b)
+    results = []
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            results.append(weights.times(a))
+    np.testing.assert_array_equal(results[0], results[1])
+    monkeypatch.setenv("ONNXPLUG_CPU_TEAM", "0")  # without the team the product is left to numpy
+    assert not weights.applies(a)
+
+
+def test_batched_left_operands_keep_their_leading_axes():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 3, 17, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 260), dtype=np.float32)
+    got = _f32_matmul.ConstantRight(b).times(a[:, :, :, :])
+    assert got.shape == (2, 3, 17, 260)
+    np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b), rtol=2e-5, atol=1e-4)
+
+
+def test_only_large_row_major_float32_matrices_qualify(monkeypatch):
+    assert _f32_matmul.prepare(np.ones((64, 64), np.float64)) is None
+    assert _f32_matmul.prepare(np.ones((16, 16), np.float32)) is None  # under MIN_VALUES
+    assert _f32_matmul.prepare(np.ones((4, 64, 64), np.float32)) is None  # batched weights stay numpy's
+    assert _f32_matmul.prepare(np.ones((256, 128), np.float32).T) is None  # the tiles read rows in place
+    weights = np.ones((128, 128), np.float32)
+    assert _f32_matmul.prepare(weights).b is weights  # not copied
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
+    assert _f32_matmul.prepare(weights) is None
+
+
+def _spy_on_times(monkeypatch):
+    calls = []
+    original = _f32_matmul.ConstantRight.times
+
+    def spy(self, a):
+        calls.append(a.shape)
+        return original(self, a)
+
+    monkeypatch.setattr(_f32_matmul.ConstantRight, "times", spy)
+    return calls
+
+
+def _session(model):
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = 2
+    return onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def test_a_matmul_with_constant_weights_runs_on_the_tiles(monkeypatch):
+    calls = _spy_on_times(monkeypatch)
+    rng = np.random.default_rng(2)
+    weights = rng.standard_normal((96, 200), dtype=np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [1, 40, 96])], [("y", TensorProto.FLOAT, None)], {"w": weights}
+    )
+    x = rng.standard_normal((1, 40, 96), dtype=np.float32)
+    got = _session(model).run(None, {"x": x})[0]
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert calls == [(1, 40, 96)]
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_a_gemm_with_constant_weights_runs_on_the_tiles_unless_transposed(monkeypatch, trans_b):
+    calls = _spy_on_times(monkeypatch)
+    rng = np.random.default_rng(4)
+    weights = rng.standard_normal((200, 96) if trans_b else (96, 200), dtype=np.float32)
+    bias = rng.standard_normal(200, dtype=np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], alpha=0.5, beta=2.0, transB=trans_b)
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [24, 96])], [("y", TensorProto.FLOAT, None)], {"w": weights, "c": bias}
+    )
+    x = rng.standard_normal((24, 96), dtype=np.float32)
+    got = _session(model).run(None, {"x": x})[0]
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert calls == ([] if trans_b else [(24, 96)])
+
+
+def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
+    code = (
+        "import numpy as np\n"
+        "from onnxplug_cpu.kernels import _f32_matmul, _f32_matmul_loops as loops\n"
+        "a = np.ones((64, 64), np.float32); w = _f32_matmul.ConstantRight(np.ones((64, 130), np.float32))\n"
+        "y = np.empty((64, 130), np.float32)\n"
+        "loops.product(a, w.b, w.offsets, y); loops.product_parallel(a, w.b, w.offsets, y, 2)\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.product, loops.product_parallel)))\n"
+    )
+    first, second = cache_misses_in_new_processes(code)
+    assert first > 0 and second == 0
