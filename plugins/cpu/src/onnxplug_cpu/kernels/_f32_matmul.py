@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ._f32_conv import available
+from ._jit import compiler, cpu_has
 from ._split_rows import thread_budget
-from ._team import join_run, parallel_ready
+from ._team import join_run, parallel_ready, tiles_enabled
 
 __all__ = ["ConstantRight", "prepare"]
 
@@ -44,6 +44,14 @@ MIN_VALUES = 1 << 14
 MIN_ROWS = 8
 #: Tiles per thread below which one thread computes a product alone.
 _MIN_TILES_PER_PART = 4
+
+
+def available() -> bool:
+    """Whether the tiles may run: switched on (``ONNXPLUG_CPU_CONV_TILE``, ``ONNXPLUG_CPU_JIT``),
+    numba usable and the CPU with AVX-512F.  As ``kernels._f32_conv.available``, without
+    importing the convolutions' loops (a transformer's session then loads only its own: the
+    convolutions' cost BERT-base 130 MB of resident memory)."""
+    return tiles_enabled() and compiler() is not None and cpu_has(("avx512f",), ("avx512f",))
 
 
 @functools.cache
