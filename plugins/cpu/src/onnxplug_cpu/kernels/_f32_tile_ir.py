@@ -2,8 +2,9 @@
 through numba intrinsics.
 
 Imported by ``kernels._f32_conv_tile`` and ``kernels._f32_matmul_loops`` only (after
-``kernels._f32_conv.loops`` has checked that numba is usable and the CPU has AVX-512F).  Module-level intrinsics, not closures, so that
-numba's on-disk cache recognises the loops that call them from one process to the next.
+``kernels._f32_conv.loops`` or ``kernels._f32_matmul.available`` has checked that numba is usable
+and the CPU has AVX-512F).  Module-level intrinsics, not closures, so that numba's on-disk cache
+recognises the loops that call them from one process to the next.
 
 :func:`tile` computes :data:`ROWS` output channels × 64 output columns: 24 accumulators (four
 16-lane vectors per channel) start at zero; for each input column ``k`` (channel and tap) the
