@@ -16,6 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxplug
 from onnxplug.testing import make_model
+from onnxplug_cpu import numerics
 from onnxplug_cpu.kernels import _f32_conv, _f32_matmul
 
 pytest.importorskip("numba")
@@ -161,3 +162,29 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
+
+
+@pytest.mark.parametrize("lead, m, depth, width", [((2, 3), 13, 64, 70), ((12,), 128, 64, 128), ((1, 4), 40, 500, 33)])
+def test_batched_products_match_a_float64_product(lead, m, depth, width):
+    """Attention's per-head products (``numerics.batched_matmul``): every matrix's tiles in one
+    range, heads split between threads mid-matrix, depths past one block."""
+    rng = np.random.default_rng(len(lead) + m)
+    a = rng.standard_normal((*lead, m, depth), dtype=np.float32)
+    b = rng.standard_normal((*lead, width, depth), dtype=np.float32).swapaxes(-1, -2)  # as kᵀ: a view
+    got = _f32_matmul.batched(a, b)
+    assert got is not None and got.shape == (*lead, m, width)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):  # one thread: the same bits
+        np.testing.assert_array_equal(_f32_matmul.batched(a, b), got)
+
+
+def test_batched_products_leave_other_operands_to_numpy():
+    a = np.ones((2, 16, 8), np.float32)
+    assert _f32_matmul.batched(a, np.ones((1, 8, 4), np.float32)) is None  # broadcasting leading axes
+    assert _f32_matmul.batched(a.astype(np.float64), np.ones((2, 8, 4))) is None
+    assert _f32_matmul.batched(a[:, :4], np.ones((2, 8, 4), np.float32)) is None  # fewer than MIN_ROWS rows
+    assert _f32_matmul.batched(a[0], np.ones((8, 4), np.float32)) is None  # 2-D: MatMul's own path
+    np.testing.assert_array_equal(
+        numerics.batched_matmul(a[:, :4], np.ones((2, 8, 4), np.float32)), np.full((2, 4, 4), 8)
+    )

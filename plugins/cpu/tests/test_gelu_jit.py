@@ -195,3 +195,25 @@ def test_onnx_gelu_tanh_node():
     session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"x": x})
     np.testing.assert_allclose(got, _exact_tanh(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("form", ["erf", "tanh"])
+def test_rows_split_over_the_team_keep_the_bits(form, monkeypatch):
+    """Inside a run that started numba's team the rows split over it: the same values."""
+    from onnxplug_cpu.kernels import _team
+
+    if compiler() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 67, 1536)).astype(np.float32) * 3
+    bias = rng.standard_normal(1536).astype(np.float32)
+    alone, alone_unbiased = _gelu_jit.gelu_float32(x, bias, form), _gelu_jit.gelu_float32(x, None, form)
+    calls = []
+    parallel = _gelu_jit.compiled_parallel(form)
+    monkeypatch.setattr(_gelu_jit, "team_joined", lambda: True)
+    monkeypatch.setattr(_gelu_jit, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_gelu_jit, "compiled_parallel", lambda f: lambda *a: calls.append(a[-1]) or parallel(*a))
+    np.testing.assert_array_equal(_gelu_jit.gelu_float32(x, bias, form), alone)
+    np.testing.assert_array_equal(_gelu_jit.gelu_float32(x, None, form), alone_unbiased)
+    assert calls == [2, 2]

@@ -125,3 +125,29 @@ def test_onnx_softmax_node(opset, axis):
     else:
         want = np.moveaxis(_reference(np.moveaxis(x, axis, -1)), -1, axis)
     _close(got, want)
+
+
+@pytest.mark.numba
+def test_rows_split_over_the_team_keep_the_bits(monkeypatch):
+    """Inside a run that started numba's team the rows split over it: the same values, NaN and
+    infinite rows included."""
+    from onnxplug_cpu.kernels import _team
+
+    if _softmax_jit.compiled() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((12, 197, 197)).astype(np.float32) * 4
+    x[3, 5, 7], x[7, 0, :] = np.nan, -np.inf
+    alone = softmax_last_axis(x)
+    monkeypatch.setattr(_softmax_jit, "team_joined", lambda: True)
+    monkeypatch.setattr(_softmax_jit, "thread_budget", lambda: 2)
+    from onnxplug_cpu.kernels import _softmax_loops
+
+    parallel, calls = _softmax_loops.softmax_rows_parallel, []
+    monkeypatch.setattr(
+        _softmax_loops, "softmax_rows_parallel", lambda rows, parts: calls.append(parts) or parallel(rows, parts)
+    )
+    split = softmax_last_axis(x)
+    assert calls == [2]
+    np.testing.assert_array_equal(split, alone)
+    assert np.isnan(split[3, 5]).all() and np.isnan(split[7, 0]).all()

@@ -41,7 +41,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from .kernels import _f32_conv
+from .kernels import _f32_conv, _f32_matmul
 from .kernels._depthwise import depthwise_conv
 from .kernels._epilogue import finish
 from .kernels._jit import load_for_feature_maps
@@ -56,6 +56,7 @@ from .kernels.rnn import rnn_activations
 
 __all__ = [
     "PackedConv",
+    "batched_matmul",
     "gelu_single",
     "gelu_tanh_single",
     "rnn_activations",
@@ -119,6 +120,15 @@ WINOGRAD_MIN_TILES = 36
 SHIFTED_MIN_CELLS = 196
 #: F(2×2) is used on small maps (too few F(4×4) tiles) only for layers at least this wide.
 WINOGRAD_F2_MIN_CHANNELS = 128
+
+
+def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)``; float32 ``a`` ``(..., M, K)`` and ``b`` ``(..., K, N)`` with the same
+    leading dimensions (attention's per-head products) run on the AVX-512 tiles split over the
+    run's threads where they are available (``kernels._f32_matmul.batched``), else numpy's.  Not
+    numpy's bits there: each sum runs over ``k`` in order with one rounding per multiply-add."""
+    product = _f32_matmul.batched(a, b)
+    return np.matmul(a, b) if product is None else product
 
 
 class PackedConv:

@@ -14,6 +14,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.errors import NotImplemented as NotImplementedError_
+from onnxplug_cpu.numerics import batched_matmul
 
 from ._common import compute_dtype, softmax
 from ._registry import kernel
@@ -60,14 +61,14 @@ def attend(q, k, v, *, scale, mask=None, bias=None, keep_scores=True):
     """softmax(scale * q k^T + mask + bias) v on (B, N, S, H) float arrays; returns (out, scores,
     probs), scores ``None`` unless ``keep_scores`` (without them the softmax works in place on
     the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries)."""
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))  # a fresh C-contiguous array
+    scores = batched_matmul(q, np.swapaxes(k, -1, -2))  # a fresh C-contiguous array
     scores *= q.dtype.type(scale)
     if mask is not None:
         scores = _add_into(scores, mask)
     if bias is not None:
         scores = _add_into(scores, bias.astype(scores.dtype, copy=False))
     probs = softmax(scores.copy() if keep_scores else scores, in_place=True)
-    return np.matmul(probs, v), (scores if keep_scores else None), probs
+    return batched_matmul(probs, v), (scores if keep_scores else None), probs
 
 
 def _add_into(scores, term):

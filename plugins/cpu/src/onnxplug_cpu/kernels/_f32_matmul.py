@@ -36,7 +36,7 @@ from ._jit import compiler, cpu_has
 from ._split_rows import thread_budget
 from ._team import join_run, parallel_ready, tiles_enabled
 
-__all__ = ["ConstantRight", "prepare"]
+__all__ = ["ConstantRight", "batched", "prepare"]
 
 #: Right operands of fewer values are left to numpy (their products take microseconds).
 MIN_VALUES = 1 << 14
@@ -110,3 +110,27 @@ def prepare(b: Any) -> ConstantRight | None:
     if not b.flags.c_contiguous or not available():
         return None
     return ConstantRight(b)
+
+
+def batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``np.matmul(a, b)`` for float32 ``a`` ``(..., M, K)`` and ``b`` ``(..., K, N)`` with the same
+    leading dimensions, every product's tiles split over numba's team in one call (attention's
+    ``q kᵀ`` and ``p v``, which BLAS, pinned to one thread in a team run, computed on one
+    core); ``None`` where that does not apply (numpy's product then)."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 3 or a.shape[:-2] != b.shape[:-2]:
+        return None
+    m, depth, width = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.shape[-2] != depth or m < MIN_ROWS or a.size == 0 or b.size == 0 or not available() or not parallel_ready():
+        return None
+    lead = a.shape[:-2]
+    left = np.ascontiguousarray(a).reshape(-1, m, depth)
+    right = np.ascontiguousarray(b).reshape(-1, depth, width)
+    y = np.empty((left.shape[0], m, width), dtype=np.float32)
+    compiled = loops()
+    tiles = left.shape[0] * -(-width // compiled.COLUMNS) * -(-m // compiled.ROWS)
+    parts = max(1, min(thread_budget(), tiles // _MIN_TILES_PER_PART))
+    if parts > 1:
+        join_run()
+    offsets = np.arange(depth, dtype=np.int64) * width
+    compiled.batched_parallel(left, right, offsets, y, parts)
+    return y.reshape(*lead, m, width)

@@ -14,7 +14,7 @@ from numba import prange, types
 
 from ._f32_tile_ir import COLUMNS, ROWS, prefetching_tile, tile_16, tile_32, tile_48
 
-__all__ = ["BLOCK", "COLUMNS", "PREFETCH_ROWS", "ROWS", "product", "product_parallel"]
+__all__ = ["BLOCK", "COLUMNS", "PREFETCH_ROWS", "ROWS", "batched_parallel", "product", "product_parallel"]
 
 #: Rows of the right operand (``k``) per block: each block's tiles sum their part of ``k`` and
 #: add it to what the blocks before stored.
@@ -96,3 +96,33 @@ def product(a, b, offsets, y):  # pragma: no cover - compiled
     for k0 in range(0, depth, BLOCK):
         k1 = min(depth, k0 + BLOCK)
         _block_range(np.ascontiguousarray(a[:, k0:k1]), b, offsets[k0:k1], y, 0, count, k0 > 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _blocks_of(a, b, offsets, y, t0, t1):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``y = a @ b`` over every block of depth (the blocks in order)."""
+    depth = a.shape[1]
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        block = a if k1 - k0 == depth else np.ascontiguousarray(a[:, k0:k1])
+        _block_range(block, b, offsets[k0:k1], y, t0, t1, k0 > 0)
+
+
+_BATCHED = (_array(_F32, 3), _array(_F32, 3), _array(_INT, 1), _array(_F32, 3, read_only=False), _INT)
+
+
+@numba.njit(types.void(*_BATCHED), cache=True, nogil=True, parallel=True)
+def batched_parallel(a, b, offsets, y, parts):  # pragma: no cover - compiled
+    """``y[g] = a[g] @ b[g]`` for ``a`` ``(G, M, K)``, ``b`` ``(G, K, N)`` (``offsets`` the ``K``
+    values ``k · N``): every matrix's tiles in one range, split into ``parts`` on numba's
+    threading layer (attention's heads: each head's product is too small to split alone)."""
+    groups, m, _ = a.shape
+    per = ((y.shape[2] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+    count = groups * per
+    for part in prange(parts):
+        t, stop = count * part // parts, count * (part + 1) // parts
+        while t < stop:
+            g = t // per
+            last = min(stop, (g + 1) * per)
+            _blocks_of(a[g], b[g], offsets, y[g], t - g * per, last - g * per)
+            t = last

@@ -18,11 +18,12 @@ NaN stays NaN (it multiplies the result); ``+inf`` gives ``inf``; ``-inf`` gives
 numpy path does (``-inf * 0``).  ``None`` without numba or with ``ONNXPLUG_CPU_JIT=0``: callers
 use the numpy path.
 
-One thread, not row blocks over the run's threads (``_split_rows``): Gelu follows a MatMul,
-whose OpenBLAS workers keep polling for about a tenth of a second, so a second block competes
-with them for the other core.  Measured on the 2-core bench machine (shared with other work),
-MatMul 128×384·384×1536 then BiasGelu: the BiasGelu took 208 µs in two blocks against 175 µs
-in one (best of 20 rounds), and at 1024 rows 3.8 ms against 2.6 ms.
+One thread, not row blocks over Python threads (``_split_rows``): Gelu follows a MatMul, whose
+OpenBLAS workers keep polling for about a tenth of a second, so a second block competes with
+them for the other core (MatMul 128×384·384×1536 then BiasGelu: the BiasGelu took 208 µs in two
+blocks against 175 µs in one).  Inside a run that started numba's team (``kernels._team``: its
+MatMuls run on the tiles, ``kernels._f32_matmul``, and BLAS is pinned to one thread) the rows
+split over the team instead.
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler
+from ._split_rows import thread_budget
+from ._team import team_joined
 
 __all__ = ["compiled", "gelu_float32", "tanh_gelu_float32"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
+#: Values per thread from which a team run splits the rows.
+PART_ELEMENTS = 1 << 15
 
 
 @functools.cache
@@ -49,6 +54,15 @@ def compiled(form: str = "erf") -> Any | None:
     from . import _gelu_loops
 
     return _gelu_loops.tanh_gelu_rows if form == "tanh" else _gelu_loops.gelu_rows
+
+
+@functools.cache
+def compiled_parallel(form: str = "erf") -> Any:
+    """:func:`compiled`'s loop with the rows split into ``parts`` on numba's threading layer:
+    ``gelu_rows_parallel(x, bias, out, parts)`` (the caller has a compiled loop)."""
+    from . import _gelu_loops
+
+    return _gelu_loops.tanh_gelu_rows_parallel if form == "tanh" else _gelu_loops.gelu_rows_parallel
 
 
 def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None, form: str = "erf") -> np.ndarray | None:
@@ -65,12 +79,17 @@ def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None, form: str = "erf
     if x.size == 0:
         return out
     if bias is None:
-        loop(x.reshape(1, -1), _NO_BIAS, out.reshape(1, -1))
-        return out
-    bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
-    if x.ndim == 0 or bias.shape[0] != x.shape[-1]:
-        raise ValueError(f"gelu bias of shape {bias.shape} does not match x's last dimension {x.shape[-1:]}")
-    loop(x.reshape(-1, x.shape[-1]), bias, out.reshape(-1, x.shape[-1]))
+        rows, bias = x.reshape(1, -1) if x.ndim < 2 else x.reshape(-1, x.shape[-1]), _NO_BIAS
+    else:
+        bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+        if x.ndim == 0 or bias.shape[0] != x.shape[-1]:
+            raise ValueError(f"gelu bias of shape {bias.shape} does not match x's last dimension {x.shape[-1:]}")
+        rows = x.reshape(-1, x.shape[-1])
+    parts = min(thread_budget(), rows.shape[0], x.size // PART_ELEMENTS) if team_joined() else 1
+    if parts > 1:
+        compiled_parallel(form)(rows, bias, out.reshape(rows.shape), parts)
+    else:
+        loop(rows, bias, out.reshape(rows.shape))
     return out
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
+from ._jit import compiler
 from ._vexp import exp_value, jit
+
+_split = compiler(parallel=True)
 
 _f32 = np.float32
 # ``_numeric._ERFC_FIT``, highest coefficient first: erfc(a) ~ t exp(P(t) - a^2), t = 1/(1 + a/2).
@@ -68,3 +72,22 @@ def tanh_gelu_rows(x, bias, out):  # pragma: no cover - compiled
             v = src[j] + bias[j] if has_bias else src[j]
             u = v * (_K0 + _K1 * v * v)
             dst[j] = np.divide(v, _ONE + exp_value(_MINUS_TWO * u))
+
+
+@_split
+def gelu_rows_parallel(x, bias, out, parts):  # pragma: no cover - compiled
+    """:func:`gelu_rows` with the rows in ``parts`` blocks on numba's threading layer (the same
+    values: each row's loop is the same)."""
+    rows = x.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = rows * part // parts, rows * (part + 1) // parts
+        gelu_rows(x[lo:hi], bias, out[lo:hi])
+
+
+@_split
+def tanh_gelu_rows_parallel(x, bias, out, parts):  # pragma: no cover - compiled
+    """:func:`tanh_gelu_rows` split as :func:`gelu_rows_parallel`."""
+    rows = x.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = rows * part // parts, rows * (part + 1) // parts
+        tanh_gelu_rows(x[lo:hi], bias, out[lo:hi])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ._jit import compiler
@@ -10,6 +11,7 @@ from ._vexp import exp_value
 
 # The sum may be reordered so that it vectorises; nothing else is fast-math.
 _jit = compiler(fastmath={"contract", "reassoc"})
+_split = compiler(fastmath={"contract", "reassoc"}, parallel=True)
 _ZERO = np.float32(0)
 
 
@@ -40,3 +42,12 @@ def softmax_rows(x):  # pragma: no cover - compiled
             total += e
         for j in range(row.shape[0]):
             row[j] = np.divide(row[j], total)  # np.divide: no ZeroDivisionError branch
+
+
+@_split
+def softmax_rows_parallel(x, parts):  # pragma: no cover - compiled
+    """:func:`softmax_rows` with the rows in ``parts`` blocks on numba's threading layer (the
+    same values: each row is computed as there)."""
+    rows = x.shape[0]
+    for part in numba.prange(parts):
+        softmax_rows(x[rows * part // parts : rows * (part + 1) // parts])
