@@ -174,14 +174,15 @@ class PackedConv:
         )
         self._w = w if self.uses_winograd else None
 
-    def remember_tiles(self, shape: tuple, attributes: tuple, layer) -> None:
-        """Keep the tiles' plan for inputs of ``shape`` with these attribute objects (the node's
-        own, passed on every call), so that the next call skips the checks and the routing."""
-        self._tile_plans[shape] = (attributes, layer)
+    def remember_tiles(self, shape: tuple, attributes: tuple, bound) -> None:
+        """Keep the tiles' plan with these weights (``_f32_conv.BoundLayer``) for inputs of
+        ``shape`` with these attribute objects (the node's own, passed on every call), so that
+        the next call skips the checks and the routing."""
+        self._tile_plans[shape] = (attributes, bound)
 
     def tile_plan(self, shape: tuple, attributes: tuple):
-        """The plan :meth:`remember_tiles` kept for ``shape``, if the attributes are the very
-        objects it was kept with (the same node's call), else ``None``."""
+        """The ``BoundLayer`` :meth:`remember_tiles` kept for ``shape``, if the attributes are
+        the very objects it was kept with (the same node's call), else ``None``."""
         kept = self._tile_plans.get(shape)
         if kept is None or any(a is not b for a, b in zip(kept[0], attributes)):
             return None
@@ -267,11 +268,10 @@ def convolve(
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
     """
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype == np.float32:
-        layer = packed.tile_plan(x.shape, (kernel_shape, strides, dilations, pads, auto_pad))
-        usable = layer is not None and (b is None or b.shape == layer.shape[1:2])
+        bound = packed.tile_plan(x.shape, (kernel_shape, strides, dilations, pads, auto_pad))
+        usable = bound is not None and (b is None or b.shape == bound.layer.shape[1:2])
         if usable and _f32_conv.available():  # this shape took the tiles before
-            b32 = None if b is None else b.astype(np.float32, copy=False)
-            return _f32_conv.run(layer, x, packed.matrix.reshape(layer.shape[1], -1), b32, residual, clamp, silu_alpha)
+            return bound(x, b, residual, clamp, silu_alpha)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise Fail(f"{op}: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
     nd = x.ndim - 2
@@ -308,9 +308,10 @@ def convolve(
         matrix = weights.reshape(-1, weights.shape[-1])
         geometry = (tuple(a) if a else None for a in (ks, strides, dilations, pads))
         layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
+        bound = _f32_conv.BoundLayer(layer, matrix)
         if prepared is not None and x.dtype == np.float32:
-            prepared.remember_tiles(x.shape, (kernel_shape, strides, dilations, pads, auto_pad), layer)
-        return _f32_conv.run(layer, xc, matrix, bias, residual, clamp, silu_alpha).astype(x.dtype, copy=False)
+            prepared.remember_tiles(x.shape, (kernel_shape, strides, dilations, pads, auto_pad), bound)
+        return bound(xc, bias, residual, clamp, silu_alpha).astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
         y = shifted_conv(xc, prepared.stacked_filters(), ks, dl, begin, end, out, bias)
