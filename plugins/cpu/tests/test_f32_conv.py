@@ -194,7 +194,7 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
     from onnxplug.kernels import current_run
 
     seen = []
-    original = _f32_conv.run
+    original = _f32_conv.BoundLayer.__call__
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
@@ -204,7 +204,7 @@ def test_a_team_run_pins_blas_and_the_session_restores_it(monkeypatch, threads):
         seen.append((run.threads, [c.get_num_threads() for c in numpys]))
         return result
 
-    monkeypatch.setattr(_f32_conv, "run", spy)
+    monkeypatch.setattr(_f32_conv.BoundLayer, "__call__", spy)
     weights = np.random.default_rng(19).standard_normal((16, 8, 3, 3), dtype=np.float32)
     model = make_model(
         [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
