@@ -324,9 +324,10 @@ def test_short_last_tiles_compute_only_their_columns(columns):
 
 
 def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkeypatch):
-    """The first call of a shape plans the layer and keeps the plan on the node's PackedConv; later
-    calls with the node's own attribute objects skip the routing (same bits), a bias of the wrong
-    shape is still refused, and switching the tiles off still takes effect."""
+    """The first call of a shape plans the layer and keeps the plan with the weights (a
+    ``BoundLayer``) on the node's PackedConv; later calls with the node's own attribute objects
+    skip the routing (same bits), a bias of the wrong shape is still refused, and switching the
+    tiles off still takes effect."""
     from onnxplug.errors import Fail
 
     x, weights, bias, _ = _case(LAYERS[1])
@@ -335,8 +336,8 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     first = convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs)
     planned, ran = [], []
     monkeypatch.setattr(_f32_conv, "plan", lambda *a: planned.append(a))
-    original = _f32_conv.run
-    monkeypatch.setattr(_f32_conv, "run", lambda *a: ran.append(1) or original(*a))
+    original = _f32_conv.BoundLayer.__call__
+    monkeypatch.setattr(_f32_conv.BoundLayer, "__call__", lambda *a: ran.append(1) or original(*a))
     np.testing.assert_array_equal(convolve(x, weights, bias, packed=packed, clamp=(0.0, 6.0), **attrs), first)
     assert ran == [1] and planned == []
     with pytest.raises(Fail, match="B shape"):
