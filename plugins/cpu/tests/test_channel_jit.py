@@ -49,19 +49,3 @@ def test_other_calls_keep_numpy():
     assert _channel_jit.relu(x.astype(np.float64)) is None
     assert _channel_jit.relu(np.ones(100, np.float32)) is None  # small
     assert _channel_jit.affine_channels(x, np.ones(3, np.float32), np.ones(3, np.float32)) is None
-
-
-def test_concatenation_on_the_team_is_numpys(monkeypatch):
-    from onnxplug_cpu.kernels import shape
-
-    if not _team.parallel_ready():
-        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
-    parts = [_maps((1, c, 20, 30)) for c in (64, 32, 96)]
-    assert _channel_jit.concatenate(parts, 1) is None  # outside a team run: numpy's
-    monkeypatch.setattr(_channel_jit, "team_joined", lambda: True)
-    monkeypatch.setattr(_channel_jit, "thread_budget", lambda: 2)
-    joined = _channel_jit.concatenate(parts, 1)
-    assert joined is not None
-    np.testing.assert_array_equal(joined, np.concatenate(parts, axis=1))
-    np.testing.assert_array_equal(shape.concat_4(*parts, axis=-3), np.concatenate(parts, axis=1))
-    assert _channel_jit.concatenate([p.repeat(2, axis=0) for p in parts], 1) is None  # batch 2: numpy's

@@ -16,7 +16,6 @@ multiply-add: numba does not contract without ``fastmath``); Relu is ``np.maximu
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from ._jit import compiler, numba_loaded
 from ._split_rows import thread_budget
 from ._team import team_joined
 
-__all__ = ["affine_channels", "concatenate", "relu"]
+__all__ = ["affine_channels", "relu"]
 
 #: Elements below which the numpy passes are kept (a compiled call costs a few µs).
 MIN_ELEMENTS = 1 << 14
@@ -79,27 +78,4 @@ def relu(x: np.ndarray) -> np.ndarray | None:
         return None
     y = np.empty_like(x)
     loops.relu_flat(x.reshape(-1), y.reshape(-1), _parts(x.size))
-    return y
-
-
-def concatenate(inputs, axis: int) -> np.ndarray | None:
-    """``np.concatenate(inputs, axis)`` of C-contiguous float32 arrays whose axes before ``axis``
-    are all 1 (a batch-1 channel concatenation: each input is one block of the output), split over
-    the team inside a team run (DenseNet concatenates all earlier features before every layer);
-    ``None`` where that does not apply."""
-    loops = _loops()
-    first = inputs[0]
-    if loops is None or first.dtype != np.float32 or math.prod(first.shape[:axis]) != 1:
-        return None
-    total = sum(a.size for a in inputs)
-    parts = _parts(total)
-    if parts == 1 or any(a.dtype != np.float32 or not a.flags.c_contiguous for a in inputs):
-        return None
-    shape = list(first.shape)
-    shape[axis] = sum(a.shape[axis] for a in inputs)
-    y = np.empty(shape, dtype=np.float32)
-    flat, at = y.reshape(-1), 0
-    for a in inputs:
-        loops.copy_flat(a.reshape(-1), flat[at : at + a.size], max(1, min(parts, a.size // PART_ELEMENTS)))
-        at += a.size
     return y

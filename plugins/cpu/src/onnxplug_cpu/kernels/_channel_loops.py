@@ -35,14 +35,3 @@ def relu_flat(x, y, parts):  # pragma: no cover - compiled
         for i in range(hi - lo):
             v = source[i]
             target[i] = v if (v >= _ZERO) | (v != v) else _ZERO
-
-
-@_split
-def copy_flat(x, y, parts):  # pragma: no cover - compiled
-    """``y[:] = x`` over 1-D arrays, in ``parts`` ranges."""
-    size = x.shape[0]
-    for part in numba.prange(parts):
-        lo, hi = size * part // parts, size * (part + 1) // parts
-        source, target = x[lo:hi], y[lo:hi]
-        for i in range(hi - lo):
-            target[i] = source[i]

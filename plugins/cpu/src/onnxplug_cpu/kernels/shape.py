@@ -12,7 +12,6 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._channel_jit import concatenate
 from ._registry import kernel
 
 _LATEST = (21, 23, 24, 25)
@@ -194,8 +193,10 @@ def _concat(inputs, axis):
                 f"Concat: input {i} has shape {list(a.shape)}, which does not match "
                 f"{list(inputs[0].shape)} outside axis {axis}"
             )
-    joined = concatenate(inputs, axis)  # batch-1 float32 maps inside a team run: split over it
-    return joined if joined is not None else np.concatenate(inputs, axis=axis)
+    # numpy's copy, also inside a team run: split over the team (a region per input) it measured
+    # slower on every CNN here (YOLO's concatenations 116 against 76 µs a run, DenseNet's 991
+    # against 873; docs/benchmarks.md, eighth session)
+    return np.concatenate(inputs, axis=axis)
 
 
 def _split(x, axis, sizes, num_outputs, *, uneven=False):
