@@ -385,6 +385,24 @@ def memory(args) -> None:
     print(_table(header, rows))
 
 
+def _blas_line() -> str:
+    """numpy's BLAS and the kernel family it chose: some machines set ``OPENBLAS_CORETYPE``
+    (older OpenBLAS builds crash on their CPUs), which makes a current numpy take slower kernels
+    (Haswell's AVX2 instead of SkylakeX's AVX-512: BERT-base's products 1.4× slower), and
+    onnxruntime's MLAS ignores it."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return "blas: unknown (threadpoolctl missing)"
+    libraries = [
+        f"{info.get('internal_api')} {info.get('version')} {info.get('architecture', '?')}"
+        for info in threadpoolctl.threadpool_info()
+        if info.get("user_api") == "blas"
+    ]
+    forced = {name: os.environ[name] for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if name in os.environ}
+    return f"blas: {', '.join(libraries) or 'none loaded'}" + (f" (set: {forced})" if forced else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--providers", default="cpu", help="onnxplug providers to bench (cpu, openvino)")
@@ -414,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             versions.append(f"{module} missing")
     print("# " + ", ".join(versions))
+    print("# " + _blas_line())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if "latency" in sections:

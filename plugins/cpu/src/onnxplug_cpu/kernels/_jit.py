@@ -43,7 +43,7 @@ def switched_on(name: str) -> bool:
     if run is None:
         return os.environ.get(name, "1") != "0"
     notes = run.notes
-    key = ("switch", name)
+    key = f"onnxplug_cpu.switch.{name}"
     value = notes.get(key)
     if value is None:
         value = notes[key] = os.environ.get(name, "1") != "0"
