@@ -151,13 +151,41 @@ def test_a_gemm_with_constant_weights_runs_on_the_tiles_unless_transposed(monkey
     assert calls == ([] if trans_b else [(24, 96)])
 
 
+@pytest.mark.parametrize("c_shape", [(200,), (1, 200), (24, 200), (1,)])
+def test_a_gemm_s_c_goes_in_first_and_the_tiles_add_onto_it(c_shape, monkeypatch):
+    """With ``alpha = beta = 1`` a Gemm's ``C`` (broadcast) is put in the output first and every
+    block of the product added onto it: no pass of its own; a ``C`` that does not broadcast is
+    refused as numpy's path refuses it."""
+    from onnxplug.errors import InvalidArgument
+    from onnxplug_cpu.kernels import math as linear
+
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((24, 500), dtype=np.float32)  # two blocks of depth
+    b = rng.standard_normal((500, 200), dtype=np.float32)
+    c = rng.standard_normal(c_shape, dtype=np.float32)
+    weights = _f32_matmul.prepare(b)
+    calls = []
+    original = _f32_matmul.ConstantRight.times
+    monkeypatch.setattr(
+        _f32_matmul.ConstantRight,
+        "times",
+        lambda self, left, start=None: calls.append(start is not None) or original(self, left, start),
+    )
+    got = linear._gemm(a, b, c, 1.0, 1.0, 0, 0, weights)
+    want = a.astype(np.float64) @ b.astype(np.float64) + c
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    assert calls == [True]
+    with pytest.raises(InvalidArgument, match="does not broadcast"):
+        linear._gemm(a, b, np.ones(7, np.float32), 1.0, 1.0, 0, 0, weights)
+
+
 def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
         "import numpy as np\n"
         "from onnxplug_cpu.kernels import _f32_matmul, _f32_matmul_loops as loops\n"
         "a = np.ones((64, 64), np.float32); w = _f32_matmul.ConstantRight(np.ones((64, 130), np.float32))\n"
         "y = np.empty((64, 130), np.float32)\n"
-        "loops.product(a, w.b, w.offsets, y); loops.product_parallel(a, w.b, w.offsets, y, 2)\n"
+        "loops.product(a, w.b, w.offsets, y, False); loops.product_parallel(a, w.b, w.offsets, y, True, 2)\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.product, loops.product_parallel)))\n"
     )
     first, second = cache_misses_in_new_processes(code)

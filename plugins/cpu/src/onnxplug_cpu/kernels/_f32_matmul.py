@@ -86,19 +86,23 @@ class ConstantRight:
             and parallel_ready()
         )
 
-    def times(self, a: np.ndarray) -> np.ndarray:
-        """``a @ b`` for float32 ``a`` ``(..., K)`` (see :meth:`applies`): a fresh ``(..., N)`` array."""
+    def times(self, a: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """``a @ b`` for float32 ``a`` ``(..., K)`` (see :meth:`applies`), plus ``start`` (float32,
+        broadcastable to ``(rows, N)``: a Gemm's ``C``, added by the tiles' stores instead of a
+        pass of its own) where given: a fresh ``(..., N)`` array."""
         depth, width = self.shape
         rows = np.ascontiguousarray(a).reshape(-1, depth)
         y = np.empty((rows.shape[0], width), dtype=np.float32)
+        if start is not None:
+            np.copyto(y, start)
         compiled = loops()
         tiles = -(-width // compiled.COLUMNS) * -(-rows.shape[0] // compiled.ROWS)
         parts = max(1, min(thread_budget(), tiles // _MIN_TILES_PER_PART))
         if parts > 1:
             join_run()
-            compiled.product_parallel(rows, self.b, self.offsets, y, parts)
+            compiled.product_parallel(rows, self.b, self.offsets, y, start is not None, parts)
         else:
-            compiled.product(rows, self.b, self.offsets, y)
+            compiled.product(rows, self.b, self.offsets, y, start is not None)
         return y.reshape(*a.shape[:-1], width)
 
 

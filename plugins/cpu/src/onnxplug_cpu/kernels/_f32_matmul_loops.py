@@ -74,28 +74,30 @@ def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - co
             tile_16(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
 
 
-@numba.njit(types.void(*_ARGUMENTS, _INT), cache=True, nogil=True, parallel=True)
-def product_parallel(a, b, offsets, y, parts):  # pragma: no cover - compiled
+@numba.njit(types.void(*_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)
+def product_parallel(a, b, offsets, y, onto, parts):  # pragma: no cover - compiled
     """``y = a @ b`` for ``a`` ``(M, K)``, ``b`` ``(K, N)`` (``offsets`` the ``K`` values ``k ·
-    N``), block by block of :data:`BLOCK` rows of ``b``, each block's tiles in ``parts`` ranges on
-    numba's threading layer."""
+    N``), or with ``onto`` ``y += a @ b`` (a Gemm's ``C`` put in ``y`` first), block by block of
+    :data:`BLOCK` rows of ``b``, each block's tiles in ``parts`` ranges on numba's threading
+    layer."""
     m, depth = a.shape
     count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
     for k0 in range(0, depth, BLOCK):
         k1 = min(depth, k0 + BLOCK)
         block = np.ascontiguousarray(a[:, k0:k1])
         for part in prange(parts):
-            _block_range(block, b, offsets[k0:k1], y, count * part // parts, count * (part + 1) // parts, k0 > 0)
+            lo, hi = count * part // parts, count * (part + 1) // parts
+            _block_range(block, b, offsets[k0:k1], y, lo, hi, onto or k0 > 0)
 
 
-@numba.njit(types.void(*_ARGUMENTS), cache=True, nogil=True)
-def product(a, b, offsets, y):  # pragma: no cover - compiled
+@numba.njit(types.void(*_ARGUMENTS, types.boolean), cache=True, nogil=True)
+def product(a, b, offsets, y, onto):  # pragma: no cover - compiled
     """:func:`product_parallel` on the calling thread alone."""
     m, depth = a.shape
     count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
     for k0 in range(0, depth, BLOCK):
         k1 = min(depth, k0 + BLOCK)
-        _block_range(np.ascontiguousarray(a[:, k0:k1]), b, offsets[k0:k1], y, 0, count, k0 > 0)
+        _block_range(np.ascontiguousarray(a[:, k0:k1]), b, offsets[k0:k1], y, 0, count, onto or k0 > 0)
 
 
 @numba.njit(cache=True, nogil=True)

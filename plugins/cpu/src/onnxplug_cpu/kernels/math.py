@@ -50,17 +50,26 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, weights=None):
     if left.shape[1] != right.shape[0]:
         raise InvalidArgument(f"Gemm: inner dimensions differ: op(A) is {left.shape}, op(B) is {right.shape}")
     with np.errstate(all="ignore"):
-        result = weights.times(left) if weights is not None and weights.applies(left) else _product(left, right)
+        if weights is not None and weights.applies(left):
+            if c is not None and alpha == 1 and beta == 1 and c.dtype == np.float32:
+                # C goes in first and the tiles add the product to it: no pass of its own
+                return weights.times(left, _broadcast_c(c, (left.shape[0], right.shape[1])))
+            result = weights.times(left)
+        else:
+            result = _product(left, right)
         if alpha != 1:
             result = result * result.dtype.type(alpha)
         if c is not None and beta != 0:
-            shape = result.shape
-            try:
-                bias = np.broadcast_to(widen(c), shape)
-            except ValueError:
-                raise InvalidArgument(f"Gemm: C of shape {c.shape} does not broadcast to {shape}") from None
+            bias = _broadcast_c(widen(c), result.shape)
             result = result + (bias if beta == 1 else bias * result.dtype.type(beta))
     return as_dtype(result, dtype)
+
+
+def _broadcast_c(c, shape):
+    try:
+        return np.broadcast_to(c, shape)
+    except ValueError:
+        raise InvalidArgument(f"Gemm: C of shape {c.shape} does not broadcast to {shape}") from None
 
 
 @kernel("Gemm", since=(11, 13), factory=True)
