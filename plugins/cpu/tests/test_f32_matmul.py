@@ -45,8 +45,8 @@ def _operands(rows, depth, width, seed=3):
     [
         (8, 64, 256),  # whole column tiles
         (13, 100, 130),  # a 2-column last tile, a short last row tile
-        (40, 800, 100),  # a 36-column last tile; three blocks of depth, the last short
-        (9, 400, 60),  # a single short column tile; two blocks
+        (40, 1700, 100),  # a 36-column last tile; three blocks of depth, the last short
+        (9, 900, 60),  # a single short column tile; two blocks
         (128, 96, 200),  # many prefetching tiles
     ],
 )
@@ -160,8 +160,8 @@ def test_a_gemm_s_c_goes_in_first_and_the_tiles_add_onto_it(c_shape, monkeypatch
     from onnxplug_cpu.kernels import math as linear
 
     rng = np.random.default_rng(6)
-    a = rng.standard_normal((24, 500), dtype=np.float32)  # two blocks of depth
-    b = rng.standard_normal((500, 200), dtype=np.float32)
+    a = rng.standard_normal((24, 900), dtype=np.float32)  # two blocks of depth
+    b = rng.standard_normal((900, 200), dtype=np.float32)
     c = rng.standard_normal(c_shape, dtype=np.float32)
     weights = _f32_matmul.prepare(b)
     calls = []
@@ -192,7 +192,7 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
     assert first > 0 and second == 0
 
 
-@pytest.mark.parametrize("lead, m, depth, width", [((2, 3), 13, 64, 70), ((12,), 128, 64, 128), ((1, 4), 40, 500, 33)])
+@pytest.mark.parametrize("lead, m, depth, width", [((2, 3), 13, 64, 70), ((12,), 128, 64, 128), ((1, 4), 40, 900, 33)])
 def test_batched_products_match_a_float64_product(lead, m, depth, width):
     """Attention's per-head products (``numerics.batched_matmul``): every matrix's tiles in one
     range, heads split between threads mid-matrix, depths past one block."""

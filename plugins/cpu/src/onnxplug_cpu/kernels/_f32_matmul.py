@@ -11,9 +11,10 @@ but held BERT-base's 340 MB of weights twice):
 
 - each tile of whole columns prefetches the rows it will read two rows ahead
   (``_f32_tile_ir.prefetching_tile``);
-- ``k`` runs in blocks of 384 rows, each block's tiles adding to what the blocks before stored
+- ``k`` runs in blocks of 768 rows, each block's tiles adding to what the blocks before stored
   (through the tile's residual), so a block's rows stay in the caches while every row tile of
-  the left operand passes over them.
+  the left operand passes over them (blocks of 192 to 768 measured within a few per cent of
+  each other; 768 leaves BERT's 768-deep products one block, with no copy of the left operand).
 
 Measured with the weights out of the caches (24 different matrices in turn), 128 rows at two
 threads, against OpenBLAS: 768×768 335 against 420 µs, 3072×768 1400 against 1610, 768×3072

@@ -18,7 +18,7 @@ __all__ = ["BLOCK", "COLUMNS", "PREFETCH_ROWS", "ROWS", "batched_parallel", "pro
 
 #: Rows of the right operand (``k``) per block: each block's tiles sum their part of ``k`` and
 #: add it to what the blocks before stored.
-BLOCK = 384
+BLOCK = 768
 #: How many rows of the right operand ahead of the ones it reads a tile prefetches.
 PREFETCH_ROWS = 2
 
