@@ -6,8 +6,9 @@ OpenBLAS reaches 370-410 G multiply-adds/s at two threads on this project's AMD 
 where onnxruntime's MLAS reaches about 510.  The tile (6 rows × 64 columns) reads the right
 operand's row ``k`` at ``k · N``: each ``k`` is a new page, which the hardware's prefetchers do
 not follow, so on the weights as stored it reached only 270-350 G/s.  Two changes make it
-faster than OpenBLAS without a second copy of the weights (a packed copy measured about as fast
-but held BERT-base's 340 MB of weights twice):
+faster than OpenBLAS without a second copy of the weights (a copy packed in 64-column panels was
+faster still in whole models, but held BERT-base's 340 MB of weights twice; docs/benchmarks.md,
+eighth session):
 
 - each tile of whole columns prefetches the rows it will read two rows ahead
   (``_f32_tile_ir.prefetching_tile``);
@@ -16,10 +17,11 @@ but held BERT-base's 340 MB of weights twice):
   the left operand passes over them (blocks of 192 to 768 measured within a few per cent of
   each other; 768 leaves BERT's 768-deep products one block, with no copy of the left operand).
 
-Measured with the weights out of the caches (24 different matrices in turn), 128 rows at two
-threads, against OpenBLAS: 768×768 335 against 420 µs, 3072×768 1400 against 1610, 768×3072
-1404 against 1536.  The tiles split over numba's team (``kernels._team``), which pins BLAS to one
-thread for the rest of the run, as in a CNN's run.
+Measured with the weights out of the caches (different matrices in turn), 128 rows at two
+threads: 768×768 in 335-400 µs against OpenBLAS's 410-450; the 3072-wide and 3072-deep products
+within this machine's noise of OpenBLAS (1.4-1.9 ms each); BERT-base's MatMuls inside its run
+53.7 ms against 58 (with 384-row blocks).  The tiles split over numba's team (``kernels._team``), which pins BLAS to
+one thread for the rest of the run, as in a CNN's run.
 
 Numerics: each block's sum runs over its ``k`` in order with one rounding per multiply-add, and
 the blocks' sums are added in order: not OpenBLAS's order, within float32 accuracy of the exact

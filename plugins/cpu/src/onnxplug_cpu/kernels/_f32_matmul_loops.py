@@ -1,8 +1,8 @@
 """The compiled loops of :mod:`._f32_matmul`: a float32 matrix times a constant matrix read where
 it is stored, on the AVX-512 tile of the convolutions (``kernels._f32_tile_ir``).
 
-Imported only by :func:`._f32_matmul.loops`, after ``kernels._f32_conv.loops`` has checked that
-numba is usable and the CPU has AVX-512F.  Module-level definitions with explicit signatures,
+Imported only by :func:`._f32_matmul.loops`, after :func:`._f32_matmul.available` has checked
+that numba is usable and the CPU has AVX-512F.  Module-level definitions with explicit signatures,
 as ``kernels._f32_conv_tile``, so that numba's on-disk cache serves every process.
 """
 
