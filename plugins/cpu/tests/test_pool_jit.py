@@ -191,14 +191,18 @@ def test_small_map_pools_load_from_numba_cache_in_a_new_process(cache_misses_in_
 
 
 @pytest.mark.parametrize("maximum", [True, False])
-@pytest.mark.parametrize("small", [False, True], ids=["rows", "all-planes"])
-def test_pools_on_the_team_match_python_threads(maximum, small, monkeypatch):
+@pytest.mark.parametrize("form", ["rows", "all-planes", "unpadded-s2"])
+def test_pools_on_the_team_match_python_threads(maximum, form, monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
     monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")  # the team serves pools where it runs convolutions
-    if small:  # 3×3 stride 1 on 14×14 maps: kernels._pool3_loops
+    if form == "all-planes":  # 3×3 stride 1 on 14×14 maps: kernels._pool3_loops
         x = np.random.default_rng(13).standard_normal((1, 576, 14, 14), dtype=np.float32)
         geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(1, 1), dilations=None, maximum=maximum)
         out = (14, 14)
+    elif form == "unpadded-s2":  # MaxPool: kernels._pool_s2_loops
+        x = np.random.default_rng(13).standard_normal((1, 64, 41, 41), dtype=np.float32)
+        geometry = dict(begin=(0, 0), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
+        out = (20, 20)
     else:
         x = np.random.default_rng(13).standard_normal((1, 64, 40, 40), dtype=np.float32)
         geometry = dict(begin=(1, 1), kernel_shape=(3, 3), strides=(2, 2), dilations=None, maximum=maximum)
@@ -210,3 +214,39 @@ def test_pools_on_the_team_match_python_threads(maximum, small, monkeypatch):
             results.append(pool._compiled_reduce(x, out, **geometry)[0])
     assert results[0] is not None
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("shape", [(3, 23, 26), (2, 26, 23), (64, 27, 27), (4, 3, 3), (2, 3, 4)])
+def test_unpadded_stride_2_maxima_in_one_pass_per_row_give_the_row_loops_bits(shape):
+    """``kernels._pool_s2_loops`` (3×3 MaxPool at stride 2, no padding, every window inside)
+    against the general compiled loop (``kernels._pool_jit``) it replaces there: the same bits
+    with NaN, infinities and signed zeros, on odd and even sides."""
+    from onnxplug_cpu.kernels import _pool_jit, _pool_s2_loops
+
+    rng = np.random.default_rng(shape[1] * 31 + shape[2])
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[[3, 5, x.size - 2]] = [np.nan, np.inf, -np.inf]
+    x[:, :, 0] = np.where(rng.random(shape[:2]) < 0.5, -0.0, 0.0)
+    out = ((shape[1] - 3) // 2 + 1, (shape[2] - 3) // 2 + 1)
+    want = np.empty(shape[:1] + out, np.float32)
+    got = np.empty_like(want)
+    _pool_jit.compiled(3, 2, True)(x, want, 3, 2, 0, 0)
+    _pool_s2_loops.max_3x3_s2(x, got)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_only_unpadded_stride_2_maxima_with_every_window_inside_take_the_one_pass_loop(monkeypatch):
+    from onnxplug_cpu.kernels import _pool_s2_loops
+
+    calls = []
+    original = _pool_s2_loops.max_3x3_s2
+    monkeypatch.setattr(_pool_s2_loops, "max_3x3_s2", lambda x, y: calls.append(y.shape) or original(x, y))
+    x = np.random.default_rng(2).standard_normal((1, 8, 23, 26)).astype(np.float32)
+    geometry = dict(kernel_shape=(3, 3), strides=(2, 2), dilations=None)
+    got, _ = pool._compiled_reduce(x, (11, 12), (0, 0), maximum=True, **geometry)
+    assert calls == [(8, 11, 12)] and got is not None
+    pool._compiled_reduce(x, (12, 13), (1, 1), maximum=True, **geometry)  # padded: the row loops
+    pool._compiled_reduce(x, (12, 13), (0, 0), maximum=True, **geometry)  # ceil_mode's extra window
+    pool._compiled_reduce(x, (11, 12), (0, 0), maximum=False, **geometry)  # AveragePool's sums
+    assert calls == [(8, 11, 12)]

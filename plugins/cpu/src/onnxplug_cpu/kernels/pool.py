@@ -203,6 +203,11 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum, c
         divisors = _NO_COUNTS if counts is None else np.ascontiguousarray(counts, np.float32).reshape(-1)
         _pool_3x3(source, planes, maximum, divisors)
         return y, counts is not None
+    if maximum and _inside_3x3_stride_2(x.shape[2:], out, begin, kernel_shape, strides):
+        from . import _pool_s2_loops  # one pass per output row (SqueezeNet's pools)
+
+        _over_planes(_pool_s2_loops.max_3x3_s2, _pool_s2_loops.max_3x3_s2_parallel, source, planes)
+        return y, False
     parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
     geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
     _over_planes(pool, parallel, source, planes, *geometry)
@@ -237,6 +242,17 @@ def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
         and tuple(begin) == (1, 1)
         and tuple(out) == tuple(shape)
         and math.prod(shape) <= _POOL3_MAX_CELLS
+    )
+
+
+def _inside_3x3_stride_2(shape, out, begin, kernel_shape, strides) -> bool:
+    """A 3×3 window at stride 2 with no padding, every window inside the map:
+    ``kernels._pool_s2_loops``'s case."""
+    return (
+        tuple(kernel_shape) == (3, 3)
+        and tuple(strides) == (2, 2)
+        and not any(begin)
+        and tuple(out) == ((shape[0] - 3) // 2 + 1, (shape[1] - 3) // 2 + 1)
     )
 
 
