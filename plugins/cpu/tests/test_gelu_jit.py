@@ -211,8 +211,7 @@ def test_rows_split_over_the_team_keep_the_bits(form, monkeypatch):
     alone, alone_unbiased = _gelu_jit.gelu_float32(x, bias, form), _gelu_jit.gelu_float32(x, None, form)
     calls = []
     parallel = _gelu_jit.compiled_parallel(form)
-    monkeypatch.setattr(_gelu_jit, "team_joined", lambda: True)
-    monkeypatch.setattr(_gelu_jit, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_gelu_jit, "team_parts", lambda size, rows: 2)  # a team run's split on two threads
     monkeypatch.setattr(_gelu_jit, "compiled_parallel", lambda f: lambda *a: calls.append(a[-1]) or parallel(*a))
     np.testing.assert_array_equal(_gelu_jit.gelu_float32(x, bias, form), alone)
     np.testing.assert_array_equal(_gelu_jit.gelu_float32(x, None, form), alone_unbiased)

@@ -139,8 +139,7 @@ def test_rows_split_over_the_team_keep_the_bits(monkeypatch):
     x = rng.standard_normal((12, 197, 197)).astype(np.float32) * 4
     x[3, 5, 7], x[7, 0, :] = np.nan, -np.inf
     alone = softmax_last_axis(x)
-    monkeypatch.setattr(_softmax_jit, "team_joined", lambda: True)
-    monkeypatch.setattr(_softmax_jit, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_softmax_jit, "team_parts", lambda size, rows: 2)  # a team run's split on two threads
     from onnxplug_cpu.kernels import _softmax_loops
 
     parallel, calls = _softmax_loops.softmax_rows_parallel, []

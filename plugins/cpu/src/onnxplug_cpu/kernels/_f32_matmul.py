@@ -99,14 +99,24 @@ class ConstantRight:
         if start is not None:
             np.copyto(y, start)
         compiled = loops()
-        tiles = -(-width // compiled.COLUMNS) * -(-rows.shape[0] // compiled.ROWS)
-        parts = max(1, min(thread_budget(), tiles // _MIN_TILES_PER_PART))
+        parts = _team_parts(1, rows.shape[0], width)
         if parts > 1:
-            join_run()
             compiled.product_parallel(rows, self.b, self.offsets, y, start is not None, parts)
         else:
             compiled.product(rows, self.b, self.offsets, y, start is not None)
         return y.reshape(*a.shape[:-1], width)
+
+
+def _team_parts(matrices: int, rows: int, width: int) -> int:
+    """Threads for ``matrices`` products of ``rows × width`` tiles' worth: the run's budget, at
+    most one per :data:`_MIN_TILES_PER_PART` tiles; more than one joins the run to the team
+    (BLAS pinned to one thread for the rest of it)."""
+    compiled = loops()
+    tiles = matrices * -(-width // compiled.COLUMNS) * -(-rows // compiled.ROWS)
+    parts = max(1, min(thread_budget(), tiles // _MIN_TILES_PER_PART))
+    if parts > 1:
+        join_run()
+    return parts
 
 
 def prepare(b: Any) -> ConstantRight | None:
@@ -133,11 +143,6 @@ def batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     left = np.ascontiguousarray(a).reshape(-1, m, depth)
     right = np.ascontiguousarray(b).reshape(-1, depth, width)
     y = np.empty((left.shape[0], m, width), dtype=np.float32)
-    compiled = loops()
-    tiles = left.shape[0] * -(-width // compiled.COLUMNS) * -(-m // compiled.ROWS)
-    parts = max(1, min(thread_budget(), tiles // _MIN_TILES_PER_PART))
-    if parts > 1:
-        join_run()
     offsets = np.arange(depth, dtype=np.int64) * width
-    compiled.batched_parallel(left, right, offsets, y, parts)
+    loops().batched_parallel(left, right, offsets, y, _team_parts(left.shape[0], m, width))
     return y.reshape(*lead, m, width)

@@ -34,14 +34,11 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler
-from ._split_rows import thread_budget
-from ._team import team_joined
+from ._team import team_parts
 
 __all__ = ["compiled", "gelu_float32", "tanh_gelu_float32"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
-#: Values per thread from which a team run splits the rows.
-PART_ELEMENTS = 1 << 15
 
 
 @functools.cache
@@ -85,7 +82,7 @@ def gelu_float32(x: np.ndarray, bias: np.ndarray | None = None, form: str = "erf
         if x.ndim == 0 or bias.shape[0] != x.shape[-1]:
             raise ValueError(f"gelu bias of shape {bias.shape} does not match x's last dimension {x.shape[-1:]}")
         rows = x.reshape(-1, x.shape[-1])
-    parts = min(thread_budget(), rows.shape[0], x.size // PART_ELEMENTS) if team_joined() else 1
+    parts = team_parts(x.size, rows.shape[0])
     if parts > 1:
         compiled_parallel(form)(rows, bias, out.reshape(rows.shape), parts)
     else:

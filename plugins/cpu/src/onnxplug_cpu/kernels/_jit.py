@@ -42,11 +42,9 @@ def switched_on(name: str) -> bool:
     run = current_run()
     if run is None:
         return os.environ.get(name, "1") != "0"
-    notes = run.notes
-    key = f"onnxplug_cpu.switch.{name}"
-    value = notes.get(key)
+    value = run.notes.get(name)  # the switches' names are the notes' keys (no other note has one)
     if value is None:
-        value = notes[key] = os.environ.get(name, "1") != "0"
+        value = run.notes[name] = os.environ.get(name, "1") != "0"
     return value
 
 

@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler, numba_loaded
-from ._split_rows import thread_budget
-from ._team import team_joined
+from ._team import team_parts
 
 __all__ = ["compiled", "softmax_last_axis"]
 
@@ -32,8 +31,6 @@ __all__ = ["compiled", "softmax_last_axis"]
 #: 1 s and 120 MiB on first use) for microseconds, but once it is there the loop is still 3×
 #: faster on small inputs (41×97, OCR's per-step classes: numpy's five passes 14 µs, the loop 5).
 MIN_VALUES = 1 << 14
-#: Values per thread from which a team run splits the rows.
-PART_ELEMENTS = 1 << 15
 
 
 @functools.cache
@@ -60,7 +57,7 @@ def softmax_last_axis(x: np.ndarray, *, in_place: bool = False) -> np.ndarray | 
         raise ValueError("softmax in place needs a C-contiguous array")
     out = x if in_place else np.array(x, order="C")  # the loop works in place
     rows = out.reshape(-1, out.shape[-1])
-    parts = min(thread_budget(), rows.shape[0], x.size // PART_ELEMENTS) if team_joined() else 1
+    parts = team_parts(x.size, rows.shape[0])
     if parts > 1:
         from . import _softmax_loops
 

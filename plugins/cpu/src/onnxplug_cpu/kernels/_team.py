@@ -24,9 +24,17 @@ from typing import Any
 from onnxplug.kernels import current_run
 
 from ._jit import switched_on
-from ._split_rows import blas_controllers, run_in_row_blocks
+from ._split_rows import blas_controllers, run_in_row_blocks, thread_budget
 
-__all__ = ["join_run", "parallel_ready", "run_parts", "team_joined", "team_runs_convolutions", "tiles_enabled"]
+__all__ = [
+    "join_run",
+    "parallel_ready",
+    "run_parts",
+    "team_joined",
+    "team_parts",
+    "team_runs_convolutions",
+    "tiles_enabled",
+]
 
 _SAFE_LAYERS = ("omp", "tbb")
 _LOCK = threading.Lock()
@@ -108,6 +116,19 @@ def team_joined() -> bool:
     (a transformer's, whose products need BLAS's threads) is left as it is."""
     run = current_run()
     return run is not None and bool(run.notes.get(_RUN_NOTE)) and parallel_ready()
+
+
+#: Values per part from which a row pass (Gelu, softmax) splits over the team.
+PART_ELEMENTS = 1 << 15
+
+
+def team_parts(size: int, rows: int) -> int:
+    """How many blocks of its ``rows`` a pass over ``size`` values takes: inside a run that
+    started the team (:func:`team_joined`), one per :data:`PART_ELEMENTS` values up to the run's
+    threads and the rows; else 1 (the calling thread)."""
+    if size < 2 * PART_ELEMENTS or not team_joined():
+        return 1
+    return max(1, min(thread_budget(), rows, size // PART_ELEMENTS))
 
 
 def run_parts(serial: Callable[..., Any], parallel: Callable[..., Any], count: int, parts: int, *args: Any) -> None:

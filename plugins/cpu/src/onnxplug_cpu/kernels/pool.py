@@ -246,14 +246,9 @@ def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
 
 
 def _inside_3x3_stride_2(shape, out, begin, kernel_shape, strides) -> bool:
-    """A 3×3 window at stride 2 with no padding, every window inside the map:
-    ``kernels._pool_s2_loops``'s case."""
-    return (
-        tuple(kernel_shape) == (3, 3)
-        and tuple(strides) == (2, 2)
-        and not any(begin)
-        and tuple(out) == ((shape[0] - 3) // 2 + 1, (shape[1] - 3) // 2 + 1)
-    )
+    """3×3 windows at stride 2, every one inside the map: ``kernels._pool_s2_loops``'s case."""
+    inside = tuple(out) == ((shape[0] - 3) // 2 + 1, (shape[1] - 3) // 2 + 1) and not any(begin)
+    return inside and tuple(kernel_shape) == (3, 3) and tuple(strides) == (2, 2)
 
 
 def _pool_3x3(source, planes, maximum: bool, counts: np.ndarray) -> None:
