@@ -152,6 +152,34 @@ def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
 
 
 @pytest.mark.numba
+def test_a_node_s_later_calls_reuse_its_layer_and_still_check_their_inputs(monkeypatch):
+    """The first call of a shape plans the compiled layer and keeps it with the node's
+    PackedConv (a ``BoundDepthwise``); later calls with the node's attribute objects skip the
+    routing (same bits), a bias of the wrong shape is still refused, and a residual or SiLU
+    (which the kernel's store does not take) still goes the whole way."""
+    from onnxplug.errors import Fail
+
+    x, taps = _data((1, 12, 10, 9), np.float32)
+    w = taps.reshape(12, 1, 3, 3)
+    b = np.linspace(-1, 1, 12, dtype=np.float32)
+    attrs = dict(group=12, strides=[1, 1], pads=[1, 1, 1, 1])  # one set of objects, as a node's
+    packed = PackedConv(w, 12)
+    first = convolve(x, w, b, packed=packed, clamp=(0.0, 6.0), **attrs)
+    planned = []
+    original = _depthwise.plan_depthwise
+    monkeypatch.setattr(_depthwise, "plan_depthwise", lambda *a: planned.append(1) or original(*a))
+    np.testing.assert_array_equal(convolve(x, w, b, packed=packed, clamp=(0.0, 6.0), **attrs), first)
+    assert planned == []
+    with pytest.raises(Fail, match="B shape"):
+        convolve(x, w, b[:-1], packed=packed, **attrs)
+    residual = np.ones_like(first)
+    with_residual = convolve(x, w, b, packed=packed, residual=residual, clamp=(0.0, 6.0), **attrs)
+    unclamped = convolve(x, w, b, packed=packed, **attrs)
+    np.testing.assert_array_equal(with_residual, np.clip(unclamped + residual, 0.0, 6.0))
+    assert planned == [1]
+
+
+@pytest.mark.numba
 @pytest.mark.parametrize("stride", [1, 2])
 def test_small_planes_read_as_one_run_keep_each_plane_to_itself(stride):
     """Maps of up to ``FRAMED_CELLS`` cells are read from one copy of all the planes, where the

@@ -41,8 +41,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from .kernels import _f32_conv, _f32_matmul
-from .kernels._depthwise import depthwise_conv
+from .kernels import _depthwise, _f32_conv, _f32_matmul
 from .kernels._epilogue import finish
 from .kernels._jit import load_for_feature_maps
 from .kernels._layernorm_jit import layer_norm_last_axis
@@ -160,7 +159,7 @@ class PackedConv:
         self.shiftable = w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1)
         self._shape = w.shape
         self._stacked = None
-        self._tile_plans: dict[tuple, tuple] = {}
+        self._bound: dict[tuple, tuple] = {}
         if self.shiftable and 2 * w.shape[0] <= w.shape[1] and not _f32_conv.available():
             self.stacked_filters()  # not with the compiled tiles, which take these layers
         self.winograd: dict[int, np.ndarray] = {}
@@ -174,17 +173,19 @@ class PackedConv:
         )
         self._w = w if self.uses_winograd else None
 
-    def remember_tiles(self, shape: tuple, attributes: tuple, bound) -> None:
-        """Keep the tiles' plan with these weights (``_f32_conv.BoundLayer``) for inputs of
-        ``shape`` with these attribute objects (the node's own, passed on every call), so that
-        the next call skips the checks and the routing."""
-        self._tile_plans[shape] = (attributes, bound)
+    def remember(self, shape: tuple, attributes: tuple, bound) -> None:
+        """Keep the compiled layer :func:`convolve` made with these weights for inputs of
+        ``shape`` with these attributes (the node's own, passed on every call): the tiles'
+        ``BoundLayer`` or a ``BoundDepthwise``, so that the next call skips the checks and the
+        routing (a small layer's Python: ~8 → ~3 µs)."""
+        self._bound[shape] = (attributes, bound)
 
-    def tile_plan(self, shape: tuple, attributes: tuple):
-        """The ``BoundLayer`` :meth:`remember_tiles` kept for ``shape``, if the attributes are
-        the very objects it was kept with (the same node's call), else ``None``."""
-        kept = self._tile_plans.get(shape)
-        if kept is None or any(a is not b for a, b in zip(kept[0], attributes)):
+    def remembered(self, shape: tuple, attributes: tuple):
+        """What :meth:`remember` kept for ``shape``, if it was kept with equal attributes, else
+        ``None``.  (The node passes the same objects each call, so the comparison is one identity
+        test per attribute.)"""
+        kept = self._bound.get(shape)
+        if kept is None or kept[0] != attributes:
             return None
         return kept[1]
 
@@ -267,11 +268,15 @@ def convolve(
     :raises Fail: shapes that do not fit (named with ``op``).
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
     """
+    attributes = (kernel_shape, strides, dilations, pads, auto_pad)
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype == np.float32:
-        bound = packed.tile_plan(x.shape, (kernel_shape, strides, dilations, pads, auto_pad))
-        usable = bound is not None and (b is None or b.shape == bound.layer.shape[1:2])
-        if usable and _f32_conv.available():  # this shape took the tiles before
-            return bound(x, b, residual, clamp, silu_alpha)
+        bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
+        if bound is not None and (b is None or b.shape == bound.out_shape[1:2]):
+            if isinstance(bound, _depthwise.BoundDepthwise):
+                if residual is None and silu_alpha is None:
+                    return bound(x, b, clamp)
+            elif _f32_conv.available():
+                return bound(x, b, residual, clamp, silu_alpha)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise Fail(f"{op}: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
     nd = x.ndim - 2
@@ -310,7 +315,7 @@ def convolve(
         layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
         bound = _f32_conv.BoundLayer(layer, matrix)
         if prepared is not None and x.dtype == np.float32:
-            prepared.remember_tiles(x.shape, (kernel_shape, strides, dilations, pads, auto_pad), bound)
+            prepared.remember(x.shape, attributes, bound)
         return bound(xc, bias, residual, clamp, silu_alpha).astype(x.dtype, copy=False)
     if prepared is not None and prepared.shiftable and _shifts(tile, strides, w.shape[0], c, out):
         dl = tuple(dilations) if dilations else (1, 1)
@@ -324,7 +329,13 @@ def convolve(
         dl = tuple(dilations) if dilations else (1, 1)
         # The bias and the clamp in the kernel's store; a residual is added between the two.
         in_store = clamp if residual is None else None
-        y = depthwise_conv(xc, prepared.depthwise, begin, end, out, st, dl, bias, in_store)
+        bound = _depthwise.plan_depthwise(xc, prepared.depthwise, begin, end, out, st, dl)
+        if bound is None:
+            y = _depthwise.depthwise_conv_numpy(xc, prepared.depthwise, begin, end, out, st, dl, bias, in_store)
+        else:
+            if x.dtype == np.float32:
+                prepared.remember(x.shape, attributes, bound)
+            y = bound(xc, bias, in_store)
         bias, clamp = None, None if in_store is not None else clamp
     elif out == x.shape[2:] and all(k == 1 for k in ks) and not any(begin):
         # A pointwise convolution is a plain matmul over channels: no im2col copy.

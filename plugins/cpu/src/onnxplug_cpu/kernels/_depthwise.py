@@ -17,7 +17,7 @@ from . import _depthwise_jit
 from ._split_rows import thread_budget
 from ._team import join_run, team_runs_convolutions
 
-__all__ = ["depthwise_conv", "depthwise_conv_numpy"]
+__all__ = ["BoundDepthwise", "depthwise_conv", "depthwise_conv_numpy", "plan_depthwise"]
 
 #: Output cells per block: accumulator + temporary of this size stay in L2.
 _BLOCK_CELLS = 16384
@@ -32,11 +32,21 @@ def depthwise_conv(x, w, begin, end, out, strides, dilations, bias=None, clamp=N
     """``x`` ``(N, C, H, W)`` float32/float64 convolved per channel with ``w`` ``(C, kh, kw)``,
     padded by ``begin``/``end``, plus ``bias`` ``(C,)``, clamped to ``clamp`` ``(low, high)``;
     returns ``(N, C, *out)``.  The compiled kernels add the bias and clamp in their one store."""
+    bound = plan_depthwise(x, w, begin, end, out, strides, dilations)
+    if bound is not None:
+        return bound(x, bias, clamp)
+    return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias, clamp)
+
+
+def plan_depthwise(x, w, begin, end, out, strides, dilations) -> BoundDepthwise | None:
+    """The compiled layer (:class:`BoundDepthwise`) for ``x``'s shape, or ``None`` where the
+    numpy passes run it (a kernel other than 3×3, a dilation, a stride other than 1 or 2 on both
+    axes, or no numba)."""
     kernels = _depthwise_jit.compiled() if w.shape[1:] == (3, 3) and tuple(dilations) == (1, 1) else None
     stride = strides[0] if strides[0] == strides[1] else 0
-    if kernels is not None and stride in (1, 2):
-        return _compiled_3x3(x, w, begin, end, out, stride, bias, clamp)
-    return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias, clamp)
+    if kernels is None or stride not in (1, 2):
+        return None
+    return BoundDepthwise(x.shape, x.dtype, w, begin, end, out, stride)
 
 
 def depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias=None, clamp=None):
@@ -109,39 +119,62 @@ def _channels_last(x, w, begin, end, out, strides, dilations):
     return np.ascontiguousarray(acc.transpose(0, 3, 1, 2))
 
 
-def _compiled_3x3(x, w, begin, end, out, stride, bias, clamp):
-    """The numba 3×3 kernel (``_depthwise_jit``) over the layer's ``N·C`` planes; the same values
-    as the numpy passes on the zero-padded input.
+class BoundDepthwise:
+    """A compiled 3×3 depthwise layer for one input shape and one node's filters: what the kernel
+    takes that does not change from call to call, worked out once, so that a node that keeps it
+    (``numerics.PackedConv.remember``) pays a few µs of Python a call instead of the routing's
+    ~15 (a MobileNetV2 has 17 such layers).  Called as ``bound(x, bias, clamp)``.
 
-    On the calling thread alone: split over two threads, MobileNetV2 and ShuffleNetV2 measured
-    slower (11.2 against 10.6 ms, 6.8 against 6.6, alternating in one process), because OpenBLAS's
-    worker is still polling from the previous layer's product and holds the second core.  Where
-    the convolutions run on numba's team (``kernels._f32_conv``) there is no OpenBLAS worker,
-    and one image's channels are split over that team."""
-    n, c, h, wd = x.shape
-    oh, ow = out
-    # The padding must cover every window, as the numpy path's padded copy does.
-    if h + begin[0] + end[0] < (oh - 1) * stride + 3 or wd + begin[1] + end[1] < (ow - 1) * stride + 3:
-        raise ValueError(f"depthwise: padded input {x.shape} {begin} {end} is smaller than output {out} needs")
-    planes = np.ascontiguousarray(x).reshape(n * c, h, wd)
-    taps = np.ascontiguousarray(w.reshape(c, 9))
-    y = np.empty((n, c, oh, ow), dtype=x.dtype)
-    cells = y.reshape(n * c, oh, ow)
-    kind = x.dtype.type
-    b = np.ascontiguousarray(bias.reshape(c), dtype=x.dtype) if bias is not None else np.zeros(c, dtype=x.dtype)
-    low, high = (-np.inf, np.inf) if clamp is None else clamp
-    arguments = (planes, taps, b, bias is not None, kind(low), kind(high), begin[0], begin[1], cells)
-    # Padding 1 all round at stride 1 (the common 3×3 layer): each plane as one flat run, which
-    # vectorises where a narrow map's rows did not (384 channels at 14×14: 68 against 103 µs).
-    form = stride
-    if tuple(begin) == (1, 1) and stride == 1 and (oh, ow) == (h, wd):
-        form = "flat"
-    elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1):
-        form = "phases"  # PyTorch's padding=1: each plane's four phases, then one flat run
-    parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
-    if parts > 1 and team_runs_convolutions():
-        join_run()
-        _depthwise_jit.compiled_parallel()[form](*arguments, parts)
-    else:
-        _depthwise_jit.compiled()[form](*arguments)
-    return y
+    On the calling thread alone outside numba's team: split over two threads there, MobileNetV2
+    and ShuffleNetV2 measured slower (11.2 against 10.6 ms, 6.8 against 6.6, alternating in one
+    process), because OpenBLAS's worker is still polling from the previous layer's product and
+    holds the second core.  Where the convolutions run on numba's team (``kernels._f32_conv``)
+    there is no OpenBLAS worker, and one image's channels are split over that team."""
+
+    __slots__ = ("shape", "dtype", "out_shape", "_planes", "_cells", "_taps", "_no_bias", "_form", "_top_left")
+
+    def __init__(self, shape: tuple, dtype, w: np.ndarray, begin, end, out, stride: int) -> None:
+        n, c, h, wd = shape
+        oh, ow = out
+        # The padding must cover every window, as the numpy path's padded copy does.
+        if h + begin[0] + end[0] < (oh - 1) * stride + 3 or wd + begin[1] + end[1] < (ow - 1) * stride + 3:
+            raise ValueError(f"depthwise: padded input {shape} {begin} {end} is smaller than output {out} needs")
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.out_shape = (n, c, oh, ow)
+        self._planes, self._cells = (n * c, h, wd), (n * c, oh, ow)
+        self._taps = np.ascontiguousarray(w.reshape(c, 9))
+        self._no_bias = np.zeros(c, dtype=dtype)
+        # Padding 1 all round at stride 1 (the common 3×3 layer): each plane as one flat run,
+        # which vectorises where a narrow map's rows did not (384 channels at 14×14: 68 against
+        # 103 µs).
+        form = stride
+        if tuple(begin) == (1, 1) and stride == 1 and (oh, ow) == (h, wd):
+            form = "flat"
+        elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1):
+            form = "phases"  # PyTorch's padding=1: each plane's four phases, then one flat run
+        self._form = form
+        self._top_left = (int(begin[0]), int(begin[1]))
+
+    def __call__(self, x: np.ndarray, bias=None, clamp=None) -> np.ndarray:
+        """The layer of ``x`` (this shape and dtype) plus ``bias`` ``(C,)``, clamped to ``clamp``
+        ``(low, high)``, as a fresh array."""
+        n, c = self.shape[:2]
+        kind = self.dtype.type
+        planes = np.ascontiguousarray(x).reshape(self._planes)
+        y = np.empty(self.out_shape, dtype=self.dtype)
+        if bias is None:
+            b = self._no_bias
+        elif bias.dtype == self.dtype and bias.ndim == 1 and bias.flags.c_contiguous:
+            b = bias
+        else:
+            b = np.ascontiguousarray(bias.reshape(c), dtype=self.dtype)
+        low, high = (-np.inf, np.inf) if clamp is None else clamp
+        arguments = (planes, self._taps, b, bias is not None, kind(low), kind(high), *self._top_left)
+        arguments += (y.reshape(self._cells),)
+        parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
+        if parts > 1 and team_runs_convolutions():
+            join_run()
+            _depthwise_jit.compiled_parallel()[self._form](*arguments, parts)
+        else:
+            _depthwise_jit.compiled()[self._form](*arguments)
+        return y

@@ -28,7 +28,7 @@ results are the numpy passes' bits (``y + b`` then ``np.clip``/``np.maximum``).
 
 The kernels release the GIL, so concurrent runs proceed in parallel.  A layer is split over
 threads only on numba's own team, where the convolution tiles run (``kernels._f32_conv``); on
-Python threads beside OpenBLAS it measured slower (``_depthwise._compiled_3x3``).  ``None`` without numba or with
+Python threads beside OpenBLAS it measured slower (``_depthwise.BoundDepthwise``).  ``None`` without numba or with
 ``ONNXPLUG_CPU_JIT=0``: the caller uses the numpy path.
 """
 

@@ -34,6 +34,7 @@ without numba, with ``ONNXPLUG_CPU_JIT=0``, or on a CPU without AVX-512F.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -195,21 +196,23 @@ class BoundLayer:
     ``convolve_images`` takes that does not change from call to call, worked out once (a small
     layer's Python around the compiled call: 4.5 → 2 µs).  Called as :func:`run` is."""
 
-    __slots__ = ("layer", "w", "_planes", "_rows", "_no_residual", "_stores")
+    __slots__ = ("layer", "w", "out_shape", "_planes", "_rows", "_no_residual", "_stores", "_fixed", "_empty")
 
     def __init__(self, layer: ConvPlan, w: np.ndarray) -> None:
         n, m, oh, ow = layer.shape
-        self.layer, self.w = layer, w
+        self.layer, self.w, self.out_shape = layer, w, layer.shape
         geometry = layer.geometry
         self._planes = None if layer.in_place else (len(geometry.phases), layer.channels, geometry.length)
         self._rows = (n, m, oh * ow)
         self._no_residual = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
         self._stores: dict[tuple, tuple] = {}  # (clamp, silu) -> float32 (low, high, alpha)
+        self._fixed = (layer.offsets, geometry.columns, layer.groups, layer.group_stride)  # after w, planes
+        self._empty = math.prod(layer.shape) == 0
 
     def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
         layer = self.layer
-        y = np.empty(layer.shape, dtype=np.float32)
-        if y.size == 0:
+        y = np.empty(self.out_shape, dtype=np.float32)
+        if self._empty:
             return y
         planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
         if bias is None:
@@ -225,34 +228,16 @@ class BoundLayer:
             else:
                 broadcast = True  # added after the bias, then clamped, in a pass of its own
         low, high, alpha = self._store(None if broadcast else clamp, None if broadcast else silu)
-        parts = layer.parts(thread_budget())
-        arguments = (
-            np.ascontiguousarray(x),
-            self.w,
-            planes,
-            layer.offsets,
-            y.reshape(self._rows),
-            layer.geometry.columns,
-        )
-        arguments += (
-            layer.groups,
-            layer.group_stride,
-            b,
-            z,
-            low,
-            high,
-            layer.keep,
-            layer.at,
-            layer.weights_outer,
-            alpha,
-        )
-        compiled = loops()
-        if max(parts) == 1 or parallel_ready():
-            if max(parts) > 1:
+        gather_parts, tile_parts = parts = layer.parts(thread_budget())
+        offsets, columns, groups, group_stride = self._fixed
+        arguments = (np.ascontiguousarray(x), self.w, planes, offsets, y.reshape(self._rows), columns, groups)
+        arguments += (group_stride, b, z, low, high, layer.keep, layer.at, layer.weights_outer, alpha)
+        if (gather_parts == 1 and tile_parts == 1) or parallel_ready():
+            if gather_parts > 1 or tile_parts > 1:
                 join_run()
-            compiled.convolve_images(*arguments, *layer.driver, *parts)
+            loops().convolve_images(*arguments, *layer.driver, gather_parts, tile_parts)
         else:
-            _on_python_threads(compiled, layer.geometry, layer.in_place, parts, *arguments)
+            _on_python_threads(loops(), layer.geometry, layer.in_place, parts, *arguments)
         if broadcast:
             y = finish(y, None, residual, clamp)
             if silu is not None:  # a rare layout: the separate pass
