@@ -110,6 +110,118 @@ def test_same_bits_on_any_split(layer, monkeypatch):
         np.testing.assert_array_equal(results[0], other)
 
 
+#: Stride-1 layers whose output rows are as wide as their input's: read in place, the padding's
+#: lanes masked off (``_f32_conv._masked_layout``).  (N, C, M, H, W, kernel, pads, dilations, groups)
+MASKED = [
+    (1, 16, 20, 13, 13, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # three tiles and a short one
+    (2, 8, 13, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # one tile, two images
+    (1, 6, 7, 9, 11, (3, 3), (2, 1, 0, 1), (1, 1), 1),  # more padding above, none below
+    (1, 5, 6, 12, 12, (3, 3), (2, 2, 2, 2), (2, 2), 1),  # dilated
+    (1, 4, 9, 1, 17, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # a single row
+    (1, 4, 9, 16, 1, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # a single column
+    (1, 6, 10, 10, 9, (1, 3), (0, 1, 0, 1), (1, 1), 1),  # a row kernel
+    (1, 6, 10, 10, 9, (5, 1), (2, 0, 2, 0), (1, 1), 1),  # a column kernel
+    (1, 8, 12, 9, 9, (3, 3), (1, 1, 1, 1), (1, 1), 2),  # two groups
+    (1, 3, 4, 20, 30, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # many tiles, rows across tiles
+]
+
+
+@pytest.mark.parametrize("layer", MASKED, ids=lambda layer: "x".join(map(str, layer[:5])) + f"-k{layer[5]}-g{layer[8]}")
+def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch):
+    """Read in place with the padding's lanes masked off, a layer computes the sums the padded
+    planes do, bit for bit (a masked lane reads zero, the padding's value), with the bias,
+    residual, clamp and SiLU stored as there; and matches a float64 sum.  (Without the tail's
+    dot products, which add in another order: tested below.)"""
+    monkeypatch.setattr(_f32_conv, "_TAIL_COLUMNS", -1)
+    _f32_conv.plan.cache_clear()
+    n, c, m, h, w, kernel, pads, dilations, groups = layer
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    weights = rng.standard_normal((m, c // groups, *kernel), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    attrs = dict(pads=pads, dilations=dilations, group=groups)
+    residual = rng.standard_normal((n, m, h, w), dtype=np.float32) if (h, w) != (1, 1) else None
+    geometry = (x.shape, m, groups, kernel, None, dilations, pads, "NOTSET")
+    assert _f32_conv.plan(*geometry).masked
+
+    def both(**fused):
+        masked = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs, **fused)
+        with monkeypatch.context() as patch:
+            patch.setattr(_f32_conv, "_masked_layout", lambda *a: None)
+            _f32_conv.plan.cache_clear()
+            assert not _f32_conv.plan(*geometry).masked
+            padded = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs, **fused)
+        _f32_conv.plan.cache_clear()
+        return masked, padded
+
+    masked, padded = both()
+    np.testing.assert_array_equal(masked, padded)
+    expected = _reference(x, weights, bias, attrs)
+    assert np.abs(masked - expected).max() <= 2e-6 * max(1.0, np.abs(expected).max()) * np.sqrt(weights[0].size)
+    masked, padded = both(residual=residual, clamp=(-1.0, 1.5))
+    np.testing.assert_array_equal(masked, padded)
+    masked, padded = both(silu_alpha=1.702)
+    np.testing.assert_array_equal(masked, padded)
+
+
+def test_masked_lanes_touch_nothing_outside_the_input():
+    """The taps of the first and last rows point before and past the input's buffer; their lanes
+    are masked off, so a layer on an array at the very start and end of its memory reads no
+    other cell (NaN all round it would show in the sums)."""
+    rng = np.random.default_rng(9)
+    framed = np.full(3 * 4 * 5 * 5 + 2 * 64, np.nan, dtype=np.float32)
+    x = framed[64:-64].reshape(3, 4, 5, 5)  # not contiguous with anything but NaN
+    x[...] = rng.standard_normal(x.shape, dtype=np.float32)
+    weights = rng.standard_normal((6, 4, 3, 3), dtype=np.float32)
+    layer = _f32_conv.plan(x.shape, 6, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    assert layer.masked
+    got = _f32_conv.run(layer, x, np.ascontiguousarray(weights.reshape(6, -1)))
+    assert np.isfinite(got).all()
+    expected = _reference(x, weights, np.zeros(6, np.float32), dict(pads=(1, 1, 1, 1)))
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        (1, 40, 20, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # pointwise, 49 columns: 48 and one
+        (2, 24, 13, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # read masked, two images
+        (1, 16, 12, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 4),  # grouped
+        (1, 8, 9, 3, 11, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 33 columns: 32 and one
+    ],
+    ids=["pointwise", "masked", "grouped", "33-columns"],
+)
+def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch):
+    """The last column or two of a layer read in place are dot products of the weights' rows
+    (``_f32_conv_tile._tail_rows``): the same sums to float32 accuracy, with the bias, the
+    residual, the clamp and the SiLU stored in the same order as the tiles store them."""
+    n, c, m, h, w, kernel, pads, dilations, groups = layer
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    weights = rng.standard_normal((m, c // groups, *kernel), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    residual = rng.standard_normal((n, m, h, w), dtype=np.float32)
+    attrs = dict(pads=pads, dilations=dilations, group=groups)
+    assert _f32_conv.plan(x.shape, m, groups, kernel, None, dilations, pads, "NOTSET").tail > 0
+    expected = _reference(x, weights, bias, attrs)
+    bound = np.sqrt(weights[0].size) * 4e-6 * max(1.0, np.abs(expected).max())
+    got = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs)
+    assert np.abs(got - expected).max() <= bound
+    fused = dict(residual=residual, clamp=(-0.5, 2.0))
+    got = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs, **fused)
+    assert np.abs(got - np.clip(expected + residual, -0.5, 2.0)).max() <= bound
+    got = convolve(x, weights, bias, packed=PackedConv(weights, groups), silu_alpha=1.0, **attrs)
+    silu = expected / (1.0 + np.exp(-expected))
+    assert np.abs(got - silu).max() <= 2 * bound
+    # and the tail's columns are the ones the tiles compute without one, to float32 accuracy
+    monkeypatch.setattr(_f32_conv, "_TAIL_COLUMNS", -1)
+    _f32_conv.plan.cache_clear()
+    assert _f32_conv.plan(x.shape, m, groups, kernel, None, dilations, pads, "NOTSET").tail == 0
+    whole = convolve(x, weights, bias, packed=PackedConv(weights, groups), silu_alpha=1.0, **attrs)
+    _f32_conv.plan.cache_clear()
+    np.testing.assert_allclose(got, whole, rtol=1e-5, atol=bound)
+
+
 def test_integer_valued_sums_are_exact():
     rng = np.random.default_rng(5)
     x = rng.integers(-8, 8, (1, 16, 12, 12)).astype(np.float32)
@@ -313,7 +425,7 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     count = loops.tile_count(7, 1, columns)
     no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
     for weights_outer in (False, True):  # either tile order: the same sums
-        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, np.float32(np.nan), 0, count)
+        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, np.float32(np.nan), False, 0, 0, count)
         loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, *args)
         np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
         assert (guarded[:, columns:] == 7.0).all()
@@ -349,7 +461,9 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
 
 
 @pytest.mark.parametrize("weights_outer", [False, True])
-@pytest.mark.parametrize("layer", [LAYERS[0], LAYERS[1], LAYERS[9], LAYERS[10]], ids=["s2", "s1", "k7s3", "7x7"])
+@pytest.mark.parametrize(
+    "layer", [LAYERS[0], LAYERS[5], LAYERS[9], LAYERS[12]], ids=["s2", "s1-dilated", "k7s3", "s2-left-pad-2"]
+)
 def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
     """A gathered layer's tiles compress each vector's kept columns into the output rows: every
     output cell is written once with the bias, the residual and the clamp, and nothing past a row
@@ -392,6 +506,8 @@ def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
             layer_plan.at,
             weights_outer,
             np.float32(np.nan),  # no SiLU
+            False,  # the planes, not the input read in place
+            0,  # no tail
             0,
             count,
         )

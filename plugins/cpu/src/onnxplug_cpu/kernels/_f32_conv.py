@@ -5,8 +5,11 @@ input several times per layer and leave everything around the product single-thr
 OpenBLAS's second thread polls between products (docs/benchmarks.md, "Where the remaining CNN
 gap is").  Here each output tile of 6 channels × 64 columns is computed straight from the input:
 every kernel tap reads the same phase images at a shifted offset (``kernels._conv_geometry``), so
-the only copy is one padded (and, for strides, phase-split) image, and a pointwise stride-1
-convolution reads its input in place.  Grouped layers run as one convolution whose groups read
+the only copy is one padded (and, for strides, phase-split) image.  A pointwise stride-1
+convolution reads its input in place, and so does every other stride-1 layer whose output rows
+are as wide as its input's (3×3 with padding 1, the common case): each tap's loads are masked to
+the lanes that fall inside the map (:func:`_masked_layout`), so there is no copy and no padding
+column is computed.  Grouped layers run as one convolution whose groups read
 their own blocks of channels.  The tiles store the output themselves with the bias, the
 residual, the clamp (Relu/Clip) and FusedConv's SiLU, cropping a padded layer's extra columns as
 they store (``kernels._f32_tile_ir``), so there is no epilogue pass.  The gather and the tiles
@@ -63,6 +66,16 @@ _MIN_TILES_PER_PART = 4
 _MIN_VALUES_PER_PART = 1 << 14
 #: Column tiles up to which a layer's tiles are split by their rows (weights first).
 _FEW_COLUMN_TILES = 4
+#: Output columns a tile computes (``kernels._f32_tile_ir.COLUMNS``, which imports numba).
+COLUMNS = 64
+#: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
+#: those last columns as dot products (``_f32_conv_tile.tail_rows``) instead of one more 16-lane
+#: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  At two threads:
+#: 2048 → 512 channels pointwise at 7×7 274 → 246 µs, 512 → 2048 284 → 259, a 3×3 512 → 512
+#: 593 → 560, 960 → 160 46 → 43.  Not more: four columns (14×14, 10×10) gained 2 % on a
+#: 256-channel layer and lost 12 % on a 64-channel one (copying out the inputs the dot products
+#: read is serial, and they read the weights a second time).
+_TAIL_COLUMNS = 2
 
 
 @functools.cache
@@ -100,6 +113,51 @@ def _layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, 
     return geometry, offsets, in_place, per_group * plane
 
 
+@functools.lru_cache(maxsize=512)
+def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str):
+    """``(offsets, taps, lane_masks)`` for reading a stride-1 layer whose output rows are as wide
+    as its input's (``same`` padding across) from the input itself, or ``None`` for other
+    layers (and for pointwise ones without padding, which :func:`_layout` reads in place).
+
+    Why: the padded planes (:func:`_layout`) cost a copy of the input and compute ``Wq - OW``
+    padding columns a row, which on small maps are a large share (2 of 22 at 20×20, and the
+    last tile's rounding: 448 columns computed for 400); masked, the columns are the output's.
+    At two threads, masked against padded: 64 → 64 channels at 20×20 67 against 81 µs, 64 → 256
+    at 13×13 113 against 139, 128 → 128 at 14×14 140 against 146, 32 → 32 at 80×80 277 against
+    295, 512 → 512 at 7×7 and 64 → 64 at 56×56 within 2 %.
+
+    Output column ``p = oy·W + ox`` of tap ``(ky, kx)`` reads ``p + (ky·dh - top)·W + kx·dw -
+    left`` in its channel's plane; the lanes whose cell falls outside the map (the padding) are
+    masked off and read as zeros, the padded planes' values.  ``offsets`` (int64, per weight
+    column of a group, channel-major as the weights), ``taps`` (uint16 per weight column: the
+    tap's index) and ``lane_masks`` (int64, ``taps`` per 64-column tile: bit ``16·v + i`` set
+    where lane ``i`` of vector ``v`` reads the map)."""
+    channels, height, width = shape
+    geometry, _, in_place, _ = _layout(shape, groups, kernel, strides, dilations, pads, auto_pad)
+    (oh, ow), (top, left) = geometry.out, geometry.pads
+    if in_place or geometry.stride != (1, 1) or ow != width or kernel[0] * kernel[1] > np.iinfo(np.uint16).max:
+        return None
+    columns = oh * width
+    dh, dw = tuple(dilations) if dilations else (1, 1)
+    shifts = [(ky * dh - top, kx * dw - left) for ky in range(kernel[0]) for kx in range(kernel[1])]
+    plane = height * width
+    per_group = channels // groups
+    flat = np.array([dy * width + dx for dy, dx in shifts], dtype=np.int64)
+    offsets = (np.arange(per_group, dtype=np.int64)[:, None] * plane + flat[None, :]).reshape(-1)
+    taps = np.tile(np.arange(len(shifts), dtype=np.uint16), per_group)
+    tiles = -(-columns // COLUMNS)
+    p = np.arange(tiles * COLUMNS)
+    oy, ox = p // width, p % width
+    lane_masks = np.empty((tiles, len(shifts)), dtype=np.int64)
+    for tap, (dy, dx) in enumerate(shifts):
+        inside = (p < columns) & (0 <= oy + dy) & (oy + dy < height) & (0 <= ox + dx) & (ox + dx < width)
+        lane_masks[:, tap] = np.packbits(inside.reshape(tiles, COLUMNS), axis=1, bitorder="little").view("<i8")[:, 0]
+    lane_masks = lane_masks.reshape(-1)
+    for table in (offsets, taps, lane_masks):
+        table.flags.writeable = False
+    return offsets, taps, lane_masks
+
+
 def _parts(work: int, minimum: int, budget: int | None = None) -> int:
     """Threads for ``work`` units: the run's budget, at most one per ``minimum`` units."""
     budget = thread_budget() if budget is None else budget
@@ -111,8 +169,11 @@ class ConvPlan:
     then costs a few µs of Python around the compiled driver, not 15).
 
     :ivar geometry: the :class:`PhaseGeometry`; ``offsets``, ``in_place``, ``group_stride``: as
-        :func:`_layout` gives them; ``direct``: the computed columns are the output's, else
-        ``keep``/``at`` say which the tiles store where (:func:`_crop_tables`).
+        :func:`_layout` gives them, or, ``masked``, the input read in place with the padding's
+        lanes masked off (:func:`_masked_layout`: ``keep``/``at`` are then its taps and lane
+        masks); ``columns``: the computed columns, the last ``tail`` of them as dot products
+        (:data:`_TAIL_COLUMNS`); ``direct``: they are the output's, else ``keep``/``at`` say
+        which the tiles store where (:func:`_crop_tables`).
     :ivar shape: the output ``(N, M, OH, OW)``; ``channels``: the input's; ``groups``: the
         weights' row groups; ``driver``: the geometry arguments of ``convolve_images``.
     """
@@ -121,7 +182,10 @@ class ConvPlan:
         "geometry",
         "offsets",
         "in_place",
+        "masked",
         "group_stride",
+        "columns",
+        "tail",
         "direct",
         "keep",
         "at",
@@ -135,24 +199,34 @@ class ConvPlan:
 
     def __init__(self, shape: tuple, maps: int, groups: int, kernel, strides, dilations, pads, auto_pad: str) -> None:
         n, c = shape[:2]
-        geometry, offsets, in_place, group_stride = _layout(
-            tuple(shape[1:]), groups, kernel, strides, dilations, pads, auto_pad
-        )
-        self.geometry, self.offsets, self.in_place, self.group_stride = geometry, offsets, in_place, group_stride
+        attributes = (tuple(shape[1:]), groups, kernel, strides, dilations, pads, auto_pad)
+        geometry, offsets, in_place, group_stride = _layout(*attributes)
+        masked = _masked_layout(*attributes)
         oh, ow = geometry.out
-        self.direct = geometry.wq == ow  # the computed columns are the output's
-        self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
+        self.geometry, self.masked = geometry, masked is not None
+        if masked is not None:
+            self.offsets, self.keep, self.at = masked
+            self.in_place, self.group_stride = True, c // groups * shape[2] * shape[3]
+            self.columns, self.direct = oh * ow, True
+        else:
+            self.offsets, self.in_place, self.group_stride = offsets, in_place, group_stride
+            self.columns, self.direct = geometry.columns, geometry.wq == ow
+            self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
+        # The last few columns of a layer read in place as dot products, where the tiles would
+        # spend a whole 16-lane vector on them (the inputs they read are copied out first).
+        rest = self.columns % 16
+        self.tail = rest if self.in_place and self.columns > 16 and rest <= _TAIL_COLUMNS else 0
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
         # Tiles in weight order where the weights outweigh what the tiles read of the input, and
         # on small maps: with four column tiles or fewer (a 14×14 map's 196 columns are 3 tiles
         # and a short one), splitting by column tiles gave one thread a third more work.
-        read = len(geometry.phases) * c * (geometry.length if not in_place else shape[2] * shape[3])
-        few_columns = geometry.tiles <= _FEW_COLUMN_TILES
-        self.weights_outer = maps * offsets.size > read or few_columns
+        read = c * shape[2] * shape[3] if self.in_place else len(geometry.phases) * c * geometry.length
+        few_columns = -(-self.columns // COLUMNS) <= _FEW_COLUMN_TILES
+        self.weights_outer = maps * self.offsets.size > read or few_columns
         top, left = geometry.pads
         # convolve_images' geometry arguments
-        self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, in_place)
+        self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, self.in_place)
         self._parts: dict[int, tuple[int, int]] = {}
 
     def parts(self, budget: int) -> tuple[int, int]:
@@ -163,7 +237,11 @@ class ConvPlan:
             gathered = len(geometry.phases) * self.channels * geometry.length
             parts = (
                 1 if self.in_place else _parts(gathered, _MIN_VALUES_PER_PART, budget),
-                _parts(loops().tile_count(self.shape[1], self.groups, geometry.columns), _MIN_TILES_PER_PART, budget),
+                _parts(
+                    loops().tile_count(self.shape[1], self.groups, self.columns - self.tail),
+                    _MIN_TILES_PER_PART,
+                    budget,
+                ),
             )
             self._parts[budget] = parts
         return parts
@@ -206,7 +284,7 @@ class BoundLayer:
         self._rows = (n, m, oh * ow)
         self._no_residual = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
         self._stores: dict[tuple, tuple] = {}  # (clamp, silu) -> float32 (low, high, alpha)
-        self._fixed = (layer.offsets, geometry.columns, layer.groups, layer.group_stride)  # after w, planes
+        self._fixed = (layer.offsets, layer.columns, layer.groups, layer.group_stride)  # after w, planes
         self._empty = math.prod(layer.shape) == 0
 
     def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
@@ -231,7 +309,8 @@ class BoundLayer:
         gather_parts, tile_parts = parts = layer.parts(thread_budget())
         offsets, columns, groups, group_stride = self._fixed
         arguments = (np.ascontiguousarray(x), self.w, planes, offsets, y.reshape(self._rows), columns, groups)
-        arguments += (group_stride, b, z, low, high, layer.keep, layer.at, layer.weights_outer, alpha)
+        arguments += (group_stride, b, z, low, high, layer.keep, layer.at, layer.weights_outer, alpha, layer.masked)
+        arguments += (layer.tail,)
         if (gather_parts == 1 and tile_parts == 1) or parallel_ready():
             if gather_parts > 1 or tile_parts > 1:
                 join_run()
@@ -269,10 +348,11 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
 
 def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offsets, y, columns, *rest):
     """:func:`run`'s stages for each image where numba's threading layer is not safe
-    (``kernels._team``): the driver's serial loops, split over Python threads."""
-    groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha = rest
+    (``kernels._team``): the driver's serial loops, split over Python threads (the tail's dot
+    products on the calling thread, the same sums as on the team)."""
+    groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, masked, tail = rest
     top, left = geometry.pads
-    count = compiled.tile_count(w.shape[0], groups, columns)
+    count = compiled.tile_count(w.shape[0], groups, columns - tail)
     for image in range(x.shape[0]):
         if in_place:
             source = x[image].reshape(-1)
@@ -281,9 +361,16 @@ def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offset
             gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
             run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
             source = planes.reshape(-1)
-        fused = (b, z[image], low, high, keep, at, weights_outer, alpha)
+        fused = (b, z[image], low, high, keep, at, weights_outer, alpha, masked, tail)
         product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
         run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
+        if tail:
+            main = columns - tail
+            inputs = compiled.tail_inputs(
+                source, offsets, keep, at, masked, columns, main, groups, group_stride, w.shape[1]
+            )
+            row_tiles = compiled.tile_count(w.shape[0], groups, 1)
+            compiled.tail_rows(w, inputs, y[image], main, groups, b, z[image], low, high, alpha, 0, row_tiles)
 
 
 @functools.lru_cache(maxsize=64)
@@ -322,6 +409,8 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _NO_AT,
         False,
         _NO_SILU,
+        False,  # not masked
+        0,  # no tail
     )
     return y
 

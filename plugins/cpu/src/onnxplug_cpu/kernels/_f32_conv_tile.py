@@ -17,6 +17,7 @@ Python threads where the layer is not safe; :func:`tiles_parallel` serves the pl
 from __future__ import annotations
 
 import numba
+import numpy as np
 from numba import prange, types
 
 from ._f32_tile_ir import (
@@ -26,13 +27,27 @@ from ._f32_tile_ir import (
     crop_tile_16,
     crop_tile_32,
     crop_tile_48,
+    masked_tile,
+    masked_tile_16,
+    masked_tile_32,
+    masked_tile_48,
     tile,
     tile_16,
     tile_32,
     tile_48,
 )
 
-__all__ = ["COLUMNS", "ROWS", "convolve_images", "gather", "tile_count", "tiles", "tiles_parallel"]
+__all__ = [
+    "COLUMNS",
+    "ROWS",
+    "convolve_images",
+    "gather",
+    "tail_inputs",
+    "tail_rows",
+    "tile_count",
+    "tiles",
+    "tiles_parallel",
+]
 
 
 def _array(dtype, ndim: int, *, read_only: bool = True):
@@ -47,65 +62,61 @@ def _array(dtype, ndim: int, *, read_only: bool = True):
 _INT, _F32 = types.int64, types.float32
 _W, _PLANES, _OFFSETS = _array(_F32, 2), _array(_F32, 1), _array(_INT, 1)
 _BIAS, _KEEP, _AT = _array(_F32, 1), _array(types.uint16, 1), _array(_INT, 1)
-# w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha
+# w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha,
+# masked, tail
 _TILE_ARGUMENTS = (_W, _PLANES, _OFFSETS, _array(_F32, 2, read_only=False), _INT, _INT, _INT, _BIAS)
-_TILE_ARGUMENTS += (_array(_F32, 2), _F32, _F32, _KEEP, _AT, types.boolean, _F32)
+_TILE_ARGUMENTS += (_array(_F32, 2), _F32, _F32, _KEEP, _AT, types.boolean, _F32, types.boolean, _INT)
 
 
-@numba.njit(types.void(*_TILE_ARGUMENTS, _INT, _INT), cache=True, nogil=True)
-def tiles(  # pragma: no cover - compiled
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, t0, t1
-):
-    """Tiles ``[t0, t1)`` of ``y = silu(clamp(w @ implicit(planes, offsets) + b + z))`` over
-    ``columns`` computed columns (``b`` and ``z`` empty for none, ``z`` laid out as ``y``;
-    ``low``/``high`` ``-inf``/``inf`` for no clamp; ``silu(v) = v / (1 + exp(-alpha·v))``, none
-    where ``alpha`` is NaN).  With ``keep``/``at`` not empty the computed columns are a gathered
-    layer's ``oy·Wq + ox`` and the tiles store only the kept ones, at their output positions
-    (``kernels._f32_tile_ir.crop_tile``); otherwise column ``i`` is ``y[:, i]``.  The rows of
-    ``w`` form ``groups`` equal groups; group ``g`` reads the planes from ``g · group_stride``
-    values on (its block of input channels).
-
-    Tile ``t`` is column tile ``t // row_tiles``, then the group, then the channel tile within
-    it: consecutive tiles share their input columns, which stay in cache.  With
-    ``weights_outer`` the order is the other way round (the group and channel tile, then the
-    column tile), for layers whose weights outweigh their input: each tile's weights then stay
-    in cache across the columns, where column-major order streamed all the weights once per
-    column tile (ocr_rec's 256-channel layers on 4×40 maps: 1196 against 949 µs)."""
+@numba.njit(cache=True, nogil=True)
+def _tile_arguments(
+    w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, mask_step
+):  # pragma: no cover - compiled
+    """Tile ``t``'s pointer and size arguments (see :func:`tiles` for the order) and its valid columns."""
     m, depth = w.shape
     per_group = m // groups
     m_tiles = (per_group + ROWS - 1) // ROWS
     row_tiles = groups * m_tiles
-    ldy = y.shape[1]
-    has_b = b.shape[0] > 0
-    has_z = z.shape[0] > 0
-    crop = keep.shape[0] > 0
-    silu = 0 if alpha != alpha else 1  # NaN: no SiLU
     column_tiles = (columns + COLUMNS - 1) // COLUMNS
+    if weights_outer:
+        r = t // column_tiles
+        column_tile = t - r * column_tiles
+    else:
+        column_tile = t // row_tiles
+        r = t - column_tile * row_tiles
+    g = r // m_tiles
+    m0 = g * per_group + (r - g * m_tiles) * ROWS
+    p0 = column_tile * COLUMNS
+    valid = min(COLUMNS, columns - p0)
+    arguments = (
+        w[m0].ctypes.data,
+        planes.ctypes.data + 4 * g * group_stride,
+        y[m0].ctypes.data,
+        offsets.ctypes.data,
+        depth,
+        p0,
+        valid,
+        min(ROWS, (g + 1) * per_group - m0),
+        y.shape[1],
+        b[m0:].ctypes.data if b.shape[0] > 0 else 0,
+        z[m0].ctypes.data if z.shape[0] > 0 else 0,
+        keep.ctypes.data,
+        at.ctypes.data + mask_step * column_tile,
+    )
+    return arguments, valid
+
+
+@numba.njit(cache=True, nogil=True)
+def _unmasked_range(
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, t0, t1
+):  # pragma: no cover - compiled
+    """:func:`tiles` on planes (or a pointwise layer's input) read whole: cropping through
+    ``keep``/``at`` where they are not empty."""
+    silu = 0 if alpha != alpha else 1  # NaN: no SiLU
+    crop = keep.shape[0] > 0
     for t in range(t0, t1):
-        if weights_outer:
-            r = t // column_tiles
-            column_tile = t - r * column_tiles
-        else:
-            column_tile = t // row_tiles
-            r = t - column_tile * row_tiles
-        g = r // m_tiles
-        m0 = g * per_group + (r - g * m_tiles) * ROWS
-        p0 = column_tile * COLUMNS
-        valid = min(COLUMNS, columns - p0)
-        arguments = (
-            w[m0].ctypes.data,
-            planes.ctypes.data + 4 * g * group_stride,
-            y[m0].ctypes.data,
-            offsets.ctypes.data,
-            depth,
-            p0,
-            valid,
-            min(ROWS, (g + 1) * per_group - m0),
-            ldy,
-            b[m0:].ctypes.data if has_b else 0,
-            z[m0].ctypes.data if has_z else 0,
-            keep.ctypes.data,
-            at.ctypes.data,
+        arguments, valid = _tile_arguments(
+            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, 0
         )
         # A short last tile (196 columns at 14×14: 3 tiles of 64 and 4 columns) computes only
         # the vectors it stores.
@@ -128,19 +139,187 @@ def tiles(  # pragma: no cover - compiled
             tile_16(*arguments, silu, low, high, alpha)
 
 
+@numba.njit(cache=True, nogil=True)
+def _masked_range(
+    w,
+    planes,
+    offsets,
+    y,
+    columns,
+    groups,
+    group_stride,
+    b,
+    z,
+    low,
+    high,
+    keep,
+    at,
+    weights_outer,
+    alpha,
+    all_columns,
+    t0,
+    t1,
+):  # pragma: no cover - compiled
+    """:func:`tiles` reading a layer's input in place through the ``masked_*`` tiles (a function
+    of its own: see ``kernels._f32_tile_ir``); ``columns`` of the layer's ``all_columns`` (the
+    lane masks' table has a row of taps for each of their tiles)."""
+    silu = 0 if alpha != alpha else 1
+    step = 8 * (at.shape[0] // ((all_columns + COLUMNS - 1) // COLUMNS))  # lane masks' bytes per column tile
+    for t in range(t0, t1):
+        arguments, valid = _tile_arguments(
+            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, step
+        )
+        if valid > 48:
+            masked_tile(*arguments, silu, low, high, alpha)
+        elif valid > 32:
+            masked_tile_48(*arguments, silu, low, high, alpha)
+        elif valid > 16:
+            masked_tile_32(*arguments, silu, low, high, alpha)
+        else:
+            masked_tile_16(*arguments, silu, low, high, alpha)
+
+
+@numba.njit(types.void(*_TILE_ARGUMENTS, _INT, _INT), cache=True, nogil=True)
+def tiles(  # pragma: no cover - compiled
+    w,
+    planes,
+    offsets,
+    y,
+    columns,
+    groups,
+    group_stride,
+    b,
+    z,
+    low,
+    high,
+    keep,
+    at,
+    weights_outer,
+    alpha,
+    masked,
+    tail,
+    t0,
+    t1,
+):
+    """Tiles ``[t0, t1)`` of ``y = silu(clamp(w @ implicit(planes, offsets) + b + z))`` over
+    the first ``columns - tail`` of ``columns`` computed columns (the last ``tail`` are left to
+    :func:`tail_rows`) (``b`` and ``z`` empty for none, ``z`` laid out as ``y``;
+    ``low``/``high`` ``-inf``/``inf`` for no clamp; ``silu(v) = v / (1 + exp(-alpha·v))``, none
+    where ``alpha`` is NaN).  With ``keep``/``at`` not empty the computed columns are a gathered
+    layer's ``oy·Wq + ox`` and the tiles store only the kept ones, at their output positions
+    (``kernels._f32_tile_ir.crop_tile``); otherwise column ``i`` is ``y[:, i]``.  ``masked``: the
+    planes are the input itself and ``keep``/``at`` are each ``k``'s tap and each column tile's
+    lane masks per tap (``kernels._f32_tile_ir.masked_tile``; ``at`` holds ``taps`` int64 a column
+    tile, column tile after column tile), the padding's lanes read as zeros.  The rows of
+    ``w`` form ``groups`` equal groups; group ``g`` reads the planes from ``g · group_stride``
+    values on (its block of input channels).
+
+    Tile ``t`` is column tile ``t // row_tiles``, then the group, then the channel tile within
+    it: consecutive tiles share their input columns, which stay in cache.  With
+    ``weights_outer`` the order is the other way round (the group and channel tile, then the
+    column tile), for layers whose weights outweigh their input: each tile's weights then stay
+    in cache across the columns, where column-major order streamed all the weights once per
+    column tile (ocr_rec's 256-channel layers on 4×40 maps: 1196 against 949 µs)."""
+    main = columns - tail
+    arguments = (w, planes, offsets, y, main, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha)
+    if masked:
+        _masked_range(*arguments, columns, t0, t1)
+    else:
+        _unmasked_range(*arguments, t0, t1)
+
+
+@numba.njit(cache=True, nogil=True)
+def tail_inputs(
+    source, offsets, taps, lane_masks, masked, columns, main, groups, group_stride, depth
+):  # pragma: no cover - compiled
+    """The inputs each of the last ``columns - main`` columns reads, ``(groups, tail, depth)``: in
+    place (a pointwise layer, or a ``masked`` one with its taps' lane masks: a masked-off lane
+    reads zero, as in the tiles)."""
+    tail = columns - main
+    inputs = np.empty((groups, tail, depth), np.float32)
+    per_tile = lane_masks.shape[0] // ((columns + COLUMNS - 1) // COLUMNS) if masked else 0
+    for g in range(groups):
+        base = g * group_stride
+        for j in range(tail):
+            p = main + j
+            first = (p // COLUMNS) * per_tile
+            lane = p % COLUMNS
+            for k in range(depth):
+                if masked and (lane_masks[first + taps[k]] >> lane) & 1 == 0:
+                    inputs[g, j, k] = 0.0
+                else:
+                    inputs[g, j, k] = source[base + offsets[k] + p]
+    return inputs
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _dot(row, column):  # pragma: no cover - compiled
+    """``row · column`` in float32, vectorised (16 partial sums, then added together)."""
+    total = np.float32(0.0)
+    for k in range(row.shape[0]):
+        total += row[k] * column[k]
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def tail_rows(w, inputs, y, main, groups, b, z, low, high, alpha, r0, r1):  # pragma: no cover - compiled
+    """Row tiles ``[r0, r1)`` of the last columns ``main, main + 1, …`` of ``y`` as dot products
+    of the weights' rows with ``inputs`` (:func:`tail_inputs`), stored as the tiles store: plus
+    the bias, plus the residual, clamped, then the SiLU (``alpha``; NaN for none)."""
+    m = w.shape[0]
+    per_group = m // groups
+    m_tiles = (per_group + ROWS - 1) // ROWS
+    tail = inputs.shape[1]
+    for r in range(r0, r1):
+        g = r // m_tiles
+        m0 = g * per_group + (r - g * m_tiles) * ROWS
+        for row in range(m0, min(m0 + ROWS, (g + 1) * per_group)):
+            for j in range(tail):
+                value = _dot(w[row], inputs[g, j])
+                if b.shape[0] > 0:
+                    value += b[row]
+                if z.shape[0] > 0:
+                    value += z[row, main + j]
+                value = low if value < low else value
+                value = high if value > high else value
+                if alpha == alpha:
+                    value = value / (np.float32(1.0) + np.exp(-alpha * value))
+                y[row, main + j] = value
+
+
 def tile_count(rows: int, groups: int, columns: int) -> int:
-    """How many tiles :func:`tiles` computes for ``rows`` weight rows in ``groups`` groups."""
+    """How many tiles :func:`tiles` computes for ``rows`` weight rows in ``groups`` groups over
+    ``columns`` (without a tail)."""
     return groups * -(-(rows // groups) // ROWS) * -(-columns // COLUMNS)
 
 
 @numba.njit(types.void(*_TILE_ARGUMENTS, _INT), cache=True, nogil=True, parallel=True)
 def tiles_parallel(
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, parts
+    w,
+    planes,
+    offsets,
+    y,
+    columns,
+    groups,
+    group_stride,
+    b,
+    z,
+    low,
+    high,
+    keep,
+    at,
+    weights_outer,
+    alpha,
+    masked,
+    tail,
+    parts,
 ):  # pragma: no cover
-    count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
+    """:func:`tiles` over all its tiles in ``parts`` ranges on numba's threading layer (the last
+    ``tail`` columns, as there, left to :func:`tail_rows`)."""
+    count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns - tail + COLUMNS - 1) // COLUMNS)
     for part in prange(parts):
         lo, hi = count * part // parts, count * (part + 1) // parts
-        fused = (b, z, low, high, keep, at, weights_outer, alpha)
+        fused = (b, z, low, high, keep, at, weights_outer, alpha, masked, tail)
         tiles(w, planes, offsets, y, columns, groups, group_stride, *fused, lo, hi)
 
 
@@ -238,7 +417,8 @@ def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no 
 
 _CONVOLVE_ARGUMENTS = (_array(_F32, 4), _W, _array(_F32, 3, read_only=False), _OFFSETS)
 _CONVOLVE_ARGUMENTS += (_array(_F32, 3, read_only=False), _INT, _INT, _INT, _BIAS, _array(_F32, 3), _F32, _F32)
-_CONVOLVE_ARGUMENTS += (_KEEP, _AT, types.boolean, _F32, _INT, _INT, _INT, _INT, _PHASES, _INT, _INT, types.boolean)
+_CONVOLVE_ARGUMENTS += (_KEEP, _AT, types.boolean, _F32, types.boolean, _INT)
+_CONVOLVE_ARGUMENTS += (_INT, _INT, _INT, _INT, _PHASES, _INT, _INT, types.boolean)
 
 
 @numba.njit(types.void(*_CONVOLVE_ARGUMENTS, _INT, _INT), cache=True, nogil=True, parallel=True)
@@ -259,6 +439,8 @@ def convolve_images(  # pragma: no cover - compiled
     at,
     weights_outer,
     alpha,
+    masked,
+    tail,
     sh,
     sw,
     top,
@@ -273,14 +455,18 @@ def convolve_images(  # pragma: no cover - compiled
     """A whole convolution in one call (one dispatch from Python instead of one per stage).
 
     For each image of ``x`` ``(N, C, H, W)``: the gather into the phase images ``planes`` (unless
-    ``in_place``: a pointwise stride-1 layer reads ``x`` itself), then the tiles, which store
+    ``in_place``: a pointwise stride-1 layer, or a ``masked`` one, reads ``x`` itself), then the
+    tiles, which store
     ``y`` ``(N, M, OH·OW)`` with the bias, the residual ``z`` (``(N, M, OH·OW)``, or ``(N, 0,
     0)`` for none), the clamp and the SiLU (``alpha``, NaN for none), cropping through
-    ``keep``/``at`` where the computed columns are not the output's.  Each stage runs in
+    ``keep``/``at`` where the computed columns are not the output's (or, ``masked``, masking the
+    padding's lanes through them: :func:`tiles`).  Each stage runs in
     ``*_parts`` ranges, over numba's threading layer when more than one (the caller has checked
     that the layer is safe, ``kernels._team``)."""
     channels = x.shape[1]
-    count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns + COLUMNS - 1) // COLUMNS)
+    row_tiles = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS)
+    main = columns - tail
+    count = row_tiles * ((main + COLUMNS - 1) // COLUMNS)
     for image in range(x.shape[0]):
         residual = z[image]
         if in_place:
@@ -294,10 +480,19 @@ def convolve_images(  # pragma: no cover - compiled
                     gather(x[image], planes, sh, sw, top, left, phases, hq, wq, lo, hi)
             source = planes.reshape(planes.size)
         target = y[image]
-        fused = (b, residual, low, high, keep, at, weights_outer, alpha)
+        fused = (b, residual, low, high, keep, at, weights_outer, alpha, masked, tail)
+        if tail > 0:
+            inputs = tail_inputs(source, offsets, keep, at, masked, columns, main, groups, group_stride, w.shape[1])
+        else:
+            inputs = np.empty((0, 0, 0), np.float32)
         if tile_parts <= 1:
             tiles(w, source, offsets, target, columns, groups, group_stride, *fused, 0, count)
+            if tail > 0:
+                tail_rows(w, inputs, target, main, groups, b, residual, low, high, alpha, 0, row_tiles)
         else:
             for part in prange(tile_parts):
                 lo, hi = count * part // tile_parts, count * (part + 1) // tile_parts
                 tiles(w, source, offsets, target, columns, groups, group_stride, *fused, lo, hi)
+                if tail > 0:
+                    lo, hi = row_tiles * part // tile_parts, row_tiles * (part + 1) // tile_parts
+                    tail_rows(w, inputs, target, main, groups, b, residual, low, high, alpha, lo, hi)

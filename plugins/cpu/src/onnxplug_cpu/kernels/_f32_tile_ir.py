@@ -24,6 +24,13 @@ columns ``oy·Wq + ox`` include ``Wq - OW`` padding columns a row, so each vecto
 form is slow on AMD Zen 4) and stored at the output position of the first (``at``), and a
 residual is loaded there and expanded to the same lanes.  That removes the separate crop pass
 and its scratch sums, which on large maps cost as much memory traffic as the output itself.
+
+The ``masked_*`` variants read a stride-1 layer's input in place: each ``k``'s loads are also
+masked by its tap's lanes, those whose cell lies inside the map, from a small per-tile table
+(``kernels._f32_conv._masked_layout``); a masked-off lane reads zero, as the padding would.  Their
+loops must be compiled in a function of their own (``kernels._f32_conv_tile._masked_range``):
+inlined into one loop with the other eight variants they ran 25 % slower (LLVM's allocation of
+the mask registers, it seems; the other variants were unaffected).
 """
 
 from __future__ import annotations
@@ -106,7 +113,7 @@ def _maybe_silu(builder, has_silu, value, minus_alpha):
     return merged
 
 
-def _codegen(vectors: int, crop: bool = False, prefetch: bool = False):
+def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: bool = False):
     """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4); ``crop``: the stores
     compress each vector's kept lanes to its output position (see the module's docstring);
     ``prefetch``: each ``k`` also prefetches the cache lines ``keep`` values past the ones it
@@ -146,13 +153,23 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False):
             touch = cgutils.get_or_insert_function(
                 module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0"
             )
+        if masked:
+            tap_classes = builder.inttoptr(keep, _I16.as_pointer())
+            class_masks = builder.inttoptr(at, _I16.as_pointer())
         with cgutils.for_range(builder, depth) as k_loop:
             k = k_loop.index
             base = builder.add(builder.load(builder.gep(starts, [k])), p0)
+            if masked:  # the tap's four 16-lane masks: one int64, read as four uint16 (loads
+                # straight into mask registers; shifting them out of one load ran ~20 % slower)
+                first = builder.mul(builder.zext(builder.load(builder.gep(tap_classes, [k])), _I64), _const(4))
             columns = []
             for v in range(vectors):
                 address = builder.bitcast(builder.gep(source, [builder.add(base, _const(16 * v))]), vector_pointer)
-                columns.append(builder.call(load, [address, four, masks[v], zero]))
+                lane_mask = masks[v]
+                if masked:
+                    bits = builder.load(builder.gep(class_masks, [builder.add(first, _const(v))]))
+                    lane_mask = builder.and_(builder.bitcast(bits, _MASK), lane_mask)
+                columns.append(builder.call(load, [address, four, lane_mask, zero]))
                 if prefetch:  # one cache line per vector: read, keep in all levels, data
                     ahead = builder.gep(source, [builder.add(builder.add(base, keep), _const(16 * v))])
                     flags = [ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]
@@ -313,3 +330,38 @@ def crop_tile_16(
 ):
     """:func:`crop_tile` for at most 16 valid columns."""
     return _SIGNATURE, _codegen(1, crop=True)
+
+
+@intrinsic
+def masked_tile(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`tile` whose loads of each ``k`` are also masked by its tap's lanes (a convolution
+    read in place, the padding lanes masked off: ``kernels._f32_conv``): ``keep`` points at one
+    uint16 tap per ``k`` and ``at`` at this column tile's lane masks, one int64 per tap whose bits
+    ``16·v`` to ``16·v + 15`` are vector ``v``'s; a masked-off lane reads zero (not touched)."""
+    return _SIGNATURE, _codegen(4, masked=True)
+
+
+@intrinsic
+def masked_tile_48(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`masked_tile` for at most 48 valid columns."""
+    return _SIGNATURE, _codegen(3, masked=True)
+
+
+@intrinsic
+def masked_tile_32(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`masked_tile` for at most 32 valid columns."""
+    return _SIGNATURE, _codegen(2, masked=True)
+
+
+@intrinsic
+def masked_tile_16(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`masked_tile` for at most 16 valid columns."""
+    return _SIGNATURE, _codegen(1, masked=True)
