@@ -56,6 +56,13 @@ LAYERS = [
 ]
 
 
+@pytest.fixture
+def fresh_plans():
+    """Layer plans made while a test patched the planning are dropped when it ends."""
+    yield
+    _f32_conv.plan.cache_clear()
+
+
 def _case(layer, seed=0):
     n, c, m, h, w, kernel, strides, pads, dilations = layer
     rng = np.random.default_rng(seed)
@@ -127,7 +134,7 @@ MASKED = [
 
 
 @pytest.mark.parametrize("layer", MASKED, ids=lambda layer: "x".join(map(str, layer[:5])) + f"-k{layer[5]}-g{layer[8]}")
-def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch):
+def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch, fresh_plans):
     """Read in place with the padding's lanes masked off, a layer computes the sums the padded
     planes do, bit for bit (a masked lane reads zero, the padding's value), with the bias,
     residual, clamp and SiLU stored as there; and matches a float64 sum.  (Without the tail's
@@ -191,7 +198,7 @@ def test_masked_lanes_touch_nothing_outside_the_input():
     ],
     ids=["pointwise", "masked", "grouped", "33-columns"],
 )
-def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch):
+def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, fresh_plans):
     """The last column or two of a layer read in place are dot products of the weights' rows
     (``_f32_conv_tile._tail_rows``): the same sums to float32 accuracy, with the bias, the
     residual, the clamp and the SiLU stored in the same order as the tiles store them."""
