@@ -70,11 +70,12 @@ _FEW_COLUMN_TILES = 4
 COLUMNS = 64
 #: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
 #: those last columns as dot products (``_f32_conv_tile.tail_rows``) instead of one more 16-lane
-#: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  At two threads:
-#: 2048 → 512 channels pointwise at 7×7 274 → 246 µs, 512 → 2048 284 → 259, a 3×3 512 → 512
-#: 593 → 560, 960 → 160 46 → 43.  Not more: four columns (14×14, 10×10) gained 2 % on a
-#: 256-channel layer and lost 12 % on a 64-channel one (copying out the inputs the dot products
-#: read is serial, and they read the weights a second time).
+#: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  Weights-first
+#: layers take each row tile's dot products right after its tiles, while its weights are in
+#: cache.  At two threads, at 7×7: 2048 → 512 channels pointwise 265 → 241-245 µs, 512 → 2048
+#: 269-273 → 263-265, a 3×3 512 → 512 578-585 → 505-529.  Not more: four columns (14×14, 10×10)
+#: gained 2 % on a 256-channel layer and lost 12 % on a 64-channel one (copying out the inputs
+#: the dot products read is serial).
 _TAIL_COLUMNS = 2
 
 

@@ -485,7 +485,19 @@ def convolve_images(  # pragma: no cover - compiled
             inputs = tail_inputs(source, offsets, keep, at, masked, columns, main, groups, group_stride, w.shape[1])
         else:
             inputs = np.empty((0, 0, 0), np.float32)
-        if tile_parts <= 1:
+        if tail > 0 and weights_outer:
+            # Each row tile's dot products right after its tiles, while its weights are in cache
+            # (a 7×7 map: one tile a row tile): read again after all the tiles, the weights of a
+            # 512-channel 3×3 layer (9 MB) came from memory a second time.
+            column_tiles = count // row_tiles
+            for part in prange(tile_parts):
+                for r in range(row_tiles * part // tile_parts, row_tiles * (part + 1) // tile_parts):
+                    first = r * column_tiles
+                    tiles(
+                        w, source, offsets, target, columns, groups, group_stride, *fused, first, first + column_tiles
+                    )
+                    tail_rows(w, inputs, target, main, groups, b, residual, low, high, alpha, r, r + 1)
+        elif tile_parts <= 1:
             tiles(w, source, offsets, target, columns, groups, group_stride, *fused, 0, count)
             if tail > 0:
                 tail_rows(w, inputs, target, main, groups, b, residual, low, high, alpha, 0, row_tiles)
