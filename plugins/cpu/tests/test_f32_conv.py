@@ -61,6 +61,7 @@ def fresh_plans():
     """Layer plans made while a test patched the planning are dropped when it ends."""
     yield
     _f32_conv.plan.cache_clear()
+    _f32_conv._masked_layout.cache_clear()
 
 
 def _case(layer, seed=0):
@@ -127,7 +128,7 @@ MASKED = [
     (1, 4, 9, 1, 17, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # a single row
     (1, 4, 9, 16, 1, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # a single column
     (1, 6, 10, 10, 9, (1, 3), (0, 1, 0, 1), (1, 1), 1),  # a row kernel
-    (1, 6, 10, 10, 9, (5, 1), (2, 0, 2, 0), (1, 1), 1),  # a column kernel
+    (1, 6, 10, 10, 9, (5, 1), (2, 0, 2, 0), (1, 1), 1),  # a column kernel (no padding across)
     (1, 8, 12, 9, 9, (3, 3), (1, 1, 1, 1), (1, 1), 2),  # two groups
     (1, 3, 4, 20, 30, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # many tiles, rows across tiles
 ]
@@ -140,7 +141,9 @@ def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch, fresh_pla
     residual, clamp and SiLU stored as there; and matches a float64 sum.  (Without the tail's
     dot products, which add in another order: tested below.)"""
     monkeypatch.setattr(_f32_conv, "_TAIL_COLUMNS", -1)
+    monkeypatch.setattr(_f32_conv, "_MASKED_SHARE", 2.0)  # masked wherever it can be, saving or not
     _f32_conv.plan.cache_clear()
+    _f32_conv._masked_layout.cache_clear()
     n, c, m, h, w, kernel, pads, dilations, groups = layer
     rng = np.random.default_rng(7)
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
@@ -169,6 +172,14 @@ def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch, fresh_pla
     np.testing.assert_array_equal(masked, padded)
     masked, padded = both(silu_alpha=1.702)
     np.testing.assert_array_equal(masked, padded)
+
+
+def test_small_maps_are_read_masked_and_large_ones_from_padded_planes():
+    """Masked where the padded planes would compute at least 5 % more columns (a 14×14 map's
+    224 against 208; a 7×7 map's 64 against 48 and a dot product), padded planes elsewhere
+    (56×56: 3264 against 3136, where the masked loads cost what the columns save)."""
+    for side, masked in ((7, True), (13, True), (14, True), (28, True), (56, False), (112, False)):
+        assert _f32_conv.plan((1, 32, side, side), 32, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET").masked == masked
 
 
 def test_masked_lanes_touch_nothing_outside_the_input():
@@ -431,8 +442,8 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     no_bias, no_residual, inf = np.zeros(0, np.float32), np.zeros((0, 0), np.float32), np.float32(np.inf)
     count = loops.tile_count(7, 1, columns)
     no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
-    for weights_outer in (False, True):  # either tile order: the same sums
-        args = (no_bias, no_residual, -inf, inf, *no_crop, weights_outer, np.float32(np.nan), False, 0, 0, count)
+    for chunk in (1, 2, count):  # column-major, in chunks, weights-first: the same sums
+        args = (no_bias, no_residual, -inf, inf, *no_crop, chunk, np.float32(np.nan), False, 0, 0, count)
         loops.tiles(a, b.reshape(-1), offsets, guarded, columns, 1, 0, *args)
         np.testing.assert_allclose(guarded[:, :columns], a @ b, rtol=1e-5, atol=1e-5)
         assert (guarded[:, columns:] == 7.0).all()
@@ -467,11 +478,11 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     assert ran == [] and np.abs(off - first).max() < 1e-4
 
 
-@pytest.mark.parametrize("weights_outer", [False, True])
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
 @pytest.mark.parametrize(
     "layer", [LAYERS[0], LAYERS[5], LAYERS[9], LAYERS[12]], ids=["s2", "s1-dilated", "k7s3", "s2-left-pad-2"]
 )
-def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
+def test_cropping_tiles_store_exactly_the_output(layer, chunk):
     """A gathered layer's tiles compress each vector's kept columns into the output rows: every
     output cell is written once with the bias, the residual and the clamp, and nothing past a row
     of the output is touched (64 sentinel columns a row)."""
@@ -511,7 +522,7 @@ def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
             np.float32(2.0),
             layer_plan.keep,
             layer_plan.at,
-            weights_outer,
+            chunk,
             np.float32(np.nan),  # no SiLU
             False,  # the planes, not the input read in place
             0,  # no tail
@@ -524,22 +535,27 @@ def test_cropping_tiles_store_exactly_the_output(layer, weights_outer):
         )
 
 
-def test_either_tile_order_gives_the_same_bits():
-    """Layers whose weights outweigh their input run their tiles weights-first; each tile's sums
-    are the same either way."""
+def test_every_tile_order_gives_the_same_bits():
+    """Layers run their tiles column-major, weights-first, or in chunks of column tiles in
+    between (``ConvPlan.chunk``); each tile's sums are the same in any order."""
     x, weights, bias, attrs = _case(LAYERS[1])
-    matrix = PackedConv(weights, 1).matrix[0]
-    layer = _f32_conv.plan(x.shape, weights.shape[0], 1, weights.shape[2:], (1, 1), None, (1, 1, 1, 1), "NOTSET")
-    results, planned = [], layer.weights_outer  # a cached plan: restored after
+    matrix = np.ascontiguousarray(weights.reshape(weights.shape[0], -1))
+    layer = _f32_conv.plan(x.shape, weights.shape[0], 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    results, planned = [], layer.chunk  # a cached plan: restored after
     try:
-        for weights_outer in (False, True):
-            layer.weights_outer = weights_outer
+        for chunk in (1, 2, 5, 1000):
+            layer.chunk = chunk
             results.append(_f32_conv.run(layer, x, matrix, bias, None, (0.0, 6.0)))
     finally:
-        layer.weights_outer = planned
-    np.testing.assert_array_equal(results[0], results[1])
+        layer.chunk = planned
+    for other in results[1:]:
+        np.testing.assert_array_equal(results[0], other)
     wide = _f32_conv.plan((1, 256, 4, 40), 256, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
-    assert wide.weights_outer  # ocr_rec's 256-channel layer on a 4×40 map: weights first
+    assert wide.chunk == 3  # ocr_rec's 256-channel layer on a 4×40 map: weights first (3 tiles)
+    stem = _f32_conv.plan((1, 3, 224, 224), 64, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    assert stem.chunk >= 256  # a stem's 3 channels: each output row written a third of it at a time
+    deep = _f32_conv.plan((1, 64, 112, 112), 64, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    assert 1 < deep.chunk < 196  # chunks whose 64 channels' input fits in cache
 
 
 @pytest.mark.parametrize("layer", [LAYERS[1], LAYERS[3], LAYERS[4]], ids=["gathered", "pointwise", "strided"])

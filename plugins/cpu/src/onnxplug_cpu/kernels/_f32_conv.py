@@ -68,6 +68,12 @@ _MIN_VALUES_PER_PART = 1 << 14
 _FEW_COLUMN_TILES = 4
 #: Output columns a tile computes (``kernels._f32_tile_ir.COLUMNS``, which imports numba).
 COLUMNS = 64
+#: A stride-1 layer is read masked (:func:`_masked_layout`) where that computes at most this share
+#: of the columns the padded planes do.
+_MASKED_SHARE = 0.95
+#: Bytes of input a chunk of column tiles reads (``_f32_conv_tile.tiles``' order), to stay in a
+#: core's L2 cache (1 MiB here) beside the weights and the output's rows.
+_CHUNK_INPUT_BYTES = 256 << 10
 #: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
 #: those last columns as dot products (``_f32_conv_tile.tail_rows``) instead of one more 16-lane
 #: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  Weights-first
@@ -114,6 +120,17 @@ def _layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, 
     return geometry, offsets, in_place, per_group * plane
 
 
+def _computed(columns: int) -> int:
+    """The columns the tiles compute for ``columns``: whole tiles, then the last one's vectors."""
+    return columns // COLUMNS * COLUMNS + -(-(columns % COLUMNS) // 16) * 16
+
+
+def _tail(columns: int) -> int:
+    """How many of a layer's last ``columns`` (read in place) are dot products (:data:`_TAIL_COLUMNS`)."""
+    rest = columns % 16
+    return rest if columns > 16 and rest <= _TAIL_COLUMNS else 0
+
+
 @functools.lru_cache(maxsize=512)
 def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str):
     """``(offsets, taps, lane_masks)`` for reading a stride-1 layer whose output rows are as wide
@@ -124,8 +141,10 @@ def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations,
     padding columns a row, which on small maps are a large share (2 of 22 at 20×20, and the
     last tile's rounding: 448 columns computed for 400); masked, the columns are the output's.
     At two threads, masked against padded: 64 → 64 channels at 20×20 67 against 81 µs, 64 → 256
-    at 13×13 113 against 139, 128 → 128 at 14×14 140 against 146, 32 → 32 at 80×80 277 against
-    295, 512 → 512 at 7×7 and 64 → 64 at 56×56 within 2 %.
+    at 13×13 113 against 139, 128 → 128 at 14×14 140 against 146; at 56×56 and 7×7 within 2 %
+    alone, but inside VGG-19's runs its 112×112 and 224×224 layers ran 5-10 % slower masked.  So
+    a layer is masked only where that computes at most :data:`_MASKED_SHARE` of the padded
+    planes' columns (the dot products' tail counted: a 7×7 map's 49 columns cost 48, not 64).
 
     Output column ``p = oy·W + ox`` of tap ``(ky, kx)`` reads ``p + (ky·dh - top)·W + kx·dw -
     left`` in its channel's plane; the lanes whose cell falls outside the map (the padding) are
@@ -139,6 +158,8 @@ def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations,
     if in_place or geometry.stride != (1, 1) or ow != width or kernel[0] * kernel[1] > np.iinfo(np.uint16).max:
         return None
     columns = oh * width
+    if _computed(columns - _tail(columns)) > _MASKED_SHARE * _computed(geometry.columns):
+        return None
     dh, dw = tuple(dilations) if dilations else (1, 1)
     shifts = [(ky * dh - top, kx * dw - left) for ky in range(kernel[0]) for kx in range(kernel[1])]
     plane = height * width
@@ -190,7 +211,7 @@ class ConvPlan:
         "direct",
         "keep",
         "at",
-        "weights_outer",
+        "chunk",
         "shape",
         "channels",
         "groups",
@@ -215,16 +236,23 @@ class ConvPlan:
             self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
         # The last few columns of a layer read in place as dot products, where the tiles would
         # spend a whole 16-lane vector on them (the inputs they read are copied out first).
-        rest = self.columns % 16
-        self.tail = rest if self.in_place and self.columns > 16 and rest <= _TAIL_COLUMNS else 0
+        self.tail = _tail(self.columns) if self.in_place else 0
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
         # Tiles in weight order where the weights outweigh what the tiles read of the input, and
         # on small maps: with four column tiles or fewer (a 14×14 map's 196 columns are 3 tiles
         # and a short one), splitting by column tiles gave one thread a third more work.
+        # Otherwise in chunks of column tiles whose input stays in cache, each output row
+        # written a chunk at a time: column-major order wrote 64 columns of every channel in
+        # turn, a stream per channel, which on maps larger than the caches cost more than the
+        # arithmetic (3 → 64 channels at 224×224, caches flushed before: 1365 → 866 µs).
         read = c * shape[2] * shape[3] if self.in_place else len(geometry.phases) * c * geometry.length
-        few_columns = -(-self.columns // COLUMNS) <= _FEW_COLUMN_TILES
-        self.weights_outer = maps * self.offsets.size > read or few_columns
+        column_tiles = -(-(self.columns - self.tail) // COLUMNS)
+        if maps * self.offsets.size > read or column_tiles <= _FEW_COLUMN_TILES:
+            self.chunk = column_tiles
+        else:
+            per_column = 4 * c * (1 if self.in_place else len(geometry.phases))  # input bytes
+            self.chunk = max(1, min(column_tiles, _CHUNK_INPUT_BYTES // (COLUMNS * per_column)))
         top, left = geometry.pads
         # convolve_images' geometry arguments
         self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, self.in_place)
@@ -310,7 +338,7 @@ class BoundLayer:
         gather_parts, tile_parts = parts = layer.parts(thread_budget())
         offsets, columns, groups, group_stride = self._fixed
         arguments = (np.ascontiguousarray(x), self.w, planes, offsets, y.reshape(self._rows), columns, groups)
-        arguments += (group_stride, b, z, low, high, layer.keep, layer.at, layer.weights_outer, alpha, layer.masked)
+        arguments += (group_stride, b, z, low, high, layer.keep, layer.at, layer.chunk, alpha, layer.masked)
         arguments += (layer.tail,)
         if (gather_parts == 1 and tile_parts == 1) or parallel_ready():
             if gather_parts > 1 or tile_parts > 1:
@@ -351,7 +379,7 @@ def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offset
     """:func:`run`'s stages for each image where numba's threading layer is not safe
     (``kernels._team``): the driver's serial loops, split over Python threads (the tail's dot
     products on the calling thread, the same sums as on the team)."""
-    groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, masked, tail = rest
+    groups, group_stride, b, z, low, high, keep, at, chunk, alpha, masked, tail = rest
     top, left = geometry.pads
     count = compiled.tile_count(w.shape[0], groups, columns - tail)
     for image in range(x.shape[0]):
@@ -362,7 +390,7 @@ def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offset
             gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
             run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
             source = planes.reshape(-1)
-        fused = (b, z[image], low, high, keep, at, weights_outer, alpha, masked, tail)
+        fused = (b, z[image], low, high, keep, at, chunk, alpha, masked, tail)
         product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
         run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
         if tail:
@@ -408,7 +436,7 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         _NO_CLAMP[1],
         _NO_KEEP,
         _NO_AT,
-        False,
+        1,  # column-major
         _NO_SILU,
         False,  # not masked
         0,  # no tail

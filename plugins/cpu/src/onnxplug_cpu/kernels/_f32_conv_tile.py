@@ -62,15 +62,15 @@ def _array(dtype, ndim: int, *, read_only: bool = True):
 _INT, _F32 = types.int64, types.float32
 _W, _PLANES, _OFFSETS = _array(_F32, 2), _array(_F32, 1), _array(_INT, 1)
 _BIAS, _KEEP, _AT = _array(_F32, 1), _array(types.uint16, 1), _array(_INT, 1)
-# w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha,
+# w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, chunk, alpha,
 # masked, tail
 _TILE_ARGUMENTS = (_W, _PLANES, _OFFSETS, _array(_F32, 2, read_only=False), _INT, _INT, _INT, _BIAS)
-_TILE_ARGUMENTS += (_array(_F32, 2), _F32, _F32, _KEEP, _AT, types.boolean, _F32, types.boolean, _INT)
+_TILE_ARGUMENTS += (_array(_F32, 2), _F32, _F32, _KEEP, _AT, _INT, _F32, types.boolean, _INT)
 
 
 @numba.njit(cache=True, nogil=True)
 def _tile_arguments(
-    w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, mask_step
+    w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, chunk, t, mask_step
 ):  # pragma: no cover - compiled
     """Tile ``t``'s pointer and size arguments (see :func:`tiles` for the order) and its valid columns."""
     m, depth = w.shape
@@ -78,12 +78,15 @@ def _tile_arguments(
     m_tiles = (per_group + ROWS - 1) // ROWS
     row_tiles = groups * m_tiles
     column_tiles = (columns + COLUMNS - 1) // COLUMNS
-    if weights_outer:
-        r = t // column_tiles
-        column_tile = t - r * column_tiles
-    else:
-        column_tile = t // row_tiles
-        r = t - column_tile * row_tiles
+    # Chunks of ``chunk`` column tiles, each all its row tiles, row tile after row tile (the
+    # last chunk may be narrower).
+    full = row_tiles * chunk
+    q = t // full
+    first = q * chunk
+    width = min(chunk, column_tiles - first)
+    rest = t - q * full
+    r = rest // width
+    column_tile = first + rest - r * width
     g = r // m_tiles
     m0 = g * per_group + (r - g * m_tiles) * ROWS
     p0 = column_tile * COLUMNS
@@ -108,7 +111,7 @@ def _tile_arguments(
 
 @numba.njit(cache=True, nogil=True)
 def _unmasked_range(
-    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha, t0, t1
+    w, planes, offsets, y, columns, groups, group_stride, b, z, low, high, keep, at, chunk, alpha, t0, t1
 ):  # pragma: no cover - compiled
     """:func:`tiles` on planes (or a pointwise layer's input) read whole: cropping through
     ``keep``/``at`` where they are not empty."""
@@ -116,7 +119,7 @@ def _unmasked_range(
     crop = keep.shape[0] > 0
     for t in range(t0, t1):
         arguments, valid = _tile_arguments(
-            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, 0
+            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, chunk, t, 0
         )
         # A short last tile (196 columns at 14×14: 3 tiles of 64 and 4 columns) computes only
         # the vectors it stores.
@@ -154,7 +157,7 @@ def _masked_range(
     high,
     keep,
     at,
-    weights_outer,
+    chunk,
     alpha,
     all_columns,
     t0,
@@ -167,7 +170,7 @@ def _masked_range(
     step = 8 * (at.shape[0] // ((all_columns + COLUMNS - 1) // COLUMNS))  # lane masks' bytes per column tile
     for t in range(t0, t1):
         arguments, valid = _tile_arguments(
-            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, weights_outer, t, step
+            w, planes, offsets, y, columns, groups, group_stride, b, z, keep, at, chunk, t, step
         )
         if valid > 48:
             masked_tile(*arguments, silu, low, high, alpha)
@@ -194,7 +197,7 @@ def tiles(  # pragma: no cover - compiled
     high,
     keep,
     at,
-    weights_outer,
+    chunk,
     alpha,
     masked,
     tail,
@@ -214,14 +217,17 @@ def tiles(  # pragma: no cover - compiled
     ``w`` form ``groups`` equal groups; group ``g`` reads the planes from ``g · group_stride``
     values on (its block of input channels).
 
-    Tile ``t`` is column tile ``t // row_tiles``, then the group, then the channel tile within
-    it: consecutive tiles share their input columns, which stay in cache.  With
-    ``weights_outer`` the order is the other way round (the group and channel tile, then the
-    column tile), for layers whose weights outweigh their input: each tile's weights then stay
-    in cache across the columns, where column-major order streamed all the weights once per
-    column tile (ocr_rec's 256-channel layers on 4×40 maps: 1196 against 949 µs)."""
+    The tiles run in chunks of ``chunk`` column tiles, each chunk's row tiles (the group, then
+    the channel tile within it) one after another, each across the chunk's column tiles.  One
+    column tile a chunk is column-major order: consecutive tiles share their input columns, which
+    stay in cache.  A chunk of every column tile is weights-first order, for layers whose weights
+    outweigh their input: each tile's weights then stay in cache across the columns, where
+    column-major order streamed all the weights once per column tile (ocr_rec's 256-channel
+    layers on 4×40 maps: 1196 against 949 µs).  Between the two, a chunk whose input stays in a
+    core's cache: each output row is then written in runs of the chunk's columns instead of 64
+    at a time (``kernels._f32_conv.ConvPlan``)."""
     main = columns - tail
-    arguments = (w, planes, offsets, y, main, groups, group_stride, b, z, low, high, keep, at, weights_outer, alpha)
+    arguments = (w, planes, offsets, y, main, groups, group_stride, b, z, low, high, keep, at, chunk, alpha)
     if masked:
         _masked_range(*arguments, columns, t0, t1)
     else:
@@ -308,7 +314,7 @@ def tiles_parallel(
     high,
     keep,
     at,
-    weights_outer,
+    chunk,
     alpha,
     masked,
     tail,
@@ -319,7 +325,7 @@ def tiles_parallel(
     count = groups * ((w.shape[0] // groups + ROWS - 1) // ROWS) * ((columns - tail + COLUMNS - 1) // COLUMNS)
     for part in prange(parts):
         lo, hi = count * part // parts, count * (part + 1) // parts
-        fused = (b, z, low, high, keep, at, weights_outer, alpha, masked, tail)
+        fused = (b, z, low, high, keep, at, chunk, alpha, masked, tail)
         tiles(w, planes, offsets, y, columns, groups, group_stride, *fused, lo, hi)
 
 
@@ -417,7 +423,7 @@ def gather(x, planes, sh, sw, top, left, phases, hq, wq, c0, c1):  # pragma: no 
 
 _CONVOLVE_ARGUMENTS = (_array(_F32, 4), _W, _array(_F32, 3, read_only=False), _OFFSETS)
 _CONVOLVE_ARGUMENTS += (_array(_F32, 3, read_only=False), _INT, _INT, _INT, _BIAS, _array(_F32, 3), _F32, _F32)
-_CONVOLVE_ARGUMENTS += (_KEEP, _AT, types.boolean, _F32, types.boolean, _INT)
+_CONVOLVE_ARGUMENTS += (_KEEP, _AT, _INT, _F32, types.boolean, _INT)
 _CONVOLVE_ARGUMENTS += (_INT, _INT, _INT, _INT, _PHASES, _INT, _INT, types.boolean)
 
 
@@ -437,7 +443,7 @@ def convolve_images(  # pragma: no cover - compiled
     high,
     keep,
     at,
-    weights_outer,
+    chunk,
     alpha,
     masked,
     tail,
@@ -480,12 +486,12 @@ def convolve_images(  # pragma: no cover - compiled
                     gather(x[image], planes, sh, sw, top, left, phases, hq, wq, lo, hi)
             source = planes.reshape(planes.size)
         target = y[image]
-        fused = (b, residual, low, high, keep, at, weights_outer, alpha, masked, tail)
+        fused = (b, residual, low, high, keep, at, chunk, alpha, masked, tail)
         if tail > 0:
             inputs = tail_inputs(source, offsets, keep, at, masked, columns, main, groups, group_stride, w.shape[1])
         else:
             inputs = np.empty((0, 0, 0), np.float32)
-        if tail > 0 and weights_outer:
+        if tail > 0 and chunk * COLUMNS >= main:
             # Each row tile's dot products right after its tiles, while its weights are in cache
             # (a 7×7 map: one tile a row tile): read again after all the tiles, the weights of a
             # 512-channel 3×3 layer (9 MB) came from memory a second time.
