@@ -554,8 +554,10 @@ def test_every_tile_order_gives_the_same_bits():
     assert wide.chunk == 3  # ocr_rec's 256-channel layer on a 4×40 map: weights first (3 tiles)
     stem = _f32_conv.plan((1, 3, 224, 224), 64, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
     assert stem.chunk >= 256  # a stem's 3 channels: each output row written a third of it at a time
-    deep = _f32_conv.plan((1, 64, 112, 112), 64, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
-    assert 1 < deep.chunk < 196  # chunks whose 64 channels' input fits in cache
+    strided = _f32_conv.plan((1, 3, 320, 320), 32, 1, (3, 3), (2, 2), None, (1, 1, 1, 1), "NOTSET")
+    assert 1 < strided.chunk < 403  # a stride-2 stem's four phases of 3 channels: chunks
+    wider = _f32_conv.plan((1, 16, 112, 112), 96, 1, (1, 1), None, None, (0, 0, 0, 0), "NOTSET")
+    assert wider.chunk == 1  # column-major: each column tile's input stays in L1 across the rows
 
 
 @pytest.mark.parametrize("layer", [LAYERS[1], LAYERS[3], LAYERS[4]], ids=["gathered", "pointwise", "strided"])

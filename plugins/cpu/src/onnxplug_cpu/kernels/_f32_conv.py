@@ -71,6 +71,9 @@ COLUMNS = 64
 #: A stride-1 layer is read masked (:func:`_masked_layout`) where that computes at most this share
 #: of the columns the padded planes do.
 _MASKED_SHARE = 0.95
+#: Input values a column reads (channels, times phases) up to which a layer's tiles run in chunks
+#: of column tiles (``ConvPlan.chunk``): the stems.
+_STEM_VALUES = 12
 #: Bytes of input a chunk of column tiles reads (``_f32_conv_tile.tiles``' order), to stay in a
 #: core's L2 cache (1 MiB here) beside the weights and the output's rows.
 _CHUNK_INPUT_BYTES = 256 << 10
@@ -242,17 +245,23 @@ class ConvPlan:
         # Tiles in weight order where the weights outweigh what the tiles read of the input, and
         # on small maps: with four column tiles or fewer (a 14×14 map's 196 columns are 3 tiles
         # and a short one), splitting by column tiles gave one thread a third more work.
-        # Otherwise in chunks of column tiles whose input stays in cache, each output row
+        # A stem (a few input channels, often phase-split) runs in chunks of column tiles whose
+        # input stays in cache, each chunk's row tiles in turn, so that each output row is
         # written a chunk at a time: column-major order wrote 64 columns of every channel in
         # turn, a stream per channel, which on maps larger than the caches cost more than the
-        # arithmetic (3 → 64 channels at 224×224, caches flushed before: 1365 → 866 µs).
+        # arithmetic (3 → 64 channels at 224×224: 659 → 596 µs, and after a cache flush 1365 →
+        # 866).  Wider inputs keep column-major order, whose input columns stay in L1 across
+        # the row tiles (chunked: 16 → 96 pointwise at 112×112 146 → 160 µs, 64 → 256 at 56×56
+        # 251 → 272).
         read = c * shape[2] * shape[3] if self.in_place else len(geometry.phases) * c * geometry.length
         column_tiles = -(-(self.columns - self.tail) // COLUMNS)
+        read_per_column = c * (1 if self.in_place else len(geometry.phases))
         if maps * self.offsets.size > read or column_tiles <= _FEW_COLUMN_TILES:
             self.chunk = column_tiles
+        elif read_per_column <= _STEM_VALUES:
+            self.chunk = max(1, min(column_tiles, _CHUNK_INPUT_BYTES // (COLUMNS * 4 * read_per_column)))
         else:
-            per_column = 4 * c * (1 if self.in_place else len(geometry.phases))  # input bytes
-            self.chunk = max(1, min(column_tiles, _CHUNK_INPUT_BYTES // (COLUMNS * per_column)))
+            self.chunk = 1
         top, left = geometry.pads
         # convolve_images' geometry arguments
         self.driver = (*geometry.stride, top, left, geometry.phases, geometry.hq, geometry.wq, self.in_place)
