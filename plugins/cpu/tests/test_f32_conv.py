@@ -182,6 +182,24 @@ def test_small_maps_are_read_masked_and_large_ones_from_padded_planes():
         assert _f32_conv.plan((1, 32, side, side), 32, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET").masked == masked
 
 
+def test_a_huge_kernel_keeps_the_padded_planes_without_a_huge_table(monkeypatch):
+    """The lane masks are one int64 per tap and column tile: a table over ``_MAX_LANE_MASKS``
+    entries is not built (the padded planes read the layer)."""
+    monkeypatch.setattr(_f32_conv, "_MAX_LANE_MASKS", 9 * 3)  # three tiles of 3×3 taps
+    _f32_conv._masked_layout.cache_clear()
+    try:
+        shape, kernel, pads = (4, 13, 13), (3, 3), (1, 1, 1, 1)  # 169 columns: three tiles
+        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is not None
+        _f32_conv._masked_layout.cache_clear()
+        shape = (4, 13, 14)  # 182 columns: still three tiles
+        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is not None
+        _f32_conv._masked_layout.cache_clear()
+        shape = (4, 15, 14)  # 210 columns: four tiles, 36 masks
+        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is None
+    finally:
+        _f32_conv._masked_layout.cache_clear()
+
+
 def test_masked_lanes_touch_nothing_outside_the_input():
     """The taps of the first and last rows point before and past the input's buffer; their lanes
     are masked off, so a layer on an array at the very start and end of its memory reads no

@@ -6,10 +6,10 @@ OpenBLAS's second thread polls between products (docs/benchmarks.md, "Where the 
 gap is").  Here each output tile of 6 channels × 64 columns is computed straight from the input:
 every kernel tap reads the same phase images at a shifted offset (``kernels._conv_geometry``), so
 the only copy is one padded (and, for strides, phase-split) image.  A pointwise stride-1
-convolution reads its input in place, and so does every other stride-1 layer whose output rows
-are as wide as its input's (3×3 with padding 1, the common case): each tap's loads are masked to
-the lanes that fall inside the map (:func:`_masked_layout`), so there is no copy and no padding
-column is computed.  Grouped layers run as one convolution whose groups read
+convolution reads its input in place, and so does a stride-1 layer on a small map whose output
+rows are as wide as its input's (3×3 with padding 1): each tap's loads are masked to the lanes
+that fall inside the map (:func:`_masked_layout`), so there is no copy and no padding column is
+computed.  Grouped layers run as one convolution whose groups read
 their own blocks of channels.  The tiles store the output themselves with the bias, the
 residual, the clamp (Relu/Clip) and FusedConv's SiLU, cropping a padded layer's extra columns as
 they store (``kernels._f32_tile_ir``), so there is no epilogue pass.  The gather and the tiles
@@ -71,6 +71,8 @@ COLUMNS = 64
 #: A stride-1 layer is read masked (:func:`_masked_layout`) where that computes at most this share
 #: of the columns the padded planes do.
 _MASKED_SHARE = 0.95
+#: Lane masks (one int64 per tap and column tile) a masked layer's table may hold (32 MiB).
+_MAX_LANE_MASKS = 1 << 22
 #: Input values a column reads (channels, times phases) up to which a layer's tiles run in chunks
 #: of column tiles (``ConvPlan.chunk``): the stems.
 _STEM_VALUES = 12
@@ -163,6 +165,8 @@ def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations,
     columns = oh * width
     if _computed(columns - _tail(columns)) > _MASKED_SHARE * _computed(geometry.columns):
         return None
+    if -(-columns // COLUMNS) * kernel[0] * kernel[1] > _MAX_LANE_MASKS:
+        return None  # a huge kernel on a large map: the padded planes, without a table this size
     dh, dw = tuple(dilations) if dilations else (1, 1)
     shifts = [(ky * dh - top, kx * dw - left) for ky in range(kernel[0]) for kx in range(kernel[1])]
     plane = height * width

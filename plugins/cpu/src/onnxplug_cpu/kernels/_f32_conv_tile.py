@@ -260,7 +260,8 @@ def tail_inputs(
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _dot(row, column):  # pragma: no cover - compiled
-    """``row · column`` in float32, vectorised (16 partial sums, then added together)."""
+    """``row · column`` in float32, vectorised (partial sums across the vector lanes, then added
+    together: not the tiles' order, the same on every call)."""
     total = np.float32(0.0)
     for k in range(row.shape[0]):
         total += row[k] * column[k]
