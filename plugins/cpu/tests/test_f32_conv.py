@@ -182,22 +182,15 @@ def test_small_maps_are_read_masked_and_large_ones_from_padded_planes():
         assert _f32_conv.plan((1, 32, side, side), 32, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET").masked == masked
 
 
-def test_a_huge_kernel_keeps_the_padded_planes_without_a_huge_table(monkeypatch):
+def test_a_huge_kernel_keeps_the_padded_planes_without_a_huge_table(monkeypatch, fresh_plans):
     """The lane masks are one int64 per tap and column tile: a table over ``_MAX_LANE_MASKS``
     entries is not built (the padded planes read the layer)."""
     monkeypatch.setattr(_f32_conv, "_MAX_LANE_MASKS", 9 * 3)  # three tiles of 3×3 taps
     _f32_conv._masked_layout.cache_clear()
-    try:
-        shape, kernel, pads = (4, 13, 13), (3, 3), (1, 1, 1, 1)  # 169 columns: three tiles
-        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is not None
-        _f32_conv._masked_layout.cache_clear()
-        shape = (4, 13, 14)  # 182 columns: still three tiles
-        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is not None
-        _f32_conv._masked_layout.cache_clear()
-        shape = (4, 15, 14)  # 210 columns: four tiles, 36 masks
-        assert _f32_conv._masked_layout(shape, 1, kernel, None, None, pads, "NOTSET") is None
-    finally:
-        _f32_conv._masked_layout.cache_clear()
+    kernel, pads = (3, 3), (1, 1, 1, 1)
+    assert _f32_conv._masked_layout((4, 13, 13), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
+    assert _f32_conv._masked_layout((4, 13, 14), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
+    assert _f32_conv._masked_layout((4, 15, 14), 1, kernel, None, None, pads, "NOTSET") is None  # 4 tiles: 36
 
 
 def test_masked_lanes_touch_nothing_outside_the_input():
@@ -229,7 +222,7 @@ def test_masked_lanes_touch_nothing_outside_the_input():
 )
 def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, fresh_plans):
     """The last column or two of a layer read in place are dot products of the weights' rows
-    (``_f32_conv_tile._tail_rows``): the same sums to float32 accuracy, with the bias, the
+    (``_f32_conv_tail.tail_rows``): the same sums to float32 accuracy, with the bias, the
     residual, the clamp and the SiLU stored in the same order as the tiles store them."""
     n, c, m, h, w, kernel, pads, dilations, groups = layer
     rng = np.random.default_rng(11)

@@ -80,7 +80,7 @@ _STEM_VALUES = 12
 #: core's L2 cache (1 MiB here) beside the weights and the output's rows.
 _CHUNK_INPUT_BYTES = 256 << 10
 #: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
-#: those last columns as dot products (``_f32_conv_tile.tail_rows``) instead of one more 16-lane
+#: those last columns as dot products (``_f32_conv_tail.tail_rows``) instead of one more 16-lane
 #: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  Weights-first
 #: layers take each row tile's dot products right after its tiles, while its weights are in
 #: cache.  At two threads, at 7×7: 2048 → 512 channels pointwise 265 → 241-245 µs, 512 → 2048
