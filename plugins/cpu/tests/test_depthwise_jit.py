@@ -180,6 +180,23 @@ def test_a_node_s_later_calls_reuse_its_layer_and_still_check_their_inputs(monke
 
 
 @pytest.mark.numba
+def test_a_bound_layer_keeps_arguments_only_for_the_same_bias_and_clamp():
+    """A ``BoundDepthwise`` keeps its kernel's arguments for the last bias and clamp objects: a
+    call with another bias, another clamp or none computes with what it was given."""
+    x, taps = _data((1, 12, 10, 9), np.float32)
+    w = taps.reshape(12, 1, 3, 3)
+    bound = _depthwise.plan_depthwise(x, taps, (1, 1), (1, 1), (10, 9), (1, 1), (1, 1))
+    plain = bound(x)
+    b, other = np.linspace(-1, 1, 12, dtype=np.float32), np.linspace(2, -2, 12, dtype=np.float32)
+    relu, six = (0.0, np.inf), (0.0, 6.0)
+    for bias, clamp in [(b, relu), (b, relu), (other, relu), (other, six), (None, six), (None, None), (b, relu)]:
+        shifted = plain if bias is None else plain + bias[:, None, None]
+        expected = shifted if clamp is None else np.clip(shifted, *clamp)
+        np.testing.assert_allclose(bound(x, bias, clamp), expected, atol=1e-5)
+    assert bound(x, b, relu).shape == convolve(x, w, b, group=12, pads=[1, 1, 1, 1]).shape
+
+
+@pytest.mark.numba
 @pytest.mark.parametrize("stride", [1, 2])
 def test_small_planes_read_as_one_run_keep_each_plane_to_itself(stride):
     """Maps of up to ``FRAMED_CELLS`` cells are read from one copy of all the planes, where the

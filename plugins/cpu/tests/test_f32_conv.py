@@ -489,6 +489,32 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     assert ran == [] and np.abs(off - first).max() < 1e-4
 
 
+def test_a_bound_layer_keeps_arguments_only_for_the_same_bias_and_store():
+    """A bound layer keeps its compiled call's arguments for the last bias, clamp and SiLU
+    objects: a call with another bias (or the same values in a new array), another clamp, no
+    bias, or a residual computes with what it was given, and the kept arguments come back."""
+    x, weights, bias, attrs = _case(LAYERS[1])
+    layer = _f32_conv.plan(x.shape, weights.shape[0], 1, (3, 3), (1, 1), None, (1, 1, 1, 1), "NOTSET")
+    bound = _f32_conv.BoundLayer(layer, np.ascontiguousarray(weights.reshape(weights.shape[0], -1)))
+    plain = _reference(x, weights, np.zeros_like(bias), dict(strides=[1, 1], pads=[1, 1, 1, 1])).astype(np.float32)
+    relu, six = (0.0, np.inf), (0.0, 6.0)
+    other = bias[::-1].copy()
+    residual = np.random.default_rng(5).standard_normal(plain.shape, dtype=np.float32)
+    calls = [
+        (bias, None, relu, np.maximum(plain + bias[:, None, None], 0)),
+        (bias, None, relu, np.maximum(plain + bias[:, None, None], 0)),
+        (other, None, relu, np.maximum(plain + other[:, None, None], 0)),
+        (other, None, six, np.clip(plain + other[:, None, None], 0, 6)),
+        (None, None, six, np.clip(plain, 0, 6)),
+        (bias, residual, relu, np.maximum(plain + bias[:, None, None] + residual, 0)),
+        (bias, None, relu, np.maximum(plain + bias[:, None, None], 0)),
+    ]
+    for b, z, clamp, expected in calls:
+        np.testing.assert_allclose(bound(x, b, z, clamp), expected, atol=1e-4)
+    other[:] = bias  # the kept arguments read the array the node passes, as it is now
+    np.testing.assert_allclose(bound(x, other, None, six), np.clip(plain + bias[:, None, None], 0, 6), atol=1e-4)
+
+
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
 @pytest.mark.parametrize(
     "layer", [LAYERS[0], LAYERS[5], LAYERS[9], LAYERS[12]], ids=["s2", "s1-dilated", "k7s3", "s2-left-pad-2"]

@@ -237,6 +237,9 @@ def _winograd_beats_tiles(tile: int, channels: int, out) -> bool:
     return tile == 4 and channels >= TILED_WINOGRAD_MIN_CHANNELS and math.prod(out) >= TILED_WINOGRAD_MIN_CELLS
 
 
+_FLOAT32 = np.dtype(np.float32)  # (an identity test: a native float32 array's dtype is this object)
+
+
 def convolve(
     x: np.ndarray,
     w: np.ndarray,
@@ -269,9 +272,9 @@ def convolve(
     :raises InvalidArgument: a bad group, kernel, stride or dilation.
     """
     attributes = (kernel_shape, strides, dilations, pads, auto_pad)
-    if isinstance(packed, PackedConv) and packed.group == group and x.dtype == np.float32:
+    if isinstance(packed, PackedConv) and packed.group == group and x.dtype is _FLOAT32:
         bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
-        if bound is not None and (b is None or b.shape == bound.out_shape[1:2]):
+        if bound is not None and (b is None or (b.ndim == 1 and len(b) == bound.out_shape[1])):
             if isinstance(bound, _depthwise.BoundDepthwise):
                 if residual is None and silu_alpha is None:
                     return bound(x, b, clamp)

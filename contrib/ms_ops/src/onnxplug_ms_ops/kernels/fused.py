@@ -162,8 +162,12 @@ def fused_conv(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
 
+    clamps: dict = {}  # per input dtype: the same tuple each call (the layer keeps its arguments for it)
+
     def run(x, w, b=None, z=None):
-        clamp = _clamp(activation, params, x.dtype)
+        clamp = clamps.get(x.dtype, False)
+        if clamp is False:
+            clamp = clamps[x.dtype] = _clamp(activation, params, x.dtype)
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
             return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, clamp=clamp, **geometry)

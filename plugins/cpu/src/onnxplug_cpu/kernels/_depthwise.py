@@ -131,7 +131,7 @@ class BoundDepthwise:
     holds the second core.  Where the convolutions run on numba's team (``kernels._f32_conv``)
     there is no OpenBLAS worker, and one image's channels are split over that team."""
 
-    __slots__ = ("shape", "dtype", "out_shape", "_planes", "_cells", "_taps", "_no_bias", "_form", "_top_left")
+    __slots__ = ("shape", "dtype", "out_shape", "_planes", "_cells", "_taps", "_no_bias", "_form", "_top_left", "_last")
 
     def __init__(self, shape: tuple, dtype, w: np.ndarray, begin, end, out, stride: int) -> None:
         n, c, h, wd = shape
@@ -154,27 +154,39 @@ class BoundDepthwise:
             form = "phases"  # PyTorch's padding=1: each plane's four phases, then one flat run
         self._form = form
         self._top_left = (int(begin[0]), int(begin[1]))
+        # (bias, clamp, the kernel's arguments between the planes and the output) of the last
+        # call: a node passes the same objects each call (see kernels._f32_conv.BoundLayer)
+        self._last: tuple | None = None
 
     def __call__(self, x: np.ndarray, bias=None, clamp=None) -> np.ndarray:
         """The layer of ``x`` (this shape and dtype) plus ``bias`` ``(C,)``, clamped to ``clamp``
         ``(low, high)``, as a fresh array."""
-        n, c = self.shape[:2]
-        kind = self.dtype.type
+        last = self._last
+        if last is not None and last[0] is bias and last[1] is clamp:
+            arguments = last[2]
+        else:
+            arguments = self._arguments(bias, clamp)
         planes = np.ascontiguousarray(x).reshape(self._planes)
         y = np.empty(self.out_shape, dtype=self.dtype)
+        n, c = self.shape[:2]
+        parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
+        if parts > 1 and team_runs_convolutions():
+            join_run()
+            _depthwise_jit.compiled_parallel()[self._form](planes, *arguments, y.reshape(self._cells), parts)
+        else:
+            _depthwise_jit.compiled()[self._form](planes, *arguments, y.reshape(self._cells))
+        return y
+
+    def _arguments(self, bias, clamp) -> tuple:
+        kind = self.dtype.type
         if bias is None:
             b = self._no_bias
         elif bias.dtype == self.dtype and bias.ndim == 1 and bias.flags.c_contiguous:
             b = bias
         else:
-            b = np.ascontiguousarray(bias.reshape(c), dtype=self.dtype)
+            b = np.ascontiguousarray(bias.reshape(self.shape[1]), dtype=self.dtype)
         low, high = (-np.inf, np.inf) if clamp is None else clamp
-        arguments = (planes, self._taps, b, bias is not None, kind(low), kind(high), *self._top_left)
-        arguments += (y.reshape(self._cells),)
-        parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
-        if parts > 1 and team_runs_convolutions():
-            join_run()
-            _depthwise_jit.compiled_parallel()[self._form](*arguments, parts)
-        else:
-            _depthwise_jit.compiled()[self._form](*arguments)
-        return y
+        arguments = (self._taps, b, bias is not None, kind(low), kind(high), *self._top_left)
+        if b is bias or bias is None:  # (a converted copy would not follow the array's values)
+            self._last = (bias, clamp, arguments)
+        return arguments
