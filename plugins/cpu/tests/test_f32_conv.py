@@ -217,8 +217,9 @@ def test_masked_lanes_touch_nothing_outside_the_input():
         (2, 24, 13, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # read masked, two images
         (1, 16, 12, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 4),  # grouped
         (1, 8, 9, 3, 11, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 33 columns: 32 and one
+        (1, 2050, 31, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # weights in blocks of two row tiles
     ],
-    ids=["pointwise", "masked", "grouped", "33-columns"],
+    ids=["pointwise", "masked", "grouped", "33-columns", "blocks"],
 )
 def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, fresh_plans):
     """The last column or two of a layer read in place are dot products of the weights' rows

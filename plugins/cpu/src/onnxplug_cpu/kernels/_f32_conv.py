@@ -82,11 +82,12 @@ _CHUNK_INPUT_BYTES = 256 << 10
 #: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
 #: those last columns as dot products (``_f32_conv_tail.tail_rows``) instead of one more 16-lane
 #: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  Weights-first
-#: layers take each row tile's dot products right after its tiles, while its weights are in
-#: cache.  At two threads, at 7×7: 2048 → 512 channels pointwise 265 → 241-245 µs, 512 → 2048
-#: 269-273 → 263-265, a 3×3 512 → 512 578-585 → 505-529.  Not more: four columns (14×14, 10×10)
-#: gained 2 % on a 256-channel layer and lost 12 % on a 64-channel one (copying out the inputs
-#: the dot products read is serial).
+#: layers take each block of row tiles' dot products right after its tiles, while its weights
+#: are in cache (``_f32_conv_tile.TAIL_BLOCK_BYTES``).  At two threads, at 7×7, against 64
+#: columns: 2048 → 512 channels pointwise 265-269 → 233 µs, 512 → 2048 269-274 → 236, a 3×3
+#: 512 → 512 578-592 → 495-500, 160 → 960 46 → 42 (six rows' dot products together,
+#: ``_f32_conv_tail.row_dots``).  Not more: four columns (14×14, 10×10) lost 0-25 % (64 → 256
+#: channels at 10×10: 15 → 16-19 µs).
 _TAIL_COLUMNS = 2
 
 
