@@ -61,13 +61,39 @@ def _data(shape, dtype):
     return rng.standard_normal(shape).astype(dtype), rng.standard_normal((shape[1], 3, 3)).astype(dtype)
 
 
+def _fused(x, w, call) -> bool:
+    """Whether this layer runs on the fused multiply-add forms (``kernels._depthwise_ir``)."""
+    return str(_depthwise.plan_depthwise(*call[:7])._form).endswith("_fma")
+
+
+def _assert_same(got, want, fused):
+    """The numpy passes' bits, or on the fused forms their values to float32 accuracy (nine
+    products and the bias: a few units in the last place of the largest term), NaN and
+    infinities where they are."""
+    if not fused:
+        np.testing.assert_array_equal(got, want)
+        return
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    scale = max(1.0, float(np.abs(want[finite]).max(initial=0.0)))
+    assert np.abs(got[finite] - want[finite]).max(initial=0.0) <= 8 * np.finfo(np.float32).eps * scale
+
+
 @pytest.mark.numba
+@pytest.mark.parametrize("fma", ["1", "0"], ids=["fused", "numpy-bits"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, geometry", CASES)
-def test_compiled_gives_the_numpy_passes_bits(shape, geometry, dtype, monkeypatch):
+def test_compiled_gives_the_numpy_passes_values(shape, geometry, dtype, fma, monkeypatch):
+    """The compiled forms give the numpy passes' bits, but for the fused multiply-add forms
+    (float32 ``flat`` and ``phases`` layers on AVX-512F; ``ONNXPLUG_CPU_DEPTHWISE_FMA=0`` keeps the
+    bits), which give their values to float32 accuracy."""
+    monkeypatch.setenv("ONNXPLUG_CPU_DEPTHWISE_FMA", fma)
     x, w = _data(shape, dtype)
     call = _call(x, w, geometry)
     want = _depthwise.depthwise_conv_numpy(*call)
+    fused = _fused(x, w, call)
+    assert not fused or (fma == "1" and dtype == np.float32)
 
     def no_numpy(*args):
         raise AssertionError("the numpy path was taken")
@@ -75,7 +101,21 @@ def test_compiled_gives_the_numpy_passes_bits(shape, geometry, dtype, monkeypatc
     monkeypatch.setattr(_depthwise, "depthwise_conv_numpy", no_numpy)
     got = _depthwise.depthwise_conv(*call)
     assert got.dtype == dtype and got.shape == want.shape and got.flags.c_contiguous
-    np.testing.assert_array_equal(got, want)
+    _assert_same(got, want, fused)
+
+
+@pytest.mark.numba
+def test_fused_forms_take_padding_one_layers_in_float32():
+    """The fused multiply-add forms serve float32 layers with padding 1 at stride 1 (the output
+    the input's size) and at stride 2 (``ceil`` halves), where the CPU has AVX-512F."""
+    if not _depthwise_jit.fused_planes():
+        pytest.skip("the fused forms need numba and a CPU with AVX-512F")
+    x, w = _data((1, 8, 14, 13), np.float32)
+    assert _fused(x, w, _call(x, w, dict(pads=[1, 1, 1, 1])))
+    assert _fused(x, w, _call(x, w, dict(strides=[2, 2], pads=[1, 1, 1, 1])))
+    assert not _fused(x, w, _call(x, w, dict(strides=[2, 2], pads=[0, 0, 1, 1])))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    assert not _fused(x64, w64, _call(x64, w64, dict(pads=[1, 1, 1, 1])))
 
 
 @pytest.mark.parametrize("shape, geometry", CASES)
@@ -147,7 +187,7 @@ def test_bias_and_clamp_in_the_store_match_the_numpy_passes(stride):
     b = np.linspace(-1, 1, 9, dtype=np.float32)
     want = np.clip(_depthwise.depthwise_conv_numpy(*call) + b.reshape(1, -1, 1, 1), np.float32(-0.5), np.float32(1.5))
     got = _depthwise.depthwise_conv(*call, b, (-0.5, 1.5))
-    np.testing.assert_array_equal(got, want)
+    _assert_same(got, want, _fused(x, w, call))
     assert np.isnan(got).any() and (got == np.float32(-0.5)).any() and (got == np.float32(1.5)).any()
 
 
@@ -210,7 +250,7 @@ def test_small_planes_read_as_one_run_keep_each_plane_to_itself(stride):
     call = _call(x, w, dict(strides=[stride, stride], pads=[1, 1, 1, 1]))
     want = _depthwise.depthwise_conv_numpy(*call)
     got = _depthwise.depthwise_conv(*call)
-    np.testing.assert_array_equal(got, want)
+    _assert_same(got, want, _fused(x, w, call))
     assert np.isfinite(got[0, [0, 1, 3, 4]]).all() and np.isfinite(got[1, 1:]).all()
     assert not np.isfinite(got[0, 2]).all() and np.isnan(got[1, 0]).any()
 
@@ -233,6 +273,7 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "_depthwise.depthwise_conv(x[..., :9], w, (1, 1), (1, 1), (5, 5), (2, 2), (1, 1))\n"  # phases, stride 2
         "_depthwise.depthwise_conv(x[..., :7, :7], w, (1, 1), (1, 1), (7, 7), (1, 1), (1, 1))\n"  # framed
         "forms = (loops.stride_1, loops.stride_2, loops.stride_1_flat, loops.stride_2_phases)\n"
+        "forms += (loops.stride_1_fma, loops.stride_2_fma)\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in forms))\n"
     )
     first, second = cache_misses_in_new_processes(code)

@@ -131,7 +131,19 @@ class BoundDepthwise:
     holds the second core.  Where the convolutions run on numba's team (``kernels._f32_conv``)
     there is no OpenBLAS worker, and one image's channels are split over that team."""
 
-    __slots__ = ("shape", "dtype", "out_shape", "_planes", "_cells", "_taps", "_no_bias", "_form", "_top_left", "_last")
+    __slots__ = (
+        "shape",
+        "dtype",
+        "out_shape",
+        "_planes",
+        "_cells",
+        "_taps",
+        "_no_bias",
+        "_form",
+        "_masks",
+        "_top_left",
+        "_last",
+    )
 
     def __init__(self, shape: tuple, dtype, w: np.ndarray, begin, end, out, stride: int) -> None:
         n, c, h, wd = shape
@@ -152,6 +164,14 @@ class BoundDepthwise:
             form = "flat"
         elif tuple(begin) == (1, 1) and stride == 2 and (oh, ow) == ((h - 1) // 2 + 1, (wd - 1) // 2 + 1):
             form = "phases"  # PyTorch's padding=1: each plane's four phases, then one flat run
+        self._masks = None
+        if form in ("flat", "phases") and self.dtype == np.float32 and _depthwise_jit.fused_planes():
+            # fused multiply-adds of masked loads, straight from the input (kernels._depthwise_ir)
+            form = f"{form}_fma"
+            if form == "flat_fma":
+                from ._depthwise_loops import flat_masks
+
+                self._masks = flat_masks(h, wd)
         self._form = form
         self._top_left = (int(begin[0]), int(begin[1]))
         # (bias, clamp, the kernel's arguments between the planes and the output) of the last
@@ -186,7 +206,11 @@ class BoundDepthwise:
         else:
             b = np.ascontiguousarray(bias.reshape(self.shape[1]), dtype=self.dtype)
         low, high = (-np.inf, np.inf) if clamp is None else clamp
-        arguments = (self._taps, b, bias is not None, kind(low), kind(high), *self._top_left)
+        arguments = (self._taps, b, bias is not None, kind(low), kind(high))
+        if self._form == "flat_fma":
+            arguments += (self._masks,)
+        elif self._form != "phases_fma":
+            arguments += self._top_left
         if b is bias or bias is None:  # (a converted copy would not follow the array's values)
             self._last = (bias, clamp, arguments)
         return arguments

@@ -37,9 +37,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ._jit import compiler
+from ._jit import compiler, cpu_has, switched_on
 
-__all__ = ["compiled", "compiled_parallel"]
+__all__ = ["compiled", "compiled_parallel", "fused_planes"]
 
 
 @functools.cache
@@ -65,8 +65,27 @@ def compiled_parallel() -> dict[int, Any] | None:
     return _forms("_parallel")
 
 
-#: Each form's loop in ``_depthwise_loops`` (its parallel form adds ``_parallel``).
-_FORMS = {1: "stride_1", 2: "stride_2", "flat": "stride_1_flat", "phases": "stride_2_phases"}
+#: Each form's loop in ``_depthwise_loops`` (its parallel form adds ``_parallel``); the ``*_fma``
+#: forms are float32 ``flat`` and ``phases`` layers on AVX-512F (``kernels._depthwise_ir``).
+_FORMS = {
+    1: "stride_1",
+    2: "stride_2",
+    "flat": "stride_1_flat",
+    "phases": "stride_2_phases",
+    "flat_fma": "stride_1_fma",
+    "phases_fma": "stride_2_fma",
+}
+
+
+def fused_planes() -> bool:
+    """Whether float32 ``flat`` and ``phases`` layers take the ``*_fma`` forms: numba usable, the
+    CPU with AVX-512F, and ``ONNXPLUG_CPU_DEPTHWISE_FMA`` not ``0`` (read when a layer is planned)."""
+    return _avx512() and switched_on("ONNXPLUG_CPU_DEPTHWISE_FMA")
+
+
+@functools.cache
+def _avx512() -> bool:
+    return compiler() is not None and cpu_has(("avx512f",), ("avx512f",))
 
 
 def _forms(suffix: str) -> dict[Any, Any] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._depthwise_ir import plane_s1, plane_s2
 from ._jit import compiler
 
 jit = compiler()
@@ -347,7 +348,79 @@ def stride_2_phases(x, t, bias, has_bias, low, high, top, left, y):  # pragma: n
             out[n] = finish(s, b, has_bias, low, high)
 
 
+def flat_masks(height: int, width: int) -> np.ndarray:
+    """:func:`._depthwise_ir.plane_s1`'s masks of a ``height × width`` plane: five uint16 per
+    16-cell vector (bit ``i`` for cell ``16·j + i``): inside the plane, with a row above it, with
+    a row below, with a column left of it, with a column right of it.  Read-only."""
+    cells = height * width
+    n = np.arange(-(-cells // 16) * 16)
+    column = n % width
+    inside = n < cells
+    rows = [inside, inside & (n >= width), inside & (n + width < cells), column >= 1, column <= width - 2]
+    bits = np.stack([np.packbits(r.reshape(-1, 16), axis=1, bitorder="little").view("<u2")[:, 0] for r in rows], 1)
+    masks = np.ascontiguousarray(bits.reshape(-1))
+    masks.flags.writeable = False
+    return masks
+
+
+@jit
+def stride_1_fma(x, t, bias, has_bias, low, high, masks, y):  # pragma: no cover - compiled
+    """float32 3×3 with padding 1 all round (the ``"flat"`` form's layers) through
+    :func:`._depthwise_ir.plane_s1`, plane by plane; ``masks`` from :func:`flat_masks`."""
+    planes, height, width = x.shape
+    channels = t.shape[0]
+    cells = height * width
+    with_bias = 1 if has_bias else 0
+    for p in range(planes):
+        c = p % channels
+        at = 4 * p * cells
+        plane_s1(
+            x.ctypes.data + at,
+            y.ctypes.data + at,
+            t[c].ctypes.data,
+            masks.ctypes.data,
+            cells,
+            width,
+            bias[c],
+            with_bias,
+            low,
+            high,
+        )
+
+
+@jit
+def stride_2_fma(x, t, bias, has_bias, low, high, y):  # pragma: no cover - compiled
+    """float32 3×3 at stride 2 with one cell of padding before each axis and a ``ceil(H/2) ×
+    ceil(W/2)`` output (the ``"phases"`` form's layers) through :func:`._depthwise_ir.plane_s2`."""
+    planes, height, width = x.shape
+    oh, ow = y.shape[1], y.shape[2]
+    channels = t.shape[0]
+    with_bias = 1 if has_bias else 0
+    for p in range(planes):
+        c = p % channels
+        source, target = x.ctypes.data + 4 * p * height * width, y.ctypes.data + 4 * p * oh * ow
+        plane_s2(source, target, t[c].ctypes.data, height, width, oh, ow, bias[c], with_bias, low, high)
+
+
 _parallel_jit = compiler(parallel=True)
+
+
+@_parallel_jit
+def stride_1_fma_parallel(x, t, bias, has_bias, low, high, masks, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_1_fma` with one image's channels split into ``parts`` on numba's team."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_1_fma(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, masks, y[lo:hi])
+
+
+@_parallel_jit
+def stride_2_fma_parallel(x, t, bias, has_bias, low, high, y, parts):  # pragma: no cover - compiled
+    """:func:`stride_2_fma` split as :func:`stride_1_fma_parallel`."""
+    channels = t.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = channels * part // parts, channels * (part + 1) // parts
+        stride_2_fma(x[lo:hi], t[lo:hi], bias[lo:hi], has_bias, low, high, y[lo:hi])
 
 
 @_parallel_jit

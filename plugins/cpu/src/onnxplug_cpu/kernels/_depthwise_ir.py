@@ -1,0 +1,200 @@
+"""The 3×3 depthwise planes of ``kernels._depthwise_loops`` as AVX-512 LLVM IR, through numba
+intrinsics (imported by that module only, after ``kernels._depthwise_jit`` has checked that numba
+is usable; the caller checks AVX-512F).
+
+Why: the numba loops kept numpy's rounding (a product, then an add, per tap) and read each plane
+through a padded copy (stride 1) or four phase planes (stride 2) with a select per edge tap: 17-22
+cycles per 16 outputs at stride 1 and 34-97 at stride 2 on MobileNetV2's layers, where nine
+multiply-adds take about five.  Here each output vector is nine fused multiply-adds of masked
+loads straight from the input plane: a lane whose tap falls outside the map is masked off (it
+reads zero, the padding's value, and touches no memory), so there is no copy.
+
+- :func:`plane_s1` (padding 1 all round, the output the input's size): the plane as one flat run
+  of ``H·W`` cells, 16 at a time; tap ``(dy, dx)`` of cell ``n`` reads ``n + dy·W + dx``, masked
+  by the vector's row and column masks (:func:`kernels._depthwise_loops.flat_masks`).
+- :func:`plane_s2` (padding 1 before each axis, ``ceil(H/2) × ceil(W/2)`` outputs: PyTorch's
+  ``padding=1``): output row by output row, 16 outputs at a time; each of the three input rows
+  is loaded as 32 columns from ``2·ox0`` and split into its even columns (the centre taps) and
+  odd ones (the right taps); the left taps are the odd ones moved one lane up, the first lane
+  reading column ``2·ox0 - 1``.
+
+Numerics: ``x₀·t₀`` rounded, then each further tap fused (one rounding per multiply-add), taps in
+row-major order; then the bias added, then clamped (NaN kept), as the tiles store
+(``kernels._f32_tile_ir``).  Not the numpy passes' bits; within float32 accuracy of them.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_F32, _I32, _I64, _I16 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(16)
+_LANES = ir.VectorType(_F32, 16)
+_INDICES = ir.VectorType(_I32, 16)
+_MASK = ir.VectorType(ir.IntType(1), 16)
+_ALL = ir.Constant(_MASK, [1] * 16)
+
+
+def _i64(value: int):
+    return ir.Constant(_I64, value)
+
+
+def _splat(builder, value, vector_type):
+    vector = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
+
+
+def _lanes_below(builder, count):
+    """The mask of lanes ``i < count`` (``count`` an i64, any value)."""
+    count = builder.trunc(builder.select(builder.icmp_signed(">", count, _i64(16)), _i64(16), count), _I32)
+    lanes = ir.Constant(_INDICES, list(range(16)))
+    return builder.icmp_signed("<", lanes, _splat(builder, count, _INDICES))
+
+
+class _Intrinsics:
+    """The LLVM intrinsics a plane's code calls, declared in its module."""
+
+    def __init__(self, builder):
+        module = builder.module
+        pointer = _LANES.as_pointer()
+        self.pointer = pointer
+        self.fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
+        self.load = cgutils.get_or_insert_function(
+            module, ir.FunctionType(_LANES, [pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
+        )
+        self.store = cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.VoidType(), [_LANES, pointer, _I32, _MASK]), "llvm.masked.store.v16f32.p0"
+        )
+
+    def masked_load(self, builder, base, offset, mask):
+        address = builder.bitcast(builder.gep(base, [offset]), self.pointer)
+        return builder.call(self.load, [address, ir.Constant(_I32, 4), mask, ir.Constant(_LANES, None)])
+
+    def masked_store(self, builder, value, base, offset, mask):
+        address = builder.bitcast(builder.gep(base, [offset]), self.pointer)
+        builder.call(self.store, [value, address, ir.Constant(_I32, 4), mask])
+
+
+def _finish(builder, value, bias, has_bias, low, high):
+    """Plus the bias (where there is one: adding zero would turn -0.0 into +0.0), clamped with NaN
+    kept: the tiles' store."""
+    value = builder.select(has_bias, builder.fadd(value, _splat(builder, bias, _LANES)), value)
+    lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
+    value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
+    return builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
+
+
+def _sum_taps(builder, calls, products):
+    """``products`` (value, tap weight), nine in row-major order: each row's three (the first
+    multiplied, the others fused in), then the rows added in order."""
+    rows = []
+    for start in range(0, len(products), 3):
+        total = None
+        for value, weight in products[start : start + 3]:
+            weight = _splat(builder, weight, _LANES)
+            total = builder.fmul(value, weight) if total is None else builder.call(calls.fma, [value, weight, total])
+        rows.append(total)
+    total = rows[0]
+    for row in rows[1:]:
+        total = builder.fadd(total, row)
+    return total
+
+
+def _plane_s1_codegen(context, builder, sig, args):
+    x, y, taps, masks, cells, width, bias, has_bias, low, high = args
+    calls = _Intrinsics(builder)
+    source = builder.inttoptr(x, _F32.as_pointer())
+    target = builder.inttoptr(y, _F32.as_pointer())
+    weights = [builder.load(builder.gep(builder.inttoptr(taps, _F32.as_pointer()), [_i64(k)])) for k in range(9)]
+    table = builder.inttoptr(masks, _I16.as_pointer())
+    has_bias = builder.icmp_signed("!=", has_bias, _i64(0))
+    vectors = builder.sdiv(builder.add(cells, _i64(15)), _i64(16))
+    with cgutils.for_range(builder, vectors) as loop:
+        j = loop.index
+        n0 = builder.mul(j, _i64(16))
+        # The vector's masks: inside the map, a row above, a row below, a column left, right.
+        inside, above, below, left, right = (
+            builder.bitcast(builder.load(builder.gep(table, [builder.add(builder.mul(j, _i64(5)), _i64(i))])), _MASK)
+            for i in range(5)
+        )
+        rows = {-1: above, 0: inside, 1: below}
+        columns = {-1: left, 0: _ALL, 1: right}
+        products = []
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                offset = builder.add(n0, builder.add(builder.mul(_i64(dy), width), _i64(dx)))
+                value = calls.masked_load(builder, source, offset, builder.and_(rows[dy], columns[dx]))
+                products.append((value, weights[3 * (dy + 1) + dx + 1]))
+        total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
+        calls.masked_store(builder, total, target, n0, inside)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def plane_s1(typingctx, x, y, taps, masks, cells, width, bias, has_bias, low, high):
+    """One plane of ``cells = H·W`` float32 cells at ``x`` convolved 3×3 with padding 1 all round
+    into ``y`` (as many cells), the nine ``taps`` row-major, plus ``bias`` (where ``has_bias``),
+    clamped to ``[low, high]``.  ``masks``: five uint16 per 16-cell vector (lanes inside the
+    plane; whose row above, row below, column left, column right is inside it too).  Pointers and
+    sizes as integers."""
+    signature = types.void(*([types.intp] * 6), types.float32, types.intp, types.float32, types.float32)
+    return signature, _plane_s1_codegen
+
+
+def _plane_s2_codegen(context, builder, sig, args):
+    x, y, taps, height, width, out_height, out_width, bias, has_bias, low, high = args
+    calls = _Intrinsics(builder)
+    source = builder.inttoptr(x, _F32.as_pointer())
+    target = builder.inttoptr(y, _F32.as_pointer())
+    weights = [builder.load(builder.gep(builder.inttoptr(taps, _F32.as_pointer()), [_i64(k)])) for k in range(9)]
+    has_bias = builder.icmp_signed("!=", has_bias, _i64(0))
+    even_lanes = ir.Constant(_INDICES, [2 * i for i in range(16)])
+    odd_lanes = ir.Constant(_INDICES, [2 * i + 1 for i in range(16)])
+    up_one = ir.Constant(_INDICES, [16] + list(range(15)))  # lane 0 from the second vector
+    chunks = builder.sdiv(builder.add(out_width, _i64(15)), _i64(16))
+    none = ir.Constant(_MASK, None)
+    with cgutils.for_range(builder, out_height) as rows_loop:
+        oy = rows_loop.index
+        with cgutils.for_range(builder, chunks) as chunk_loop:
+            ox0 = builder.mul(chunk_loop.index, _i64(16))
+            column = builder.mul(ox0, _i64(2))
+            # Columns 2·ox0 … 2·ox0 + 31 of each row, as far as the map goes; column 2·ox0 - 1
+            # (the first left tap) unless it is the padding.
+            first_half = _lanes_below(builder, builder.sub(width, column))
+            second_half = _lanes_below(builder, builder.sub(width, builder.add(column, _i64(16))))
+            has_before = builder.icmp_signed(">", ox0, _i64(0))
+            before_mask = builder.select(has_before, ir.Constant(_MASK, [1] + [0] * 15), none)
+            products = []
+            for dy in range(3):
+                iy = builder.sub(builder.add(builder.mul(oy, _i64(2)), _i64(dy)), _i64(1))
+                valid = builder.and_(builder.icmp_signed(">=", iy, _i64(0)), builder.icmp_signed("<", iy, height))
+                row = builder.add(builder.mul(builder.select(valid, iy, _i64(0)), width), column)
+                keep = builder.select(valid, _ALL, none)
+                low_half = calls.masked_load(builder, source, row, builder.and_(first_half, keep))
+                high_half = calls.masked_load(
+                    builder, source, builder.add(row, _i64(16)), builder.and_(second_half, keep)
+                )
+                centre = builder.shuffle_vector(low_half, high_half, even_lanes)
+                right = builder.shuffle_vector(low_half, high_half, odd_lanes)
+                previous = calls.masked_load(
+                    builder, source, builder.sub(row, _i64(1)), builder.and_(before_mask, keep)
+                )
+                left = builder.shuffle_vector(right, previous, up_one)
+                products += [(left, weights[3 * dy]), (centre, weights[3 * dy + 1]), (right, weights[3 * dy + 2])]
+            total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
+            stored = _lanes_below(builder, builder.sub(out_width, ox0))
+            calls.masked_store(builder, total, target, builder.add(builder.mul(oy, out_width), ox0), stored)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def plane_s2(typingctx, x, y, taps, height, width, out_height, out_width, bias, has_bias, low, high):
+    """One ``height × width`` float32 plane at ``x`` convolved 3×3 at stride 2 with one cell of
+    padding before each axis into the ``out_height × out_width`` plane ``y`` (``ceil`` of half
+    the input's sides), the nine ``taps`` row-major, plus ``bias`` (where ``has_bias``), clamped
+    to ``[low, high]``.  Pointers and sizes as integers; nothing outside the planes is read or
+    written."""
+    signature = types.void(*([types.intp] * 7), types.float32, types.intp, types.float32, types.float32)
+    return signature, _plane_s2_codegen
