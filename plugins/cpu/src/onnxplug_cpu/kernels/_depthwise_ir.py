@@ -30,58 +30,14 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_F32, _I32, _I64, _I16 = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(16)
-_LANES = ir.VectorType(_F32, 16)
-_INDICES = ir.VectorType(_I32, 16)
-_MASK = ir.VectorType(ir.IntType(1), 16)
-_ALL = ir.Constant(_MASK, [1] * 16)
-
-
-def _i64(value: int):
-    return ir.Constant(_I64, value)
-
-
-def _splat(builder, value, vector_type):
-    vector = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
-
-
-def _lanes_below(builder, count):
-    """The mask of lanes ``i < count`` (``count`` an i64, any value)."""
-    count = builder.trunc(builder.select(builder.icmp_signed(">", count, _i64(16)), _i64(16), count), _I32)
-    lanes = ir.Constant(_INDICES, list(range(16)))
-    return builder.icmp_signed("<", lanes, _splat(builder, count, _INDICES))
-
-
-class _Intrinsics:
-    """The LLVM intrinsics a plane's code calls, declared in its module."""
-
-    def __init__(self, builder):
-        module = builder.module
-        pointer = _LANES.as_pointer()
-        self.pointer = pointer
-        self.fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
-        self.load = cgutils.get_or_insert_function(
-            module, ir.FunctionType(_LANES, [pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
-        )
-        self.store = cgutils.get_or_insert_function(
-            module, ir.FunctionType(ir.VoidType(), [_LANES, pointer, _I32, _MASK]), "llvm.masked.store.v16f32.p0"
-        )
-
-    def masked_load(self, builder, base, offset, mask):
-        address = builder.bitcast(builder.gep(base, [offset]), self.pointer)
-        return builder.call(self.load, [address, ir.Constant(_I32, 4), mask, ir.Constant(_LANES, None)])
-
-    def masked_store(self, builder, value, base, offset, mask):
-        address = builder.bitcast(builder.gep(base, [offset]), self.pointer)
-        builder.call(self.store, [value, address, ir.Constant(_I32, 4), mask])
+from ._simd_ir import ALL, F32, I16, INDICES, MASK, NONE, Intrinsics, i64, lanes_below, splat
 
 
 def _finish(builder, value, bias, has_bias, low, high):
     """Plus the bias (where there is one: adding zero would turn -0.0 into +0.0), clamped with NaN
     kept: the tiles' store."""
-    value = builder.select(has_bias, builder.fadd(value, _splat(builder, bias, _LANES)), value)
-    lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
+    value = builder.select(has_bias, builder.fadd(value, splat(builder, bias)), value)
+    lows, highs = splat(builder, low), splat(builder, high)
     value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
     return builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
 
@@ -93,7 +49,7 @@ def _sum_taps(builder, calls, products):
     for start in range(0, len(products), 3):
         total = None
         for value, weight in products[start : start + 3]:
-            weight = _splat(builder, weight, _LANES)
+            weight = splat(builder, weight)
             total = builder.fmul(value, weight) if total is None else builder.call(calls.fma, [value, weight, total])
         rows.append(total)
     total = rows[0]
@@ -104,27 +60,27 @@ def _sum_taps(builder, calls, products):
 
 def _plane_s1_codegen(context, builder, sig, args):
     x, y, taps, masks, cells, width, bias, has_bias, low, high = args
-    calls = _Intrinsics(builder)
-    source = builder.inttoptr(x, _F32.as_pointer())
-    target = builder.inttoptr(y, _F32.as_pointer())
-    weights = [builder.load(builder.gep(builder.inttoptr(taps, _F32.as_pointer()), [_i64(k)])) for k in range(9)]
-    table = builder.inttoptr(masks, _I16.as_pointer())
-    has_bias = builder.icmp_signed("!=", has_bias, _i64(0))
-    vectors = builder.sdiv(builder.add(cells, _i64(15)), _i64(16))
+    calls = Intrinsics(builder)
+    source = builder.inttoptr(x, F32.as_pointer())
+    target = builder.inttoptr(y, F32.as_pointer())
+    weights = [builder.load(builder.gep(builder.inttoptr(taps, F32.as_pointer()), [i64(k)])) for k in range(9)]
+    table = builder.inttoptr(masks, I16.as_pointer())
+    has_bias = builder.icmp_signed("!=", has_bias, i64(0))
+    vectors = builder.sdiv(builder.add(cells, i64(15)), i64(16))
     with cgutils.for_range(builder, vectors) as loop:
         j = loop.index
-        n0 = builder.mul(j, _i64(16))
+        n0 = builder.mul(j, i64(16))
         # The vector's masks: inside the map, a row above, a row below, a column left, right.
         inside, above, below, left, right = (
-            builder.bitcast(builder.load(builder.gep(table, [builder.add(builder.mul(j, _i64(5)), _i64(i))])), _MASK)
+            builder.bitcast(builder.load(builder.gep(table, [builder.add(builder.mul(j, i64(5)), i64(i))])), MASK)
             for i in range(5)
         )
         rows = {-1: above, 0: inside, 1: below}
-        columns = {-1: left, 0: _ALL, 1: right}
+        columns = {-1: left, 0: ALL, 1: right}
         products = []
         for dy in (-1, 0, 1):
             for dx in (-1, 0, 1):
-                offset = builder.add(n0, builder.add(builder.mul(_i64(dy), width), _i64(dx)))
+                offset = builder.add(n0, builder.add(builder.mul(i64(dy), width), i64(dx)))
                 value = calls.masked_load(builder, source, offset, builder.and_(rows[dy], columns[dx]))
                 products.append((value, weights[3 * (dy + 1) + dx + 1]))
         total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
@@ -145,46 +101,43 @@ def plane_s1(typingctx, x, y, taps, masks, cells, width, bias, has_bias, low, hi
 
 def _plane_s2_codegen(context, builder, sig, args):
     x, y, taps, height, width, out_height, out_width, bias, has_bias, low, high = args
-    calls = _Intrinsics(builder)
-    source = builder.inttoptr(x, _F32.as_pointer())
-    target = builder.inttoptr(y, _F32.as_pointer())
-    weights = [builder.load(builder.gep(builder.inttoptr(taps, _F32.as_pointer()), [_i64(k)])) for k in range(9)]
-    has_bias = builder.icmp_signed("!=", has_bias, _i64(0))
-    even_lanes = ir.Constant(_INDICES, [2 * i for i in range(16)])
-    odd_lanes = ir.Constant(_INDICES, [2 * i + 1 for i in range(16)])
-    up_one = ir.Constant(_INDICES, [16] + list(range(15)))  # lane 0 from the second vector
-    chunks = builder.sdiv(builder.add(out_width, _i64(15)), _i64(16))
-    none = ir.Constant(_MASK, None)
+    calls = Intrinsics(builder)
+    source = builder.inttoptr(x, F32.as_pointer())
+    target = builder.inttoptr(y, F32.as_pointer())
+    weights = [builder.load(builder.gep(builder.inttoptr(taps, F32.as_pointer()), [i64(k)])) for k in range(9)]
+    has_bias = builder.icmp_signed("!=", has_bias, i64(0))
+    even_lanes = ir.Constant(INDICES, [2 * i for i in range(16)])
+    odd_lanes = ir.Constant(INDICES, [2 * i + 1 for i in range(16)])
+    up_one = ir.Constant(INDICES, [16] + list(range(15)))  # lane 0 from the second vector
+    chunks = builder.sdiv(builder.add(out_width, i64(15)), i64(16))
     with cgutils.for_range(builder, out_height) as rows_loop:
         oy = rows_loop.index
         with cgutils.for_range(builder, chunks) as chunk_loop:
-            ox0 = builder.mul(chunk_loop.index, _i64(16))
-            column = builder.mul(ox0, _i64(2))
+            ox0 = builder.mul(chunk_loop.index, i64(16))
+            column = builder.mul(ox0, i64(2))
             # Columns 2·ox0 … 2·ox0 + 31 of each row, as far as the map goes; column 2·ox0 - 1
             # (the first left tap) unless it is the padding.
-            first_half = _lanes_below(builder, builder.sub(width, column))
-            second_half = _lanes_below(builder, builder.sub(width, builder.add(column, _i64(16))))
-            has_before = builder.icmp_signed(">", ox0, _i64(0))
-            before_mask = builder.select(has_before, ir.Constant(_MASK, [1] + [0] * 15), none)
+            first_half = lanes_below(builder, builder.sub(width, column))
+            second_half = lanes_below(builder, builder.sub(width, builder.add(column, i64(16))))
+            has_before = builder.icmp_signed(">", ox0, i64(0))
+            before_mask = builder.select(has_before, ir.Constant(MASK, [1] + [0] * 15), NONE)
             products = []
             for dy in range(3):
-                iy = builder.sub(builder.add(builder.mul(oy, _i64(2)), _i64(dy)), _i64(1))
-                valid = builder.and_(builder.icmp_signed(">=", iy, _i64(0)), builder.icmp_signed("<", iy, height))
-                row = builder.add(builder.mul(builder.select(valid, iy, _i64(0)), width), column)
-                keep = builder.select(valid, _ALL, none)
+                iy = builder.sub(builder.add(builder.mul(oy, i64(2)), i64(dy)), i64(1))
+                valid = builder.and_(builder.icmp_signed(">=", iy, i64(0)), builder.icmp_signed("<", iy, height))
+                row = builder.add(builder.mul(builder.select(valid, iy, i64(0)), width), column)
+                keep = builder.select(valid, ALL, NONE)
                 low_half = calls.masked_load(builder, source, row, builder.and_(first_half, keep))
                 high_half = calls.masked_load(
-                    builder, source, builder.add(row, _i64(16)), builder.and_(second_half, keep)
+                    builder, source, builder.add(row, i64(16)), builder.and_(second_half, keep)
                 )
                 centre = builder.shuffle_vector(low_half, high_half, even_lanes)
                 right = builder.shuffle_vector(low_half, high_half, odd_lanes)
-                previous = calls.masked_load(
-                    builder, source, builder.sub(row, _i64(1)), builder.and_(before_mask, keep)
-                )
+                previous = calls.masked_load(builder, source, builder.sub(row, i64(1)), builder.and_(before_mask, keep))
                 left = builder.shuffle_vector(right, previous, up_one)
                 products += [(left, weights[3 * dy]), (centre, weights[3 * dy + 1]), (right, weights[3 * dy + 2])]
             total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
-            stored = _lanes_below(builder, builder.sub(out_width, ox0))
+            stored = lanes_below(builder, builder.sub(out_width, ox0))
             calls.masked_store(builder, total, target, builder.add(builder.mul(oy, out_width), ox0), stored)
     return context.get_dummy_value()
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from ._jit import compiler, cpu_has, switched_on
 
-__all__ = ["compiled", "compiled_parallel", "fused_planes"]
+__all__ = ["avx512", "compiled", "compiled_parallel", "fused_planes"]
 
 
 @functools.cache
@@ -80,11 +80,13 @@ _FORMS = {
 def fused_planes() -> bool:
     """Whether float32 ``flat`` and ``phases`` layers take the ``*_fma`` forms: numba usable, the
     CPU with AVX-512F, and ``ONNXPLUG_CPU_DEPTHWISE_FMA`` not ``0`` (read when a layer is planned)."""
-    return _avx512() and switched_on("ONNXPLUG_CPU_DEPTHWISE_FMA")
+    return avx512() and switched_on("ONNXPLUG_CPU_DEPTHWISE_FMA")
 
 
 @functools.cache
-def _avx512() -> bool:
+def avx512() -> bool:
+    """Whether numba is usable and the CPU has AVX-512F: the kernels written as AVX-512 IR
+    (``kernels._depthwise_ir``, ``kernels._pool_ir``) may run."""
     return compiler() is not None and cpu_has(("avx512f",), ("avx512f",))
 
 

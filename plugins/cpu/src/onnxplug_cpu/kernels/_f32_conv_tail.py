@@ -23,55 +23,36 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._f32_tile_ir import COLUMNS, ROWS
-
-_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-_LANES = ir.VectorType(_F32, 16)
-_INDICES = ir.VectorType(_I32, 16)
-_MASK = ir.VectorType(ir.IntType(1), 16)
+from ._simd_ir import F32, I32, INDICES, LANES, Intrinsics, i64, lanes_below
 
 
 def _row_dots_codegen(context, builder, sig, args):
     w, x, y, depth, ldw, ldy, rows = args
-    module = builder.module
-    pointer = _LANES.as_pointer()
-    fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
-    load = cgutils.get_or_insert_function(
-        module, ir.FunctionType(_LANES, [pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
-    )
-    weights, source = builder.inttoptr(w, _F32.as_pointer()), builder.inttoptr(x, _F32.as_pointer())
-    target = builder.inttoptr(y, _F32.as_pointer())
-    zero, four = ir.Constant(_LANES, None), ir.Constant(_I32, 4)
-    lanes = ir.Constant(_INDICES, list(range(16)))
-    last = builder.sub(rows, ir.Constant(_I64, 1))
+    calls = Intrinsics(builder)
+    weights, source = builder.inttoptr(w, F32.as_pointer()), builder.inttoptr(x, F32.as_pointer())
+    target = builder.inttoptr(y, F32.as_pointer())
+    last = builder.sub(rows, i64(1))
     # rows past the last read the last row's weights (as the tiles do) and are not stored
     starts = [
-        builder.mul(
-            builder.select(builder.icmp_signed("<", ir.Constant(_I64, r), rows), ir.Constant(_I64, r), last), ldw
-        )
-        for r in range(ROWS)
+        builder.mul(builder.select(builder.icmp_signed("<", i64(r), rows), i64(r), last), ldw) for r in range(ROWS)
     ]
-    sums = [cgutils.alloca_once_value(builder, zero) for _ in range(ROWS)]
-    steps = builder.sdiv(builder.add(depth, ir.Constant(_I64, 15)), ir.Constant(_I64, 16))
+    sums = [cgutils.alloca_once_value(builder, ir.Constant(LANES, None)) for _ in range(ROWS)]
+    steps = builder.sdiv(builder.add(depth, i64(15)), i64(16))
     with cgutils.for_range(builder, steps) as loop:
-        k = builder.mul(loop.index, ir.Constant(_I64, 16))
-        left = builder.trunc(builder.sub(depth, k), _I32)
-        splat = builder.insert_element(ir.Constant(_INDICES, ir.Undefined), left, ir.Constant(_I32, 0))
-        splat = builder.shuffle_vector(splat, ir.Constant(_INDICES, ir.Undefined), ir.Constant(_INDICES, None))
-        mask = builder.icmp_signed("<", lanes, splat)
-        column = builder.call(load, [builder.bitcast(builder.gep(source, [k]), pointer), four, mask, zero])
+        k = builder.mul(loop.index, i64(16))
+        mask = lanes_below(builder, builder.sub(depth, k))
+        column = calls.masked_load(builder, source, k, mask)
         for r in range(ROWS):
-            row = builder.call(
-                load, [builder.bitcast(builder.gep(weights, [builder.add(starts[r], k)]), pointer), four, mask, zero]
-            )
-            builder.store(builder.call(fma, [row, column, builder.load(sums[r])]), sums[r])
+            row = calls.masked_load(builder, weights, builder.add(starts[r], k), mask)
+            builder.store(builder.call(calls.fma, [row, column, builder.load(sums[r])]), sums[r])
     for r in range(ROWS):
         total = builder.load(sums[r])
         for half in (8, 4, 2, 1):  # lane i plus lane i + half: lane 0 ends with the sum
-            rotated = ir.Constant(_INDICES, [(i + half) % 16 for i in range(16)])
-            total = builder.fadd(total, builder.shuffle_vector(total, ir.Constant(_LANES, ir.Undefined), rotated))
-        with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, r), rows)):
-            place = builder.gep(target, [builder.mul(ir.Constant(_I64, r), ldy)])
-            builder.store(builder.extract_element(total, ir.Constant(_I32, 0)), place)
+            rotated = ir.Constant(INDICES, [(i + half) % 16 for i in range(16)])
+            total = builder.fadd(total, builder.shuffle_vector(total, ir.Constant(LANES, ir.Undefined), rotated))
+        with builder.if_then(builder.icmp_signed("<", i64(r), rows)):
+            place = builder.gep(target, [builder.mul(i64(r), ldy)])
+            builder.store(builder.extract_element(total, ir.Constant(I32, 0)), place)
     return context.get_dummy_value()
 
 
