@@ -349,3 +349,49 @@ def test_silu_after_a_conv_is_fused_conv_quick_gelu(fusion, rng, conv_attrs, x_s
     got = fusion.run(fused, {"x": x})[0]
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def bn_act(rng, activation, *, attrs=None, bounds=(), shape=(2, 5, 6, 7), opset=15, extra_output=False):
+    channels = shape[1]
+    inits = [
+        nh.from_array((1 + 0.2 * rng.standard_normal(channels)).astype(np.float32), "scale"),
+        nh.from_array(rng.standard_normal(channels).astype(np.float32), "bias"),
+        nh.from_array(rng.standard_normal(channels).astype(np.float32), "mean"),
+        nh.from_array((0.5 + rng.random(channels)).astype(np.float32), "var"),
+    ]
+    act_inputs = ["n"]
+    for name, bound in zip(("lo", "hi"), bounds):
+        inits.append(nh.from_array(np.array(bound, np.float32), name))
+        act_inputs.append(name)
+    nodes = [
+        oh.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["n"], epsilon=1e-3, **(attrs or {})),
+        oh.make_node(activation, act_inputs, ["y"]),
+    ]
+    model = model_of(nodes, inits, [oh.make_tensor_value_info("x", F, list(shape))], "y", opset=opset)
+    if extra_output:
+        model.graph.output.append(oh.make_tensor_value_info("n", F, None))
+    return model
+
+
+@pytest.mark.parametrize("activation,bounds", [("Relu", ()), ("Clip", (-0.5, 0.7))])
+def test_batch_norm_then_relu_or_clip_is_a_depthwise_fused_conv(fusion, rng, activation, bounds):
+    """DenseNet's normalization of the concatenated features: one depthwise 1×1 FusedConv whose
+    weights are the normalization's factors, the same values (and onnxruntime's)."""
+    x = rng.standard_normal((2, 5, 6, 7)).astype(np.float32)
+    fused, _ = fusion.check(
+        bn_act(rng, activation, bounds=bounds), [SETS["ms_ops.fused_batch_norm"]], {"x": x}, {f"{MS}.FusedConv": 1}
+    )
+    node = next(iter(fused.graph))
+    assert node.attributes.get_int("group") == 5 and tuple(node.attributes.get_ints("kernel_shape")) == (1, 1)
+    assert node.attributes.get_string("activation") == activation
+    if bounds:
+        assert tuple(node.attributes.get_floats("activation_params")) == pytest.approx(bounds)
+
+
+def test_batch_norm_read_elsewhere_or_of_unknown_shape_is_not_fused(fusion, rng):
+    fusion.assert_unchanged(bn_act(rng, "Relu", extra_output=True), [SETS["ms_ops.fused_batch_norm"]])
+    model = bn_act(rng, "Relu")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "C"
+    fusion.assert_unchanged(model, [SETS["ms_ops.fused_batch_norm"]], "vectors of its channels")
+    fusion.assert_unchanged(bn_act(rng, "Relu", shape=(2, 5, 6)), [SETS["ms_ops.fused_batch_norm"]], "4-D")
+    fusion.assert_unchanged(bn_act(rng, "Tanh"), [SETS["ms_ops.fused_batch_norm"]])

@@ -306,3 +306,33 @@ def test_depthwise_layers_on_the_team_keep_their_bits(stride, monkeypatch):
                 )
             )
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("shape", [(1, 40, 30, 30), (2, 3, 4, 5)], ids=["compiled", "small"])
+@pytest.mark.parametrize("clamp", [(0.0, np.inf), (-0.5, 0.7), None], ids=["relu", "clip", "none"])
+def test_pointwise_depthwise_layers_are_one_affine_pass_with_the_numpy_bits(shape, clamp):
+    """A depthwise 1×1 layer at stride 1 (a BatchNormalization and its Relu, as ms_ops' rule
+    writes them) is ``x · w + b`` rounded as numpy rounds, then clamped, in one pass
+    (``BoundChannelAffine``); without a bias nothing is added (-0.0 stays -0.0)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x.flat[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    c = shape[1]
+    w = (1 + 0.3 * rng.standard_normal((c, 1, 1, 1))).astype(np.float32)
+    b = rng.standard_normal(c, dtype=np.float32)
+    packed = PackedConv(w, c)
+    assert isinstance(
+        _depthwise.plan_depthwise(x, w.reshape(c, 1, 1), (0, 0), (0, 0), shape[2:], (1, 1), (1, 1)),
+        _depthwise.BoundChannelAffine,
+    )
+    for bias in (b, None):
+        want = x * w.reshape(1, c, 1, 1)
+        if bias is not None:
+            want = want + bias.reshape(1, c, 1, 1)
+        if clamp is not None:
+            want = np.where(want < np.float32(clamp[0]), np.float32(clamp[0]), want)
+            want = np.where(want > np.float32(clamp[1]), np.float32(clamp[1]), want)
+        for _ in range(2):  # planned, then the node's remembered layer
+            got = convolve(x, w, bias, group=c, packed=packed, clamp=clamp)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -275,7 +275,7 @@ def convolve(
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype is _FLOAT32:
         bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
         if bound is not None and (b is None or (b.ndim == 1 and len(b) == bound.out_shape[1])):
-            if isinstance(bound, _depthwise.BoundDepthwise):
+            if isinstance(bound, (_depthwise.BoundDepthwise, _depthwise.BoundChannelAffine)):
                 if residual is None and silu_alpha is None:
                     return bound(x, b, clamp)
             elif _f32_conv.available():

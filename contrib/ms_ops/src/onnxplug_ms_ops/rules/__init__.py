@@ -100,6 +100,13 @@ def rule_sets(stage: str) -> list[RuleSet]:
             description="Conv (+ a residual Add or Sum of its shape) + activation → FusedConv",
         ),
         RuleSet(
+            "ms_ops.fused_batch_norm",
+            _rules("fused", "fused_batch_norm_rules"),
+            produces=[OpRef(DOMAIN, "FusedConv")],
+            anchors={"BatchNormalization"},
+            description="BatchNormalization (inference) + Relu or Clip → a depthwise 1×1 FusedConv",
+        ),
+        RuleSet(
             "ms_ops.fused_gemm",
             _rules("fused", "fused_gemm_rules"),
             produces=[OpRef(DOMAIN, "FusedGemm")],

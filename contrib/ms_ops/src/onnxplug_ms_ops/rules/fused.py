@@ -9,6 +9,9 @@
   full feature map (16 Sum and 16 Relu nodes in ResNet-50).
 - ``FuseConvAdd``: ``Add(Conv(x, W[, B]), z)`` with no activation after it → ``FusedConv(x, W,
   B, z)`` without one (onnxruntime reads that as the identity): MobileNetV2's residual adds.
+- ``FuseBatchNormClamp``: ``act(BatchNormalization(x))`` (inference) with ``act`` a Relu or a Clip →
+  a depthwise 1×1 ``FusedConv`` with the normalization's per-channel factors as its weights
+  (DenseNet's normalization of the concatenated features, which no convolution precedes).
 - ``FuseGemmActivation``: ``act(Gemm(A, B[, C]))`` → ``FusedGemm`` for the activations FusedGemm's
   ``activation_alpha/beta/gamma`` can carry (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Elu,
   Selu, Softplus, Softsign, ThresholdedRelu).
@@ -26,11 +29,11 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from onnxplug_cpu.rule_values import constant_array, static_shape
+from onnxplug_cpu.rule_values import constant_array, fresh_initializer_names, static_shape
 
 from .. import DOMAIN
 
-__all__ = ["fused_conv_rules", "fused_gemm_rules", "fused_matmul_rules"]
+__all__ = ["fused_batch_norm_rules", "fused_conv_rules", "fused_gemm_rules", "fused_matmul_rules"]
 
 _F32 = ir.DataType.FLOAT
 
@@ -362,6 +365,65 @@ def fused_conv_rules() -> list:
             for i, first in enumerate((True, False))
         ]
     )
+
+
+class FuseBatchNormClamp(pattern.RewriteRuleClassBase):
+    """``act(BatchNormalization(x, scale, bias, mean, var))`` (inference, constant parameters, a
+    float32 NCHW ``x`` whose channels are known) with ``act`` a Relu or a Clip with constant
+    bounds → ``FusedConv(x, W, B, group=C, kernel_shape=[1, 1], activation=act)``: a depthwise 1×1
+    convolution whose weights are the normalization's per-channel factors, ``a = scale /
+    sqrt(var + ε)`` and ``B = bias − mean · a``, worked out in float32 as the BatchNormalization
+    kernel does.  DenseNet normalizes and rectifies the concatenated features before each of its
+    58 dense layers, where no convolution precedes to fold them into: as one FusedConv the CPU
+    provider makes one pass over the features (multiply, add, clamp) instead of two.
+    onnxruntime's FusedConv runs the same node (a grouped convolution)."""
+
+    def __init__(self, name: str, *, activation: str):
+        super().__init__(name)
+        self._activation = activation
+
+    def pattern(self, op, x, scale, bias, mean, var):
+        bn = op.BatchNormalization(x, scale, bias, mean, var, _outputs=["bn_out"])
+        return getattr(op, self._activation)(bn, _allow_other_inputs=True, _outputs=["act_out"])
+
+    def check(self, context, x, scale, bias, mean, var, bn_out, act_out, **_):
+        result = pattern.MatchResult()
+        if x.dtype != _F32:
+            return result.fail("FusedConv is fused for float32 only", x)
+        shape = static_shape(x)
+        if shape is None or len(shape) != 4:
+            return result.fail("the normalized tensor is not a 4-D tensor of known shape", x)
+        bn = bn_out.producer()
+        attrs = bn.attributes
+        modes = (attrs.get_int("training_mode", 0), attrs.get_int("spatial", 1), attrs.get_int("is_test", 1))
+        if modes != (0, 1, 1):
+            return result.fail("BatchNormalization is not spatial inference normalization")
+        arrays = [constant_array(v) for v in (scale, bias, mean, var)]
+        if any(a is None or a.dtype != np.float32 or a.shape != (shape[1],) for a in arrays):
+            return result.fail("BatchNormalization's parameters are not constant float32 vectors of its channels")
+        self._activation_params = _params(act_out.producer())
+        if self._activation_params is None:
+            return result.fail("the activation's parameters are not constants", act_out)
+        self._arrays, self._epsilon = arrays, np.float32(attrs.get_float("epsilon", 1e-5))
+        base = bn.name or "batch_norm"
+        self._names = fresh_initializer_names(context.graph_or_function, f"{base}_factors", f"{base}_shifts")
+        return result
+
+    def rewrite(self, op, x, **_):
+        scale, bias, mean, var = self._arrays
+        factors = scale / np.sqrt(var + self._epsilon)  # float32, as kernels.normalization computes
+        shifts = bias - mean * factors
+        channels = factors.shape[0]
+        w = op.initializer(ir.tensor(factors.reshape(channels, 1, 1, 1), name=self._names[0]))
+        b = op.initializer(ir.tensor(shifts, name=self._names[1]))
+        attrs = dict(group=channels, kernel_shape=[1, 1], activation=self._activation)
+        if self._activation_params:
+            attrs["activation_params"] = self._activation_params
+        return op.FusedConv(x, w, b, **attrs, _domain=DOMAIN)
+
+
+def fused_batch_norm_rules() -> list:
+    return [FuseBatchNormClamp.rule(f"batch_norm_{a}", activation=a) for a in ("Relu", "Clip")]
 
 
 def fused_gemm_rules() -> list:

@@ -26,6 +26,21 @@ def affine_rows(x, a, c, y, parts):  # pragma: no cover - compiled
 
 
 @_split
+def affine_clamp_rows(x, a, c, low, high, y, parts):  # pragma: no cover - compiled
+    """:func:`affine_rows`, then clamped to ``[low, high]`` (NaN kept): a depthwise 1×1
+    convolution with its bias and a Relu or Clip (``kernels._depthwise.BoundChannelAffine``)."""
+    rows, channels = x.shape[0], a.shape[0]
+    for part in numba.prange(parts):
+        for r in range(rows * part // parts, rows * (part + 1) // parts):
+            scale, shift = a[r % channels], c[r % channels]
+            source, target = x[r], y[r]
+            for i in range(source.shape[0]):
+                v = source[i] * scale + shift
+                v = low if v < low else v
+                target[i] = high if v > high else v
+
+
+@_split
 def relu_flat(x, y, parts):  # pragma: no cover - compiled
     """``y = np.maximum(x, 0)`` over 1-D arrays, in ``parts`` ranges."""
     size = x.shape[0]

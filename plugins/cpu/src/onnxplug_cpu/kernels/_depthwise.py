@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _depthwise_jit
+from . import _channel_jit, _depthwise_jit
 from ._split_rows import thread_budget
 from ._team import join_run, team_runs_convolutions
 
-__all__ = ["BoundDepthwise", "depthwise_conv", "depthwise_conv_numpy", "plan_depthwise"]
+__all__ = ["BoundChannelAffine", "BoundDepthwise", "depthwise_conv", "depthwise_conv_numpy", "plan_depthwise"]
 
 #: Output cells per block: accumulator + temporary of this size stay in L2.
 _BLOCK_CELLS = 16384
@@ -38,10 +38,14 @@ def depthwise_conv(x, w, begin, end, out, strides, dilations, bias=None, clamp=N
     return depthwise_conv_numpy(x, w, begin, end, out, strides, dilations, bias, clamp)
 
 
-def plan_depthwise(x, w, begin, end, out, strides, dilations) -> BoundDepthwise | None:
-    """The compiled layer (:class:`BoundDepthwise`) for ``x``'s shape, or ``None`` where the
-    numpy passes run it (a kernel other than 3×3, a dilation, a stride other than 1 or 2 on both
-    axes, or no numba)."""
+def plan_depthwise(x, w, begin, end, out, strides, dilations) -> BoundDepthwise | BoundChannelAffine | None:
+    """The compiled layer (:class:`BoundDepthwise`) for ``x``'s shape, a float32 1×1 layer at
+    stride 1 without padding as :class:`BoundChannelAffine`, or ``None`` where the numpy passes
+    run it (another kernel than 3×3, a dilation, a stride other than 1 or 2 on both axes, or no
+    numba)."""
+    if w.shape[1:] == (1, 1) and tuple(strides) == (1, 1) and not any(begin) and not any(end):
+        if x.dtype == np.float32 and x.ndim == 4:
+            return BoundChannelAffine(x.shape, w)
     kernels = _depthwise_jit.compiled() if w.shape[1:] == (3, 3) and tuple(dilations) == (1, 1) else None
     stride = strides[0] if strides[0] == strides[1] else 0
     if kernels is None or stride not in (1, 2):
@@ -214,3 +218,34 @@ class BoundDepthwise:
         if b is bias or bias is None:  # (a converted copy would not follow the array's values)
             self._last = (bias, clamp, arguments)
         return arguments
+
+
+class BoundChannelAffine:
+    """A float32 depthwise 1×1 convolution at stride 1 without padding (``x · w[c] + b[c]``, then
+    clamped): a BatchNormalization and its Relu or Clip, as ``onnxplug_ms_ops``' FusedConv rule
+    writes them, in one compiled pass over the features (``kernels._channel_jit``), where the
+    numpy passes made one for the product, one for the bias and one for the clamp.  The same
+    bits as those passes: the product rounded, then the bias added, then clamped.  Called as
+    :class:`BoundDepthwise` is."""
+
+    __slots__ = ("shape", "out_shape", "_factors")
+
+    def __init__(self, shape: tuple, w: np.ndarray) -> None:
+        self.shape = self.out_shape = shape
+        self._factors = np.ascontiguousarray(w.reshape(-1), dtype=np.float32)
+
+    def __call__(self, x: np.ndarray, bias=None, clamp=None) -> np.ndarray:
+        low, high = (-np.inf, np.inf) if clamp is None else clamp
+        low, high = np.float32(low), np.float32(high)
+        if bias is not None:
+            shifts = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+            y = _channel_jit.affine_clamp_channels(np.ascontiguousarray(x), self._factors, shifts, low, high)
+            if y is not None:
+                return y
+        # (without a bias nothing is added: adding a zero would turn -0.0 into +0.0)
+        y = x * self._factors.reshape(-1, 1, 1)
+        if bias is not None:
+            y += np.asarray(bias, dtype=np.float32).reshape(-1, 1, 1)
+        if clamp is not None:
+            np.clip(y, low, high, out=y)
+        return y
