@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxplug
+from onnxplug.errors import InvalidArgument
 from onnxplug.testing import make_model
 from onnxplug_cpu.kernels import resize
 
@@ -80,7 +81,7 @@ def test_other_calls_keep_the_numpy_path(monkeypatch):
     _run(rng.standard_normal((1, 8, 40, 40)), (2.0, 2.0), "linear", "half_pixel")  # float64
     _run(rng.standard_normal((1, 8, 40, 40)).astype(np.float32), (2.0, 2.0), "cubic", "half_pixel")
     _run(rng.standard_normal((1, 8, 40, 40)).astype(np.float32), (1.0, 2.0), "linear", "half_pixel")  # one axis
-    assert len(calls) == 1  # only the last reached the kernel lookup, and declined on the unresized axis
+    assert calls == []  # each plan declined before the kernel lookup (the last on its unresized axis)
     x = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
     y = resize.resize_11(
         x,
@@ -94,7 +95,7 @@ def test_other_calls_keep_the_numpy_path(monkeypatch):
         mode="nearest",
         nearest_mode="floor",
     )
-    assert y.shape == (1, 16, 80, 80) and len(calls) == 1
+    assert y.shape == (1, 16, 80, 80) and calls == []
 
 
 @pytest.mark.parametrize(
@@ -198,3 +199,27 @@ def _node_model(shape, ctm, nearest_mode):
     return make_model(
         [node], [("x", TensorProto.FLOAT, list(shape))], [("y", TensorProto.FLOAT, None)], {"scales": scales}
     )
+
+
+def test_geometry_kept_per_input_values_not_per_array():
+    """The output geometry is worked out once per input shape and scales/sizes/roi values: the
+    same array with other values in it (or another array with the same values) gives its own."""
+    x = np.random.default_rng(4).standard_normal((1, 3, 20, 20)).astype(np.float32)
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    attrs = dict(
+        coordinate_transformation_mode="asymmetric",
+        cubic_coeff_a=-0.75,
+        exclude_outside=0,
+        extrapolation_value=0.0,
+        mode="nearest",
+        nearest_mode="floor",
+    )
+    first = resize.resize_11(x, None, scales, None, **attrs)
+    scales[2:] = 3.0
+    second = resize.resize_11(x, None, scales, None, **attrs)
+    sizes = np.array([1, 3, 30, 50], np.int64)
+    third = resize.resize_11(x, None, None, sizes, **attrs)
+    assert first.shape == (1, 3, 40, 40) and second.shape == (1, 3, 60, 60) and third.shape == (1, 3, 30, 50)
+    np.testing.assert_array_equal(second, x.repeat(3, axis=2).repeat(3, axis=3))
+    with pytest.raises(InvalidArgument, match="positive"):
+        resize.resize_11(x, None, -scales, None, **attrs)

@@ -164,22 +164,22 @@ def _double_both_axes(source, target, parts: int = 1) -> None:
         serial(*arguments)
 
 
-def _resize_2d(x, out_shape, scales, opts):
-    """The compiled nearest / bilinear pass over the last two axes, or ``None`` when it does not
-    apply (another dtype, mode, axis or coordinate mode with a roi, a small output, no numba)."""
-    if x.dtype != np.float32 or x.ndim < 3 or opts["ctm"] == "tf_crop_and_resize" or opts["antialias"]:
+@functools.lru_cache(maxsize=256)
+def _plan_2d(shape: tuple, out_shape: tuple, scales: tuple, options: tuple):
+    """What :func:`_resize_2d` runs for this geometry, worked out once: ``None`` where the
+    compiled pass does not apply, else ``(form, tables)``: ``"double"`` (an exact 2× nearest
+    upsampling of both axes), ``"nearest"`` (each axis' source index) or ``"linear"`` (each axis'
+    two taps and weights)."""
+    opts = dict(options)
+    if len(shape) < 3 or opts["ctm"] == "tf_crop_and_resize" or opts["antialias"]:
         return None
     if opts["mode"] not in ("nearest", "linear") or math.prod(out_shape) < COMPILED_MIN_ELEMENTS:
         return None
-    if tuple(out_shape[:-2]) != x.shape[:-2] or any(float(s) != 1.0 for s in scales[:-2]) or 0 in x.shape:
+    if tuple(out_shape[:-2]) != shape[:-2] or any(float(s) != 1.0 for s in scales[:-2]) or 0 in shape:
         return None
-    kernels = _compiled_2d()
-    if kernels is None:
-        return None
-    options = tuple(sorted(opts.items()))
     tables = []
     for axis in (-2, -1):
-        in_size, out_size, scale = x.shape[axis], out_shape[axis], float(scales[axis])
+        in_size, out_size, scale = shape[axis], out_shape[axis], float(scales[axis])
         if in_size == out_size and scale == 1.0:  # an axis the numpy path leaves alone
             if opts["mode"] == "linear":
                 return None  # x·1 + x·0 is not x for infinities
@@ -187,25 +187,47 @@ def _resize_2d(x, out_shape, scales, opts):
         else:
             tables.append(_cached_taps(in_size, out_size, scale, options))
     (iy, wy), (ix, wx) = tables
+    if opts["mode"] == "linear":
+        return "linear", (iy, wy, ix, wx)
+    if all(_doubled(shape[axis], out_shape[axis], float(scales[axis]), options) for axis in (-2, -1)):
+        return "double", ()
+    return "nearest", (np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]))
+
+
+def _resize_2d(x, out_shape, scales, opts):
+    """The compiled nearest / bilinear pass over the last two axes, or ``None`` when it does not
+    apply (another dtype, mode, axis or coordinate mode with a roi, a small output, no numba)."""
+    if x.dtype != np.float32:
+        return None
+    plan = _plan_2d(x.shape, tuple(out_shape), tuple(float(s) for s in scales), _options_key(opts))
+    if plan is None:
+        return None
+    kernels = _compiled_2d()
+    if kernels is None:
+        return None
+    form, tables = plan
     source = np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
     y = np.empty(out_shape, np.float32)
     target = y.reshape(-1, *out_shape[-2:])
     parts = min(thread_budget(), y.size // PART_ELEMENTS, target.shape[0])
     team = parts > 1 and team_joined()  # between the convolutions of a run on numba's team
-    if opts["mode"] == "nearest" and all(
-        _doubled(x.shape[axis], out_shape[axis], float(scales[axis]), options) for axis in (-2, -1)
-    ):
+    if form == "double":
         _double_both_axes(source, target, parts if team else 1)
         return y
-    if opts["mode"] == "nearest":
-        arguments = (source, np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]), target)
+    if form == "nearest":
+        arguments = (source, *tables, target)
     else:
-        arguments = (source, iy, wy, ix, wx, target)
+        arguments = (source, tables[0], tables[1], tables[2], tables[3], target)
     if team:
-        _compiled_2d_parallel()[opts["mode"] == "linear"](*arguments, parts)
+        _compiled_2d_parallel()[form == "linear"](*arguments, parts)
     else:
-        kernels[opts["mode"] == "linear"](*arguments)
+        kernels[form == "linear"](*arguments)
     return y
+
+
+def _options_key(opts: dict) -> tuple:
+    """The options as a hashable key (:func:`_options` makes them in one order)."""
+    return tuple(opts.items())
 
 
 def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
@@ -248,13 +270,47 @@ def _present(t):
     return t is not None and np.asarray(t).size > 0
 
 
+def _raw(t):
+    """A host input as a hashable key (``None`` when absent): its dtype, shape and bytes."""
+    if not _present(t):
+        return None
+    array = np.ascontiguousarray(t)
+    return array.dtype.str, array.shape, array.tobytes()
+
+
 def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapolation_value=0.0):
-    rank = x.ndim
+    """``x`` resized as the node's inputs and attributes say; the output's shape, scales and roi
+    are worked out once per input shape and input values (a small map's resize spent most of its
+    time on them, ~15 µs a call)."""
+    key = (x.shape, _raw(roi), _raw(scales), _raw(sizes), None if axes is None else tuple(axes), policy)
+    out_shape, full_scales, full_roi = _geometry(*key, _options_key(opts))
+    return resize_nd(x, list(out_shape), list(full_scales), opts, full_roi, extrapolation_value)
+
+
+def _array(raw):
+    return None if raw is None else np.frombuffer(raw[2], dtype=np.dtype(raw[0])).reshape(raw[1])
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(shape, roi, scales, sizes, axes, policy, options):
+    """``(out_shape, scales, roi)`` of a resize of an input of ``shape`` (the inputs as
+    :func:`_raw` keys); the roi read-only."""
+    out_shape, full_scales, full_roi = _output_geometry(
+        shape, _array(roi), _array(scales), _array(sizes), dict(options), axes=axes, policy=policy
+    )
+    if full_roi is not None:
+        full_roi = np.array(full_roi)
+        full_roi.flags.writeable = False
+    return tuple(out_shape), tuple(full_scales), full_roi
+
+
+def _output_geometry(shape, roi, scales, sizes, opts, *, axes=None, policy="stretch"):
+    rank = len(shape)
     axes = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
     if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
         raise InvalidArgument(f"Resize: axes {list(axes)} are invalid for rank {rank}")
     full_scales = [1.0] * rank
-    out_shape = list(x.shape)
+    out_shape = list(shape)
     if _present(scales) and _present(sizes):
         raise InvalidArgument("Resize: only one of scales and sizes may be given")
     if _present(scales):
@@ -265,17 +321,17 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
             raise InvalidArgument(f"Resize: scales must be positive, got {scales.tolist()}")
         for a, s in zip(axes, scales):
             full_scales[a] = float(s)
-            out_shape[a] = int(math.floor(x.shape[a] * s))
+            out_shape[a] = int(math.floor(shape[a] * s))
     elif _present(sizes):
         sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
         if len(sizes) != len(axes) or any(v < 0 for v in sizes):
             raise InvalidArgument(f"Resize: sizes {sizes} do not fit axes {axes}")
-        ratios = [sizes[i] / x.shape[a] if x.shape[a] else 1.0 for i, a in enumerate(axes)]
+        ratios = [sizes[i] / shape[a] if shape[a] else 1.0 for i, a in enumerate(axes)]
         if policy in ("not_larger", "not_smaller"):
             common = min(ratios) if policy == "not_larger" else max(ratios)
             for a in axes:
                 full_scales[a] = common
-                out_shape[a] = int(math.floor(common * x.shape[a] + 0.5))
+                out_shape[a] = int(math.floor(common * shape[a] + 0.5))
         elif policy == "stretch":
             for i, a in enumerate(axes):
                 full_scales[a] = ratios[i]
@@ -299,7 +355,7 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
                 full_roi[a], full_roi[a + rank] = roi[i], roi[i + len(axes)]
         else:
             raise InvalidArgument(f"Resize: roi has {len(roi)} values, expected {2 * len(axes)}")
-    return resize_nd(x, out_shape, full_scales, opts, full_roi, extrapolation_value)
+    return out_shape, full_scales, full_roi
 
 
 def _options(
