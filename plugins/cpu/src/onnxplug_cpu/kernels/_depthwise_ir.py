@@ -77,14 +77,31 @@ def _plane_s1_codegen(context, builder, sig, args):
         )
         rows = {-1: above, 0: inside, 1: below}
         columns = {-1: left, 0: ALL, 1: right}
-        products = []
-        for dy in (-1, 0, 1):
-            for dx in (-1, 0, 1):
-                offset = builder.add(n0, builder.add(builder.mul(i64(dy), width), i64(dx)))
-                value = calls.masked_load(builder, source, offset, builder.and_(rows[dy], columns[dx]))
-                products.append((value, weights[3 * (dy + 1) + dx + 1]))
-        total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
-        calls.masked_store(builder, total, target, n0, inside)
+        # A vector with every tap inside the map (most of a wide map's) loads without masks.
+        every = builder.and_(builder.and_(builder.and_(above, below), left), right)
+        interior = builder.icmp_unsigned("==", builder.bitcast(every, I16), ir.Constant(I16, 0xFFFF))
+
+        def vector(masked: bool):
+            products = []
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    offset = builder.add(n0, builder.add(builder.mul(i64(dy), width), i64(dx)))
+                    if masked:
+                        value = calls.masked_load(builder, source, offset, builder.and_(rows[dy], columns[dx]))
+                    else:
+                        value = builder.load(builder.bitcast(builder.gep(source, [offset]), calls.pointer), align=4)
+                    products.append((value, weights[3 * (dy + 1) + dx + 1]))
+            total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
+            if masked:
+                calls.masked_store(builder, total, target, n0, inside)
+            else:
+                builder.store(total, builder.bitcast(builder.gep(target, [n0]), calls.pointer), align=4)
+
+        with builder.if_else(interior) as (then, otherwise):
+            with then:
+                vector(masked=False)
+            with otherwise:
+                vector(masked=True)
     return context.get_dummy_value()
 
 
