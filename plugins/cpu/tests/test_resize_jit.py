@@ -73,6 +73,17 @@ def test_linear_matches_numpy_path(monkeypatch, scales, ctm):
     np.testing.assert_array_equal(fast, slow)
 
 
+#: resize_11's attributes for an asymmetric, floored nearest resize (YOLO's upsampling).
+_NEAREST = dict(
+    coordinate_transformation_mode="asymmetric",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    mode="nearest",
+    nearest_mode="floor",
+)
+
+
 def test_other_calls_keep_the_numpy_path(monkeypatch):
     calls = []
     monkeypatch.setattr(resize, "_compiled_2d", lambda: calls.append(1))
@@ -83,18 +94,7 @@ def test_other_calls_keep_the_numpy_path(monkeypatch):
     _run(rng.standard_normal((1, 8, 40, 40)).astype(np.float32), (1.0, 2.0), "linear", "half_pixel")  # one axis
     assert calls == []  # each plan declined before the kernel lookup (the last on its unresized axis)
     x = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
-    y = resize.resize_11(
-        x,
-        None,
-        np.array([1.0, 2.0, 2.0, 2.0], np.float32),  # the channel axis too
-        None,
-        coordinate_transformation_mode="asymmetric",
-        cubic_coeff_a=-0.75,
-        exclude_outside=0,
-        extrapolation_value=0.0,
-        mode="nearest",
-        nearest_mode="floor",
-    )
+    y = resize.resize_11(x, None, np.array([1.0, 2.0, 2.0, 2.0], np.float32), None, **_NEAREST)  # the channel axis too
     assert y.shape == (1, 16, 80, 80) and calls == []
 
 
@@ -206,14 +206,7 @@ def test_geometry_kept_per_input_values_not_per_array():
     same array with other values in it (or another array with the same values) gives its own."""
     x = np.random.default_rng(4).standard_normal((1, 3, 20, 20)).astype(np.float32)
     scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
-    attrs = dict(
-        coordinate_transformation_mode="asymmetric",
-        cubic_coeff_a=-0.75,
-        exclude_outside=0,
-        extrapolation_value=0.0,
-        mode="nearest",
-        nearest_mode="floor",
-    )
+    attrs = _NEAREST
     first = resize.resize_11(x, None, scales, None, **attrs)
     scales[2:] = 3.0
     second = resize.resize_11(x, None, scales, None, **attrs)

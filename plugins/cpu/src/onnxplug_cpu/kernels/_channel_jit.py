@@ -26,6 +26,7 @@ from ._team import team_joined
 
 __all__ = ["affine_channels", "affine_clamp_channels", "relu"]
 
+_NO_LOW, _NO_HIGH = np.float32(-np.inf), np.float32(np.inf)
 #: Elements below which the numpy passes are kept (a compiled call costs a few µs).
 MIN_ELEMENTS = 1 << 14
 #: Elements per thread from which a pass is split over the team.
@@ -67,7 +68,7 @@ def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray) -> np.ndarray |
     c = np.ascontiguousarray(c, dtype=np.float32).reshape(-1)
     if a.shape[0] != x.shape[1] or c.shape[0] != x.shape[1]:
         return None
-    loops.affine_rows(x.reshape(rows, -1), a, c, y.reshape(rows, -1), _parts(x.size))
+    loops.affine_rows(x.reshape(rows, -1), a, c, _NO_LOW, _NO_HIGH, y.reshape(rows, -1), _parts(x.size))
     return y
 
 
@@ -79,7 +80,7 @@ def affine_clamp_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high
         return None
     rows = x.shape[0] * x.shape[1]
     y = np.empty_like(x)
-    loops.affine_clamp_rows(x.reshape(rows, -1), a, c, low, high, y.reshape(rows, -1), _parts(x.size))
+    loops.affine_rows(x.reshape(rows, -1), a, c, low, high, y.reshape(rows, -1), _parts(x.size))
     return y
 
 

@@ -13,22 +13,11 @@ _ZERO = np.float32(0.0)
 
 
 @_split
-def affine_rows(x, a, c, y, parts):  # pragma: no cover - compiled
-    """``y[r] = x[r] · a[r % C] + c[r % C]`` over the rows of ``(N·C, P)`` arrays, ``parts`` ranges
-    of rows on numba's threading layer (one range: the calling thread)."""
-    rows, channels = x.shape[0], a.shape[0]
-    for part in numba.prange(parts):
-        for r in range(rows * part // parts, rows * (part + 1) // parts):
-            scale, shift = a[r % channels], c[r % channels]
-            source, target = x[r], y[r]
-            for i in range(source.shape[0]):
-                target[i] = source[i] * scale + shift
-
-
-@_split
-def affine_clamp_rows(x, a, c, low, high, y, parts):  # pragma: no cover - compiled
-    """:func:`affine_rows`, then clamped to ``[low, high]`` (NaN kept): a depthwise 1×1
-    convolution with its bias and a Relu or Clip (``kernels._depthwise.BoundChannelAffine``)."""
+def affine_rows(x, a, c, low, high, y, parts):  # pragma: no cover - compiled
+    """``y[r] = x[r] · a[r % C] + c[r % C]`` clamped to ``[low, high]`` (NaN kept; ``-inf``/``inf``
+    for none) over the rows of ``(N·C, P)`` arrays, ``parts`` ranges of rows on numba's threading
+    layer (one range: the calling thread).  BatchNormalization, and with a clamp its Relu or Clip
+    as a depthwise 1×1 convolution (``kernels._depthwise.BoundChannelAffine``)."""
     rows, channels = x.shape[0], a.shape[0]
     for part in numba.prange(parts):
         for r in range(rows * part // parts, rows * (part + 1) // parts):
