@@ -86,7 +86,7 @@ def fused_planes() -> bool:
 @functools.cache
 def avx512() -> bool:
     """Whether numba is usable and the CPU has AVX-512F: the kernels written as AVX-512 IR
-    (``kernels._depthwise_ir``, ``kernels._pool_ir``) may run."""
+    (``kernels._depthwise_ir``) may run."""
     return compiler() is not None and cpu_has(("avx512f",), ("avx512f",))
 
 

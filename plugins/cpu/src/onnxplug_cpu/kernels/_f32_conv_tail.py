@@ -6,8 +6,9 @@ Imported by ``kernels._f32_conv_tile`` only (it imports numba), which calls them
 driver and re-exports them.  A row tile's six dot products run together (:func:`row_dots`, LLVM
 IR as the tiles): six independent chains of 16-lane multiply-adds over the weights' rows, where
 one row after another (a vectorised loop each) waited on each row's single chain.  At two threads,
-160 → 960 channels pointwise at 7×7 took 50 µs with the rows one at a time, 40 without a tail
-(a 6×8 map's 48 columns), 41-42 with the rows together.  The sums add in 16 lane partial sums
+160 → 960 channels pointwise at 7×7 took 50 µs with the rows one at a time after each row tile,
+42 with the rows together after each block of row tiles (``_f32_conv_tile.TAIL_BLOCK_BYTES``);
+a 6×8 map's 48 columns, without a tail, 38-40.  The sums add in 16 lane partial sums
 (lane ``l`` takes every ``k ≡ l`` mod 16 in order), then the lanes in a fixed tree: not the
 tiles' bits for those columns, the same on every call and thread split.  Module-level functions,
 so that numba's on-disk cache recognises them from one process to the next.

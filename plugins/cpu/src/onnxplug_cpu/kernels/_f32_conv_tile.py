@@ -101,7 +101,8 @@ def _tile_order(w, columns, groups, chunk, t0):  # pragma: no cover - compiled
     its row tiles (group after group), row tile after row tile, each across the chunk's column
     tiles (the last chunk may be narrower).  ``(m_tiles, column_tiles, chunk index, chunk width,
     group, row tile in the group, column tile in the chunk)``; :func:`_next_tile` steps on without
-    the divisions (four integer divisions a tile cost as much as 5 % of a 64-deep tile)."""
+    the divisions (four integer divisions a tile cost a 16-deep layer 15 % of its time, a 64-deep
+    one 7 %).  ``t0`` is a tile (not past the last)."""
     m_tiles = (w.shape[0] // groups + ROWS - 1) // ROWS
     row_tiles = groups * m_tiles
     column_tiles = (columns + COLUMNS - 1) // COLUMNS
@@ -137,6 +138,8 @@ def _unmasked_range(
 ):  # pragma: no cover - compiled
     """:func:`tiles` on planes (or a pointwise layer's input) read whole: cropping through
     ``keep``/``at`` where they are not empty."""
+    if t1 <= t0:
+        return  # (an empty range: no tile to place)
     silu = 0 if alpha != alpha else 1  # NaN: no SiLU
     crop = keep.shape[0] > 0
     per_group = w.shape[0] // groups
@@ -191,6 +194,8 @@ def _masked_range(
     """:func:`tiles` reading a layer's input in place through the ``masked_*`` tiles (a function
     of its own: see ``kernels._f32_tile_ir``); ``columns`` of the layer's ``all_columns`` (the
     lane masks' table has a row of taps for each of their tiles)."""
+    if t1 <= t0:
+        return
     silu = 0 if alpha != alpha else 1
     step = 8 * (at.shape[0] // ((all_columns + COLUMNS - 1) // COLUMNS))  # lane masks' bytes per column tile
     per_group = w.shape[0] // groups
