@@ -16,7 +16,8 @@ reads zero, the padding's value, and touches no memory), so there is no copy.
   ``padding=1``): output row by output row, 16 outputs at a time; each of the three input rows
   is loaded as 32 columns from ``2·ox0`` and split into its even columns (the centre taps) and
   odd ones (the right taps); the left taps are the odd ones moved one lane up, the first lane
-  reading column ``2·ox0 - 1``.
+  the previous 16 outputs' last right tap, carried in a register (a load of its own per row
+  cost 96 channels at 112×112 → 56×56 135 against 110 µs on one thread).
 
 Numerics: ``x₀·t₀`` rounded, then each further tap fused (one rounding per multiply-add), taps in
 row-major order; then the bias added, then clamped (NaN kept), as the tiles store
@@ -30,7 +31,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._simd_ir import ALL, F32, I16, INDICES, MASK, NONE, Intrinsics, i64, lanes_below, splat
+from ._simd_ir import ALL, F32, I16, INDICES, LANES, MASK, NONE, Intrinsics, i64, lanes_below, splat
 
 
 def _finish(builder, value, bias, has_bias, low, high):
@@ -125,33 +126,36 @@ def _plane_s2_codegen(context, builder, sig, args):
     has_bias = builder.icmp_signed("!=", has_bias, i64(0))
     even_lanes = ir.Constant(INDICES, [2 * i for i in range(16)])
     odd_lanes = ir.Constant(INDICES, [2 * i + 1 for i in range(16)])
-    up_one = ir.Constant(INDICES, [16] + list(range(15)))  # lane 0 from the second vector
+    after_last = ir.Constant(INDICES, [31] + list(range(15)))  # lane 0: the second vector's lane 15
     chunks = builder.sdiv(builder.add(out_width, i64(15)), i64(16))
+    # Each row's previous chunk's right taps (odd columns): the last is this chunk's first left
+    # tap, column 2·ox0 - 1 (zero, the padding, before the first chunk).
+    carried = [cgutils.alloca_once_value(builder, ir.Constant(LANES, None)) for _ in range(3)]
     with cgutils.for_range(builder, out_height) as rows_loop:
         oy = rows_loop.index
+        rows = []
+        for dy in range(3):
+            builder.store(ir.Constant(LANES, None), carried[dy])
+            iy = builder.sub(builder.add(builder.mul(oy, i64(2)), i64(dy)), i64(1))
+            valid = builder.and_(builder.icmp_signed(">=", iy, i64(0)), builder.icmp_signed("<", iy, height))
+            rows.append((builder.mul(builder.select(valid, iy, i64(0)), width), builder.select(valid, ALL, NONE)))
         with cgutils.for_range(builder, chunks) as chunk_loop:
             ox0 = builder.mul(chunk_loop.index, i64(16))
             column = builder.mul(ox0, i64(2))
-            # Columns 2·ox0 … 2·ox0 + 31 of each row, as far as the map goes; column 2·ox0 - 1
-            # (the first left tap) unless it is the padding.
+            # Columns 2·ox0 … 2·ox0 + 31 of each row, as far as the map goes.
             first_half = lanes_below(builder, builder.sub(width, column))
             second_half = lanes_below(builder, builder.sub(width, builder.add(column, i64(16))))
-            has_before = builder.icmp_signed(">", ox0, i64(0))
-            before_mask = builder.select(has_before, ir.Constant(MASK, [1] + [0] * 15), NONE)
             products = []
-            for dy in range(3):
-                iy = builder.sub(builder.add(builder.mul(oy, i64(2)), i64(dy)), i64(1))
-                valid = builder.and_(builder.icmp_signed(">=", iy, i64(0)), builder.icmp_signed("<", iy, height))
-                row = builder.add(builder.mul(builder.select(valid, iy, i64(0)), width), column)
-                keep = builder.select(valid, ALL, NONE)
+            for dy, (start, keep) in enumerate(rows):
+                row = builder.add(start, column)
                 low_half = calls.masked_load(builder, source, row, builder.and_(first_half, keep))
                 high_half = calls.masked_load(
                     builder, source, builder.add(row, i64(16)), builder.and_(second_half, keep)
                 )
                 centre = builder.shuffle_vector(low_half, high_half, even_lanes)
                 right = builder.shuffle_vector(low_half, high_half, odd_lanes)
-                previous = calls.masked_load(builder, source, builder.sub(row, i64(1)), builder.and_(before_mask, keep))
-                left = builder.shuffle_vector(right, previous, up_one)
+                left = builder.shuffle_vector(right, builder.load(carried[dy]), after_last)
+                builder.store(right, carried[dy])
                 products += [(left, weights[3 * dy]), (centre, weights[3 * dy + 1]), (right, weights[3 * dy + 2])]
             total = _finish(builder, _sum_taps(builder, calls, products), bias, has_bias, low, high)
             stored = lanes_below(builder, builder.sub(out_width, ox0))
