@@ -491,6 +491,24 @@ def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkey
     assert ran == [] and np.abs(off - first).max() < 1e-4
 
 
+def test_a_node_keeps_its_compiled_layers_for_a_bounded_number_of_shapes():
+    """A node fed ever new input shapes (dynamic image sizes) keeps the compiled layers of its
+    last ``_REMEMBERED_SHAPES`` only, and every call still computes its own shape."""
+    from onnxplug_cpu import numerics
+
+    rng = np.random.default_rng(21)
+    weights = rng.standard_normal((8, 4, 3, 3), dtype=np.float32)
+    packed = PackedConv(weights, 1)
+    attrs = dict(pads=[1, 1, 1, 1])
+    for side in range(4, 4 + numerics._REMEMBERED_SHAPES + 5):
+        x = rng.standard_normal((1, 4, side, side + 1), dtype=np.float32)
+        got = convolve(x, weights, None, packed=packed, **attrs)
+        expected = _reference(x, weights, np.zeros(8, np.float32), attrs)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+        assert len(packed._bound) <= numerics._REMEMBERED_SHAPES
+    assert (1, 4, 4, 5) not in packed._bound  # the first shapes went first
+
+
 def test_a_bound_layer_keeps_arguments_only_for_the_same_bias_and_store():
     """A bound layer keeps its compiled call's arguments for the last bias, clamp and SiLU
     objects: a call with another bias (or the same values in a new array), another clamp, no

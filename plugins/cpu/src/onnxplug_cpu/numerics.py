@@ -178,6 +178,11 @@ class PackedConv:
         ``shape`` with these attributes (the node's own, passed on every call): the tiles'
         ``BoundLayer`` or a ``BoundDepthwise``, so that the next call skips the checks and the
         routing (a small layer's Python: ~8 → ~3 µs)."""
+        if len(self._bound) >= _REMEMBERED_SHAPES and shape not in self._bound:
+            try:  # the oldest: a node fed ever new shapes stays bounded
+                self._bound.pop(next(iter(self._bound)), None)
+            except (RuntimeError, StopIteration):  # a concurrent run changed the dict meanwhile
+                pass
         self._bound[shape] = (attributes, bound)
 
     def remembered(self, shape: tuple, attributes: tuple):
@@ -237,6 +242,9 @@ def _winograd_beats_tiles(tile: int, channels: int, out) -> bool:
     return tile == 4 and channels >= TILED_WINOGRAD_MIN_CHANNELS and math.prod(out) >= TILED_WINOGRAD_MIN_CELLS
 
 
+#: Input shapes a node keeps its compiled layer for (``PackedConv.remember``); a model fed many
+#: shapes (dynamic image sizes) replans the oldest instead of holding every plan and its tables.
+_REMEMBERED_SHAPES = 16
 _FLOAT32 = np.dtype(np.float32)  # (an identity test: a native float32 array's dtype is this object)
 
 
