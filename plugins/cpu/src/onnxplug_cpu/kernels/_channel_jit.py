@@ -24,7 +24,7 @@ from ._jit import compiler, numba_loaded
 from ._split_rows import thread_budget
 from ._team import team_joined
 
-__all__ = ["affine_channels", "affine_clamp_channels", "relu"]
+__all__ = ["affine_channels", "relu"]
 
 _NO_LOW, _NO_HIGH = np.float32(-np.inf), np.float32(np.inf)
 #: Elements below which the numpy passes are kept (a compiled call costs a few µs).
@@ -56,29 +56,18 @@ def _parts(size: int) -> int:
     return max(1, min(thread_budget(), size // PART_ELEMENTS))
 
 
-def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray) -> np.ndarray | None:
+def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low=_NO_LOW, high=_NO_HIGH) -> np.ndarray | None:
     """``x · a[ch] + c[ch]`` for a C-contiguous float32 ``x`` ``(N, C, ...)`` and float32 ``a``,
-    ``c`` ``(C,)``, as a fresh array; ``None`` where the compiled pass does not apply."""
+    ``c`` ``(C,)``, clamped to float32 ``[low, high]`` (NaN kept; unbounded by default), as a fresh
+    array; ``None`` where the compiled pass does not apply."""
     loops = _loops()
     if loops is None or x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
         return None
     rows = x.shape[0] * x.shape[1]
-    y = np.empty_like(x)
     a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
     c = np.ascontiguousarray(c, dtype=np.float32).reshape(-1)
     if a.shape[0] != x.shape[1] or c.shape[0] != x.shape[1]:
         return None
-    loops.affine_rows(x.reshape(rows, -1), a, c, _NO_LOW, _NO_HIGH, y.reshape(rows, -1), _parts(x.size))
-    return y
-
-
-def affine_clamp_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high) -> np.ndarray | None:
-    """:func:`affine_channels` clamped to ``[low, high]`` (float32 bounds; NaN kept) in the same
-    pass, or ``None`` where the compiled pass does not apply (``a`` and ``c`` float32 ``(C,)``)."""
-    loops = _loops()
-    if loops is None or x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
-        return None
-    rows = x.shape[0] * x.shape[1]
     y = np.empty_like(x)
     loops.affine_rows(x.reshape(rows, -1), a, c, low, high, y.reshape(rows, -1), _parts(x.size))
     return y

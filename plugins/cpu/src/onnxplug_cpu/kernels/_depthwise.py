@@ -238,8 +238,7 @@ class BoundChannelAffine:
         low, high = (-np.inf, np.inf) if clamp is None else clamp
         low, high = np.float32(low), np.float32(high)
         if bias is not None:
-            shifts = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
-            y = _channel_jit.affine_clamp_channels(np.ascontiguousarray(x), self._factors, shifts, low, high)
+            y = _channel_jit.affine_channels(np.ascontiguousarray(x), self._factors, bias, low, high)
             if y is not None:
                 return y
         # (without a bias nothing is added: adding a zero would turn -0.0 into +0.0)

@@ -48,23 +48,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ._simd_ir import F32, I16, I32, I64, INDICES, LANES, MASK, i64, splat
+
 ROWS = 6
 COLUMNS = 64
-_F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-_I16 = ir.IntType(16)
 _I8 = ir.IntType(8)
-_LANES = ir.VectorType(_F32, 16)
-_INDICES = ir.VectorType(_I32, 16)
-_MASK = ir.VectorType(ir.IntType(1), 16)
-
-
-def _const(value: int):
-    return ir.Constant(_I64, value)
-
-
-def _splat(builder, value, vector_type):
-    vector = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(vector, ir.Constant(vector_type, ir.Undefined), ir.Constant(_INDICES, None))
 
 
 _LN2_HI = 0.693359375  # 9 significant bits: n·_LN2_HI is exact for |n| < 2^15
@@ -74,7 +62,7 @@ _TAYLOR = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0]
 
 
 def _lanes(value: float):
-    return ir.Constant(_LANES, [float(np.float32(value))] * 16)
+    return ir.Constant(LANES, [float(np.float32(value))] * 16)
 
 
 def _exp(builder, y):
@@ -83,8 +71,8 @@ def _exp(builder, y):
     ``2^n`` with AVX-512's ``vscalefps`` (where ``_vexp`` multiplies by two halves built from
     exponent bits: eight operations there, one here)."""
     module = builder.module
-    fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
-    rint = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES]), "llvm.rint.v16f32")
+    fma = cgutils.get_or_insert_function(module, ir.FunctionType(LANES, [LANES] * 3), "llvm.fma.v16f32")
+    rint = cgutils.get_or_insert_function(module, ir.FunctionType(LANES, [LANES]), "llvm.rint.v16f32")
     low, high = _lanes(_EXP_LOW), _lanes(_EXP_HIGH)
     y = builder.select(builder.fcmp_ordered("<", y, low), low, y)  # NaN kept: it compares false
     y = builder.select(builder.fcmp_ordered(">", y, high), high, y)
@@ -98,10 +86,10 @@ def _exp(builder, y):
     # rounded once); a NaN n gives NaN, as q is already.
     scale = cgutils.get_or_insert_function(
         module,
-        ir.FunctionType(_LANES, [_LANES, _LANES, _LANES, _I16, _I32]),
+        ir.FunctionType(LANES, [LANES, LANES, LANES, I16, I32]),
         "llvm.x86.avx512.mask.scalef.ps.512",
     )
-    q = builder.call(scale, [q, n, ir.Constant(_LANES, None), ir.Constant(_I16, -1), ir.Constant(_I32, 4)])
+    q = builder.call(scale, [q, n, ir.Constant(LANES, None), ir.Constant(I16, -1), ir.Constant(I32, 4)])
     return q
 
 
@@ -115,60 +103,60 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
     def codegen(context, builder, sig, args):
         w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha = args
         module = builder.module
-        vector_pointer = _LANES.as_pointer()
-        fma = cgutils.get_or_insert_function(module, ir.FunctionType(_LANES, [_LANES] * 3), "llvm.fma.v16f32")
+        vector_pointer = LANES.as_pointer()
+        fma = cgutils.get_or_insert_function(module, ir.FunctionType(LANES, [LANES] * 3), "llvm.fma.v16f32")
         load = cgutils.get_or_insert_function(
-            module, ir.FunctionType(_LANES, [vector_pointer, _I32, _MASK, _LANES]), "llvm.masked.load.v16f32.p0"
+            module, ir.FunctionType(LANES, [vector_pointer, I32, MASK, LANES]), "llvm.masked.load.v16f32.p0"
         )
         store = cgutils.get_or_insert_function(
-            module, ir.FunctionType(ir.VoidType(), [_LANES, vector_pointer, _I32, _MASK]), "llvm.masked.store.v16f32.p0"
+            module, ir.FunctionType(ir.VoidType(), [LANES, vector_pointer, I32, MASK]), "llvm.masked.store.v16f32.p0"
         )
-        weights = builder.inttoptr(w, _F32.as_pointer())
-        source = builder.inttoptr(planes, _F32.as_pointer())
-        target = builder.inttoptr(y, _F32.as_pointer())
-        starts = builder.inttoptr(offsets, _I64.as_pointer())
-        zero = ir.Constant(_LANES, None)
-        four = ir.Constant(_I32, 4)
-        lanes = ir.Constant(_INDICES, list(range(16)))
-        valid32 = builder.trunc(valid, _I32)
+        weights = builder.inttoptr(w, F32.as_pointer())
+        source = builder.inttoptr(planes, F32.as_pointer())
+        target = builder.inttoptr(y, F32.as_pointer())
+        starts = builder.inttoptr(offsets, I64.as_pointer())
+        zero = ir.Constant(LANES, None)
+        four = ir.Constant(I32, 4)
+        lanes = ir.Constant(INDICES, list(range(16)))
+        valid32 = builder.trunc(valid, I32)
         masks = [
-            builder.icmp_signed("<", lanes, _splat(builder, builder.sub(valid32, ir.Constant(_I32, 16 * v)), _INDICES))
+            builder.icmp_signed("<", lanes, splat(builder, builder.sub(valid32, ir.Constant(I32, 16 * v)), INDICES))
             for v in range(vectors)
         ]
-        last = builder.sub(rows, _const(1))
+        last = builder.sub(rows, i64(1))
         row_starts = [
-            builder.mul(builder.select(builder.icmp_signed("<", _const(r), rows), _const(r), last), depth)
+            builder.mul(builder.select(builder.icmp_signed("<", i64(r), rows), i64(r), last), depth)
             for r in range(ROWS)
         ]
         accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(ROWS)]
         if prefetch:
             touch = cgutils.get_or_insert_function(
-                module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0"
+                module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0"
             )
         if masked:
-            tap_classes = builder.inttoptr(keep, _I16.as_pointer())
-            class_masks = builder.inttoptr(at, _I16.as_pointer())
+            tap_classes = builder.inttoptr(keep, I16.as_pointer())
+            class_masks = builder.inttoptr(at, I16.as_pointer())
         with cgutils.for_range(builder, depth) as k_loop:
             k = k_loop.index
             base = builder.add(builder.load(builder.gep(starts, [k])), p0)
             if masked:  # the tap's four 16-lane masks: one int64, read as four uint16 (loads
                 # straight into mask registers; shifting them out of one load ran ~20 % slower)
-                first = builder.mul(builder.zext(builder.load(builder.gep(tap_classes, [k])), _I64), _const(4))
+                first = builder.mul(builder.zext(builder.load(builder.gep(tap_classes, [k])), I64), i64(4))
             columns = []
             for v in range(vectors):
-                address = builder.bitcast(builder.gep(source, [builder.add(base, _const(16 * v))]), vector_pointer)
+                address = builder.bitcast(builder.gep(source, [builder.add(base, i64(16 * v))]), vector_pointer)
                 lane_mask = masks[v]
                 if masked:
-                    bits = builder.load(builder.gep(class_masks, [builder.add(first, _const(v))]))
-                    lane_mask = builder.and_(builder.bitcast(bits, _MASK), lane_mask)
+                    bits = builder.load(builder.gep(class_masks, [builder.add(first, i64(v))]))
+                    lane_mask = builder.and_(builder.bitcast(bits, MASK), lane_mask)
                 columns.append(builder.call(load, [address, four, lane_mask, zero]))
                 if prefetch:  # one cache line per vector: read, keep in all levels, data
-                    ahead = builder.gep(source, [builder.add(builder.add(base, keep), _const(16 * v))])
-                    flags = [ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]
+                    ahead = builder.gep(source, [builder.add(builder.add(base, keep), i64(16 * v))])
+                    flags = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
                     builder.call(touch, [builder.bitcast(ahead, _I8.as_pointer()), *flags])
             for r in range(ROWS):
                 weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
-                broadcast = _splat(builder, weight, _LANES)
+                broadcast = splat(builder, weight, LANES)
                 for v in range(vectors):
                     acc = accumulators[r][v]
                     builder.store(builder.call(fma, [broadcast, columns[v], builder.load(acc)]), acc)
@@ -176,50 +164,50 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
         # after compression) and where in the output row the first stored lane goes.
         if crop:
             compress = cgutils.get_or_insert_function(
-                module, ir.FunctionType(_LANES, [_LANES, _LANES, _MASK]), "llvm.x86.avx512.mask.compress.v16f32"
+                module, ir.FunctionType(LANES, [LANES, LANES, MASK]), "llvm.x86.avx512.mask.compress.v16f32"
             )
             expand = cgutils.get_or_insert_function(
-                module, ir.FunctionType(_LANES, [_LANES, _LANES, _MASK]), "llvm.x86.avx512.mask.expand.v16f32"
+                module, ir.FunctionType(LANES, [LANES, LANES, MASK]), "llvm.x86.avx512.mask.expand.v16f32"
             )
-            popcount = cgutils.get_or_insert_function(module, ir.FunctionType(_I16, [_I16]), "llvm.ctpop.i16")
-            keep_bits = builder.inttoptr(keep, _I16.as_pointer())
-            positions = builder.inttoptr(at, _I64.as_pointer())
-            first_vector = builder.ashr(p0, _const(4))
+            popcount = cgutils.get_or_insert_function(module, ir.FunctionType(I16, [I16]), "llvm.ctpop.i16")
+            keep_bits = builder.inttoptr(keep, I16.as_pointer())
+            positions = builder.inttoptr(at, I64.as_pointer())
+            first_vector = builder.ashr(p0, i64(4))
             kept, stored, places = [], [], []
             for v in range(vectors):
-                index = builder.add(first_vector, _const(v))
+                index = builder.add(first_vector, i64(v))
                 lanes_kept = builder.and_(
-                    builder.bitcast(builder.load(builder.gep(keep_bits, [index])), _MASK), masks[v]
+                    builder.bitcast(builder.load(builder.gep(keep_bits, [index])), MASK), masks[v]
                 )
-                count = builder.zext(builder.call(popcount, [builder.bitcast(lanes_kept, _I16)]), _I32)
+                count = builder.zext(builder.call(popcount, [builder.bitcast(lanes_kept, I16)]), I32)
                 kept.append(lanes_kept)
-                stored.append(builder.icmp_signed("<", lanes, _splat(builder, count, _INDICES)))
+                stored.append(builder.icmp_signed("<", lanes, splat(builder, count, INDICES)))
                 places.append(builder.load(builder.gep(positions, [index])))
         else:
             kept = stored = masks
-            places = [builder.add(p0, _const(16 * v)) for v in range(vectors)]
-        biases = builder.inttoptr(bias, _F32.as_pointer())
-        has_bias = builder.icmp_signed("!=", bias, _const(0))
-        residuals = builder.inttoptr(residual, _F32.as_pointer())
-        has_residual = builder.icmp_signed("!=", residual, _const(0))
-        lows, highs = _splat(builder, low, _LANES), _splat(builder, high, _LANES)
-        has_silu = builder.icmp_signed("!=", silu, _const(0))
-        minus_alpha = _splat(builder, builder.fneg(alpha), _LANES)
+            places = [builder.add(p0, i64(16 * v)) for v in range(vectors)]
+        biases = builder.inttoptr(bias, F32.as_pointer())
+        has_bias = builder.icmp_signed("!=", bias, i64(0))
+        residuals = builder.inttoptr(residual, F32.as_pointer())
+        has_residual = builder.icmp_signed("!=", residual, i64(0))
+        lows, highs = splat(builder, low, LANES), splat(builder, high, LANES)
+        has_silu = builder.icmp_signed("!=", silu, i64(0))
+        minus_alpha = splat(builder, builder.fneg(alpha), LANES)
 
         def stores(with_residual: bool, with_silu: bool) -> None:
             """Each kept row's vectors, plus the bias, plus the residual (``with_residual``),
             clamped, then the SiLU (``with_silu``), stored: one straight run of code, so that the
             vectors' SiLU chains (an ``exp`` each) interleave."""
             for r in range(ROWS):
-                with builder.if_then(builder.icmp_signed("<", _const(r), rows)):
-                    row = builder.mul(_const(r), ldy)
+                with builder.if_then(builder.icmp_signed("<", i64(r), rows)):
+                    row = builder.mul(i64(r), ldy)
                     with builder.if_else(has_bias) as (then, otherwise):
                         with then:
                             then_block = builder.block
-                            shift = _splat(builder, builder.load(builder.gep(biases, [_const(r)])), _LANES)
+                            shift = splat(builder, builder.load(builder.gep(biases, [i64(r)])), LANES)
                         with otherwise:
                             else_block = builder.block
-                    added = builder.phi(_LANES)
+                    added = builder.phi(LANES)
                     added.add_incoming(shift, then_block)
                     added.add_incoming(zero, else_block)
                     for v in range(vectors):

@@ -1,5 +1,5 @@
 """LLVM IR pieces shared by the AVX-512 kernels written as numba intrinsics
-(``kernels._depthwise_ir``, ``kernels._f32_conv_tail``): the vector types,
+(``kernels._f32_tile_ir``, ``kernels._depthwise_ir``, ``kernels._f32_conv_tail``): the vector types,
 a splat, a lane-count mask, and the masked loads and stores (a masked-off lane touches no
 memory, which is what lets those kernels read a map's edges without a padded copy)."""
 
