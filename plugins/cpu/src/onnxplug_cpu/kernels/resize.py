@@ -199,7 +199,7 @@ def _resize_2d(x, out_shape, scales, opts):
     apply (another dtype, mode, axis or coordinate mode with a roi, a small output, no numba)."""
     if x.dtype != np.float32:
         return None
-    plan = _plan_2d(x.shape, tuple(out_shape), tuple(float(s) for s in scales), _options_key(opts))
+    plan = _plan_2d(x.shape, out_shape, scales, _options_key(opts))
     if plan is None:
         return None
     kernels = _compiled_2d()
@@ -231,9 +231,10 @@ def _options_key(opts: dict) -> tuple:
 
 
 def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
-    """Resize ``x`` to ``out_shape`` with per-axis ``scales`` (``roi``: starts + ends)."""
+    """Resize ``x`` to ``out_shape`` with per-axis ``scales`` (tuples of ints and floats; ``roi``:
+    starts + ends)."""
     out_shape = check_allocation(out_shape, x.dtype, "Resize output")
-    fast = _resize_2d(x, tuple(out_shape), scales, opts)
+    fast = _resize_2d(x, out_shape, scales, opts)
     if fast is not None:
         return fast
     rank = x.ndim
@@ -284,7 +285,7 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
     time on them, ~15 µs a call)."""
     key = (x.shape, _raw(roi), _raw(scales), _raw(sizes), None if axes is None else tuple(axes), policy)
     out_shape, full_scales, full_roi = _geometry(*key, _options_key(opts))
-    return resize_nd(x, list(out_shape), list(full_scales), opts, full_roi, extrapolation_value)
+    return resize_nd(x, out_shape, full_scales, opts, full_roi, extrapolation_value)
 
 
 def _array(raw):
