@@ -24,7 +24,10 @@ negative-index wraparound otherwise keeps a loop scalar.
 The nine products are added in the numpy path's order (offset ``(0, 0)``, ``(0, 1)``, …
 ``(2, 2)``; the first one is the start value), then the bias, with no fused multiply-add (numba
 does not contract without ``fastmath``), and the clamp is ``max`` then ``min`` with NaN kept, so
-results are the numpy passes' bits (``y + b`` then ``np.clip``/``np.maximum``).
+results are the numpy passes' bits (``y + b`` then ``np.clip``/``np.maximum``).  The exception is
+the ``*_fma`` forms (float32 ``flat`` and ``phases`` layers where the CPU has AVX-512F,
+:func:`fused_planes`): fused multiply-adds of masked loads from the input
+(``kernels._depthwise_ir``), one rounding per tap, within float32 accuracy of those bits.
 
 The kernels release the GIL, so concurrent runs proceed in parallel.  A layer is split over
 threads only on numba's own team, where the convolution tiles run (``kernels._f32_conv``); on
