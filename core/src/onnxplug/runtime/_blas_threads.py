@@ -196,16 +196,19 @@ class BlasThreads:
         to be governed, so a small model's runs pay no more than a clock read."""
         governor = self._governor
         key = None
-        if governor is not None and governor.following() and inputs is not None:
+        one = False
+        if governor is not None and inputs is not None and governor.following():
             key = signature(inputs)
-        one = key is not None and governor.one_thread(key)
+            one = governor.one_thread(key)
         target = 1 if one else self._threads
-        saved = []
-        for library in self._find():
-            current = library.get_num_threads()
-            if target > 0 and current != target:
-                library.set_num_threads(target)
-            saved.append((library, current))  # the count before the run, for leave
+        libraries = self._libraries
+        if libraries is None:
+            libraries = self._find()
+        saved = [(library, library.get_num_threads()) for library in libraries]  # counts before the run
+        if target > 0:
+            for library, current in saved:
+                if current != target:
+                    library.set_num_threads(target)
         return saved, inputs, key, one, time.perf_counter()
 
     def threads_of(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> int | None:

@@ -285,7 +285,7 @@ class FeedChecker:
             ):
                 if value.flags.writeable:
                     value = value.view()
-                    value.flags.writeable = False  # kernels may not write into the caller's array
+                    value.setflags(write=False)  # kernels may not write into the caller's array
                 checked[name] = value
                 continue
             spec = by_name.get(name)
@@ -309,7 +309,7 @@ class FeedChecker:
                     _check_tensor(spec, value)
                 if value.flags.writeable:
                     value = value.view()
-                    value.flags.writeable = False  # kernels may not write into the caller's array
+                    value.setflags(write=False)  # kernels may not write into the caller's array
             checked[name] = value
         return checked
 
@@ -357,7 +357,8 @@ def fresh_outputs(values: Sequence[Any]) -> list[Any]:
     result = []
     for value in values:
         if isinstance(value, np.ndarray):
-            if value.base is not None or id(value) in seen or not value.flags.writeable or not value.flags.c_contiguous:
+            flags = value.flags
+            if value.base is not None or id(value) in seen or not flags.writeable or not flags.c_contiguous:
                 value = np.array(value, copy=True, order="C")
             seen.add(id(value))
         elif isinstance(value, np.generic):

@@ -190,6 +190,10 @@ class InferenceSession:
         self._output_index: dict[str, int] = {}
         for index, name in enumerate(self._plan.output_names):
             self._output_index.setdefault(name, index)
+        # each input's value when the caller does not feed it (an initializer it may override)
+        self._input_defaults = tuple(
+            (name, self._plan.template[slot]) for name, slot in zip(self._plan.input_names, self._plan.input_slots)
+        )
         options = self._sess_options
         if options.execution_mode == ExecutionMode.ORT_PARALLEL:
             self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
@@ -336,29 +340,33 @@ class InferenceSession:
         :returns: a list with one value per requested output.
         """
         plan = self._require_plan()
-        indices = self._output_indices(output_names)
-        input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
+        # A small model's run costs a few microseconds: every line here counts (see the
+        # six-nodes figures in docs/benchmarks.md).
+        indices = None if output_names is None else self._output_indices(output_names)
+        if run_options is not None:
+            input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
         feeds = self._check_feeds(input_feed)
-        inputs = [feeds.get(name, plan.template[slot]) for name, slot in zip(plan.input_names, plan.input_slots)]
+        inputs = [feeds.get(name, default) for name, default in self._input_defaults]
         profiler = self._profiler
         start = profiler.now() if profiler is not None else 0
         state = RunState(run_options)
         token = enter_run(state)
         try:
-            if self._threads is None:
+            threads = self._threads
+            if threads is None:
                 results = self._execute(plan, inputs, profiler)
             else:
-                saved = self._threads.enter(inputs)
-                state.threads = self._threads.threads_of(saved)
+                saved = threads.enter(inputs)
+                state.threads = threads.threads_of(saved)
                 try:
                     results = self._execute(plan, inputs, profiler)
                 finally:
-                    self._threads.leave(saved, touched=bool(state.notes))
+                    threads.leave(saved, touched=bool(state.notes))
         finally:
             leave_run(token)
         if profiler is not None:
             profiler.session_event("model_run", start, profiler.now())
-        return fresh_outputs([results[i] for i in indices])
+        return fresh_outputs(results if indices is None else [results[i] for i in indices])
 
     def _run_on_devices(
         self,

@@ -8,14 +8,17 @@ Shrink) compute those exactly.
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from ._channel_jit import MIN_ELEMENTS as COMPILED_RELU_ELEMENTS
 from ._channel_jit import relu as compiled_relu
 from ._numeric import as_dtype, erf, float_unary, gelu_single, gelu_tanh_single, widen
 from ._registry import kernel
 from ._sigmoid_jit import logistic
 from ._softmax_jit import softmax_last_axis
+from ._typed import FLOAT_TYPES, when_typed_single
 
 
 def _legacy(fn, name):
@@ -28,7 +31,6 @@ def _legacy(fn, name):
     return legacy
 
 
-@kernel("Relu", since=(6, 13, 14))
 def relu(x):
     fast = compiled_relu(x)  # large float32 maps: one compiled pass, on the team in a team run
     if fast is not None:
@@ -36,6 +38,19 @@ def relu(x):
     return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 
+_ZERO32 = np.float32(0)
+
+
+def _relu_float32(x):
+    """Relu of an input declared float32 with a known rank (see :mod:`._typed`)."""
+    if x.size >= COMPILED_RELU_ELEMENTS:
+        fast = compiled_relu(x)
+        if fast is not None:
+            return fast
+    return np.maximum(x, _ZERO32)
+
+
+kernel("Relu", since=(6, 13, 14), factory=True)(when_typed_single(relu, _relu_float32, (TensorProto.FLOAT,)))
 kernel("Relu", since=(1,))(_legacy(relu, "relu_legacy"))
 
 
@@ -54,7 +69,7 @@ def _sigmoid(x):
 
 
 sigmoid = float_unary(_sigmoid)
-kernel("Sigmoid", since=(6, 13))(sigmoid)
+kernel("Sigmoid", since=(6, 13), factory=True)(when_typed_single(sigmoid, _sigmoid, FLOAT_TYPES))
 kernel("Sigmoid", since=(1,))(_legacy(sigmoid, "sigmoid_legacy"))
 
 tanh = float_unary(np.tanh)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from onnx import TensorProto
 
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._numeric import as_dtype, is_float, widen
 from ._registry import kernel
+from ._typed import when_typed_alike
 
 
 def _same_dtype(op, *arrays):
@@ -41,42 +41,15 @@ def legacy_broadcast(op, a, b, broadcast, axis):
     return a, b.reshape((1,) * start + b.shape + (1,) * (a.ndim - start - b.ndim))
 
 
-#: ONNX element types numpy computes as they are (no widening, no cast back).
-_WIDE_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64})
-
-
-def typed_alike(ctx) -> bool:
-    """Whether a two-input node's inputs are declared with one wide element type and at least one
-    of them has a known rank above 0, so the bare ufunc computes the ONNX result: same dtypes
-    (the model's types are checked at load and feeds at run), and an ndarray (ufuncs return
-    numpy scalars only when every operand is 0-d)."""
-    types = ctx.input_types
-    if len(types) != 2 or types[0] is None or types[1] is None:
-        return False
-    (first, first_shape), (second, second_shape) = types
-    ranked = (first_shape is not None and len(first_shape) > 0) or (second_shape is not None and len(second_shape) > 0)
-    return first == second and first in _WIDE_TYPES and ranked
-
-
-def _ufunc_when_typed_alike(fn, ufunc):
-    """A kernel factory: the bare ``ufunc`` for two :func:`typed_alike` inputs, else ``fn``."""
-
-    def build(ctx):
-        return ufunc if typed_alike(ctx) else fn
-
-    build.__qualname__ = build.__name__ = f"{fn.__name__}_for_types"
-    return build
-
-
 def _register_binary(op, fn, *, modern, legacy, ufunc=None):
     """Register ``fn(a, b)`` for the numpy-broadcasting versions and a wrapper for the legacy ones.
 
-    With ``ufunc``, a node whose inputs are :func:`typed_alike` runs the bare ufunc: on small
+    With ``ufunc``, a node whose inputs are :func:`._typed.typed_alike` runs the bare ufunc: on small
     tensors the kernel's own checks cost half as much as numpy's call."""
     if ufunc is None:
         kernel(op, since=modern)(fn)
     else:
-        kernel(op, since=modern, factory=True)(_ufunc_when_typed_alike(fn, ufunc))
+        kernel(op, since=modern, factory=True)(when_typed_alike(fn, ufunc))
 
     def legacy_kernel(a, b, *, axis=None, broadcast, **_consumed_inputs):
         a, b = legacy_broadcast(op, a, b, broadcast, axis)
@@ -231,7 +204,7 @@ for _op, _fn, _ufunc, _modern in (
     if _ufunc is None:
         kernel(_op, since=_modern)(_fn)
     else:
-        kernel(_op, since=_modern, factory=True)(_ufunc_when_typed_alike(_fn, _ufunc))
+        kernel(_op, since=_modern, factory=True)(when_typed_alike(_fn, _ufunc))
     kernel(_op, since=(1,))(_ignoring_consumed_inputs(_fn))
 
 

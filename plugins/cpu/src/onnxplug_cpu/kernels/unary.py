@@ -13,11 +13,19 @@ from onnxplug.errors import InvalidArgument
 
 from ._numeric import as_dtype, erf, float_unary, widen
 from ._registry import kernel
+from ._typed import FLOAT_TYPES, WIDE_TYPES, when_typed_single
 
 
-def _register(op, fn, since, legacy=()):
-    """Register ``fn(x)`` at ``since``; opset-1 versions also take the obsolete ``consumed_inputs``."""
-    kernel(op, since=since)(fn)
+def _register(op, fn, since, legacy=(), *, bare=None, bare_types=WIDE_TYPES):
+    """Register ``fn(x)`` at ``since``; opset-1 versions also take the obsolete ``consumed_inputs``.
+
+    With ``bare`` (a ufunc), a node whose input is declared with one of ``bare_types`` and a
+    known rank runs ``bare`` itself (see :mod:`._typed`): on a small tensor ``fn``'s dtype checks
+    cost as much as the ufunc."""
+    if bare is None:
+        kernel(op, since=since)(fn)
+    else:
+        kernel(op, since=since, factory=True)(when_typed_single(fn, bare, bare_types))
     if legacy:
 
         def legacy_kernel(x, *, consumed_inputs=None):
@@ -51,16 +59,24 @@ def _reciprocal(x):
     return np.reciprocal(x) if x.dtype.kind == "f" else 1 / x
 
 
-_register("Neg", _exact_or_float(np.negative, "neg"), (6, 13), legacy=(1,))
-_register("Abs", _exact_or_float(np.abs, "abs_"), (6, 13), legacy=(1,))
-_register("Sign", _exact_or_float(np.sign, "sign"), (9, 13))
-_register("Reciprocal", _float_only(_reciprocal, "reciprocal"), (6, 13), legacy=(1,))
-_register("Sqrt", _float_only(np.sqrt, "sqrt"), (6, 13), legacy=(1,))
-_register("Exp", _float_only(np.exp, "exp"), (6, 13), legacy=(1,))
-_register("Log", _float_only(np.log, "log"), (6, 13), legacy=(1,))
-_register("Floor", _float_only(np.floor, "floor"), (6, 13), legacy=(1,))
-_register("Ceil", _float_only(np.ceil, "ceil"), (6, 13), legacy=(1,))
-_register("Round", _float_only(np.rint, "round_"), (11, 22))  # rint rounds halves to even
+for _op, _ufunc, _name, _since, _legacy in (
+    ("Neg", np.negative, "neg", (6, 13), (1,)),
+    ("Abs", np.abs, "abs_", (6, 13), (1,)),
+    ("Sign", np.sign, "sign", (9, 13), ()),
+):
+    _register(_op, _exact_or_float(_ufunc, _name), _since, _legacy, bare=_ufunc)
+_register(
+    "Reciprocal", _float_only(_reciprocal, "reciprocal"), (6, 13), (1,), bare=np.reciprocal, bare_types=FLOAT_TYPES
+)
+for _op, _ufunc, _name, _since, _legacy in (
+    ("Sqrt", np.sqrt, "sqrt", (6, 13), (1,)),
+    ("Exp", np.exp, "exp", (6, 13), (1,)),
+    ("Log", np.log, "log", (6, 13), (1,)),
+    ("Floor", np.floor, "floor", (6, 13), (1,)),
+    ("Ceil", np.ceil, "ceil", (6, 13), (1,)),
+    ("Round", np.rint, "round_", (11, 22), ()),  # rint rounds halves to even
+):
+    _register(_op, _float_only(_ufunc, _name), _since, _legacy, bare=_ufunc, bare_types=FLOAT_TYPES)
 _register("Erf", _float_only(erf, "erf_"), (9, 13))
 for _op, _ufunc, _since in (
     ("Sin", np.sin, (7, 22)),
@@ -75,7 +91,7 @@ for _op, _ufunc, _since in (
     ("Acosh", np.arccosh, (9, 22)),
     ("Atanh", np.arctanh, (9, 22)),
 ):
-    _register(_op, _float_only(_ufunc, _op.lower()), _since)
+    _register(_op, _float_only(_ufunc, _op.lower()), _since, bare=_ufunc, bare_types=FLOAT_TYPES)
 
 
 def _clip(x, low, high):
