@@ -280,3 +280,72 @@ def test_a_folded_constant_never_shares_memory_with_another_constant(kind):
     folded = optimized.graph.initializers["n"].const_value.numpy()
     assert not np.shares_memory(folded, weights)
     np.testing.assert_array_equal(folded, results[kind](weights))
+
+
+def _fill_then_scale_model(fill_value: float = 0.25):
+    """``x @ (ConstantOfShape([4, 5], fill) * s)``: the fill folds, and its product too."""
+    value = helper.make_tensor("value", TensorProto.FLOAT, [1], [fill_value])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["filled"], value=value),
+        helper.make_node("Mul", ["filled", "s"], ["w"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["bias"], value=value),
+        helper.make_node("Add", ["x", "x"], ["x2"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fill",
+        [helper.make_tensor_value_info("x", F, [3, 4])],
+        [helper.make_tensor_value_info("y", F, [3, 5]), helper.make_tensor_value_info("bias", F, [4, 5])],
+        [
+            onnx.numpy_helper.from_array(np.array([4, 5], np.int64), "shape"),
+            onnx.numpy_helper.from_array(np.arange(1, 6, dtype=np.float32), "s"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_constant_of_shape_folds_to_a_broadcast_value_written_out_when_optimization_ends(monkeypatch):
+    # Rules see the fill as one value broadcast (no memory); the optimized model holds only
+    # contiguous arrays of the same values, and the run computes what an unoptimized one does.
+    from onnxplug.optimizer import _fold
+
+    seen = []
+    original = _fold._broadcast_fill
+
+    def broadcast_fill(node, inputs):
+        result = original(node, inputs)
+        if result is not None:
+            seen.append(result.strides)
+        return result
+
+    monkeypatch.setattr(_fold, "_broadcast_fill", broadcast_fill)
+    model = _fill_then_scale_model()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    session = _run_both(model, {"x": x})
+    assert seen and all(strides == (0, 0) for strides in seen)
+    optimized = session.get_optimization_report().model
+    for value in optimized.graph.initializers.values():
+        array = value.const_value.numpy()
+        assert array.flags.c_contiguous and (array.size <= 1 or 0 not in array.strides), value.name
+    assert _passes(session).get("written", 0) >= 1
+    y, bias = session.run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ (np.full((4, 5), 0.25, np.float32) * np.arange(1, 6, dtype=np.float32)))
+    np.testing.assert_array_equal(bias, np.full((4, 5), 0.25, np.float32))
+    bias[0, 0] = 7  # an output the caller owns, not the session's constant
+    np.testing.assert_array_equal(session.run(None, {"x": x})[1], np.full((4, 5), 0.25, np.float32))
+
+
+@pytest.mark.parametrize("shape", [[-1, 5], [2**40, 2**40, 2**40]])
+def test_constant_of_shape_that_cannot_be_filled_is_not_folded(shape):
+    from onnxplug.optimizer._fold import _broadcast_fill
+
+    node_model = _fill_then_scale_model()
+    import onnx_ir as ir
+
+    loaded = ir.serde.deserialize_model(node_model)
+    node = next(n for n in loaded.graph if n.op_type == "ConstantOfShape")
+    assert _broadcast_fill(node, [np.array(shape, np.int64)]) is None
+    assert _broadcast_fill(node, [np.array([[4, 5]], np.int64)]) is None  # not 1-D
+    filled = _broadcast_fill(node, [np.array([4, 5], np.int64)])
+    assert filled.shape == (4, 5) and not filled.flags.writeable

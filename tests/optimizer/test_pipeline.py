@@ -397,3 +397,18 @@ def test_keeps_unfolded_leaves_ops_for_the_rule_stages_and_folds_them_after(keep
 def test_keeps_unfolded_must_be_a_collection():
     with pytest.raises(TypeError, match="keeps_unfolded"):
         RuleSet("test.bad", [], keeps_unfolded="DequantizeLinear")
+
+
+@pytest.mark.parametrize(
+    ("roots", "expected"), [({"Relu"}, ["MatMul", "Relu"]), ({"MatMul"}, ["MatMul", "Relu", "Relu"])]
+)
+def test_a_rule_set_with_roots_is_tried_only_at_nodes_of_those_types(roots, expected):
+    # Relu(Relu(x)) ends at a Relu: offered only MatMul nodes, the rule never sees a match.
+    rule_set = RuleSet("test.roots", [_double_relu_rule()], produces=[OpRef("", "Relu")], roots=roots)
+    session = _session(_double_relu_model(), LEVEL.ORT_ENABLE_EXTENDED, _environment(_rules_plugin(rule_set)))
+    assert _ops(session) == expected
+
+
+def test_roots_are_op_types_not_a_string():
+    with pytest.raises(TypeError, match="not a string"):
+        RuleSet("test.bad", [], roots="Relu")

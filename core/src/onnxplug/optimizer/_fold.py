@@ -23,7 +23,15 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["Evaluator", "FOLD_LIMIT_BYTES", "NOT_FOLDABLE", "fold_constants", "lift_constant_nodes", "simplify_shapes"]
+__all__ = [
+    "Evaluator",
+    "FOLD_LIMIT_BYTES",
+    "NOT_FOLDABLE",
+    "fold_constants",
+    "lift_constant_nodes",
+    "materialize_fills",
+    "simplify_shapes",
+]
 
 #: ``evaluator(node, opsets, inputs)`` → the node's output arrays, or ``None`` when it cannot.
 Evaluator = Callable[[ir.Node, Mapping[str, int], Sequence["np.ndarray | None"]], "Sequence[np.ndarray] | None"]
@@ -72,7 +80,8 @@ def _replace_with_constants(node: ir.Node, arrays: Sequence[np.ndarray]) -> None
         name = old.name
         old.name = None  # frees the name for the initializer that takes its place
         new = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
-        new.const_value = ir.tensor(array, name=name)
+        # ir.Tensor, not ir.tensor(): the convenience's protocol checks cost ~15 µs a constant
+        new.const_value = ir.Tensor(array, name=name)
         graph.register_initializer(new)
         ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
     graph.remove(node, safe=True)
@@ -103,8 +112,9 @@ def fold_constants(
             inputs = [None if v is None else _constant_array(v, fed) for v in node.inputs]
             if any(array is None and value is not None for array, value in zip(inputs, node.inputs)):
                 continue
+            fill = _broadcast_fill(node, inputs)
             try:
-                result = evaluate(node, node_opsets(node, opsets), inputs)
+                result = [fill] if fill is not None else evaluate(node, node_opsets(node, opsets), inputs)
             except Exception:  # noqa: BLE001 - left to fail at run time, with the node named
                 result = None
             if result is None or len(result) != len(node.outputs):
@@ -113,9 +123,53 @@ def fold_constants(
                 continue
             if sum(a.nbytes for a in result) > FOLD_LIMIT_BYTES or any(a.size == 0 for a in result):
                 continue
-            _replace_with_constants(node, [_owned(a, inputs) for a in result])
+            _replace_with_constants(node, result if fill is not None else [_owned(a, inputs) for a in result])
             folded += 1
     return folded
+
+
+def _broadcast_fill(node: ir.Node, inputs: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """A ``ConstantOfShape``'s result as its one value broadcast to the shape (a read-only view
+    holding one element), or ``None`` for any other node and for a node that is not plainly
+    valid (the evaluator then computes it, or leaves it to fail at run time).
+
+    Why: the onnx wheel's light models make every weight with ConstantOfShape, and filling
+    ResNet-50's 25 M weights was a third of its session creation, only for the Conv +
+    BatchNormalization fold to scale them into fresh arrays.  Rules read the view like any
+    array; :func:`materialize_fills` writes out whatever is left when optimization ends."""
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or len(inputs) != 1:
+        return None
+    dims = inputs[0]
+    if dims is None or dims.ndim != 1 or dims.dtype != np.int64 or bool((dims < 0).any()):
+        return None
+    attribute = node.attributes.get("value")
+    if attribute is None:
+        value = np.zeros((), np.float32)
+    elif attribute.type == ir.AttributeType.TENSOR:
+        value = np.asarray(attribute.value.numpy())  # .value: as_tensor()'s protocol check costs more
+        if value.size != 1:
+            return None
+    else:
+        return None
+    try:
+        return np.broadcast_to(value.reshape(()), tuple(int(d) for d in dims))
+    except ValueError:  # more elements than numpy can index: not folded
+        return None
+
+
+def materialize_fills(model: ir.Model) -> int:
+    """Write out every initializer still held as a broadcast fill (:func:`_broadcast_fill`) as
+    an array of its own, so later stages, kernels and vendor compilers see ordinary contiguous
+    constants; returns how many were written."""
+    written = 0
+    for graph in _graphs(model.graph):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            array = tensor.raw if isinstance(tensor, ir.Tensor) else None
+            if isinstance(array, np.ndarray) and array.size > 1 and 0 in array.strides:
+                value.const_value = ir.Tensor(np.ascontiguousarray(array), name=value.name)
+                written += 1
+    return written
 
 
 def lift_constant_nodes(model: ir.Model) -> int:

@@ -32,7 +32,7 @@ import onnx
 import onnx_ir as ir
 
 from ._cleanup import eliminate_common_subexpressions, remove_dead_code, remove_no_ops
-from ._fold import Evaluator, fold_constants, lift_constant_nodes, simplify_shapes
+from ._fold import Evaluator, fold_constants, lift_constant_nodes, materialize_fills, simplify_shapes
 from ._prepare import fill_missing_opsets, name_nodes, override_initializers
 from .rewrite import rewrite_in_place
 from .rules import OpRef, RuleSet
@@ -323,5 +323,7 @@ def optimize(
     if fused or keep:
         fill_missing_opsets(copy)
         _basic(recorder, opsets, evaluate, resolve)
+    # folded ConstantOfShape results are views of one value until here (see _fold._broadcast_fill)
+    recorder.run("materialize-fills", lambda m: {"written": materialize_fills(m)})
     name_nodes(copy)
     return OptimizedModel(copy, level, tuple(recorder.reports), skipped, nodes_before)

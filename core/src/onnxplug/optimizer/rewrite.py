@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import onnx_ir as ir
 
@@ -40,6 +41,27 @@ def rewrite_in_place(model: ir.Model, rule_sets: Sequence[RuleSet]) -> dict[str,
         rules = rule_set.fresh_rules()
         if not rules:
             continue
+        if rule_set.roots is not None:
+            rules = tuple(_AtRoots(rule, rule_set.roots) for rule in rules)
         count = pattern.RewriteRuleSet(list(rules)).apply_to_model(model)
         applied[rule_set.name] = applied.get(rule_set.name, 0) + int(count or 0)
     return applied
+
+
+class _AtRoots:
+    """An onnxscript rule tried only at nodes whose op type is one of ``roots`` (see
+    :attr:`RuleSet.roots`); everything else is the rule's own."""
+
+    __slots__ = ("_rule", "_roots")
+
+    def __init__(self, rule: Any, roots: frozenset[str]) -> None:
+        self._rule = rule
+        self._roots = roots
+
+    def try_rewrite(self, model: ir.Model, graph_or_function: Any, node: ir.Node, **options: Any) -> Any:
+        if node.op_type not in self._roots:
+            return None
+        return self._rule.try_rewrite(model, graph_or_function, node, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rule, name)

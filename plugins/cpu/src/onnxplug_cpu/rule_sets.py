@@ -22,6 +22,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 _rules("conv_bn_rules"),
                 produces=[OpRef("", "Conv")],
                 anchors={"BatchNormalization"},
+                roots={"BatchNormalization"},
                 description="BatchNormalization (inference) after Conv folded into the Conv's weights and bias",
             ),
             RuleSet(
@@ -29,6 +30,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 _rules("conv_mul_add_rules", "onnxplug_cpu.rules_conv"),
                 produces=[OpRef("", "Conv")],
                 anchors={"Conv"},
+                roots={"Mul", "Add"},
                 description="Conv followed by a constant per-channel Mul or Add folded into its weights and bias",
             ),
             RuleSet(
@@ -36,6 +38,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 _rules("bn_mul_add_rules", "onnxplug_cpu.rules_conv"),
                 produces=[OpRef("", "BatchNormalization")],
                 anchors={"BatchNormalization"},
+                roots={"Mul", "Add"},
                 description="inference BatchNormalization followed by a constant per-channel Mul or Add folded into it",
             ),
             RuleSet(
@@ -43,6 +46,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 _rules("matmul_add_gemm_rules"),
                 produces=[OpRef("", "Gemm")],
                 anchors={"MatMul"},
+                roots={"Add"},
                 description="MatMul (2-D A, constant 2-D B) + Add → Gemm",
             ),
         ]

@@ -13,7 +13,12 @@ from onnxplug.optimizer import LazyRules, OpRef, RuleSet
 
 from .. import DOMAIN
 
-__all__ = ["rule_sets"]
+__all__ = ["BATCH_NORM_ACTIVATIONS", "CONV_ACTIVATIONS", "rule_sets"]
+
+#: The activations a FusedConv takes from a following node (its rules' roots, with the adds).
+CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
+#: The activations fused after an inference BatchNormalization.
+BATCH_NORM_ACTIVATIONS = ("Relu", "Clip")
 
 
 def _rules(module: str, function: str) -> LazyRules:
@@ -97,6 +102,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
             _rules("fused", "fused_conv_rules"),
             produces=[OpRef(DOMAIN, "FusedConv")],
             anchors={"Conv"},
+            roots={*CONV_ACTIVATIONS, "QuickGelu", "Add", "Sum"},
             description="Conv (+ a residual Add or Sum of its shape) + activation → FusedConv",
         ),
         RuleSet(
@@ -104,6 +110,7 @@ def rule_sets(stage: str) -> list[RuleSet]:
             _rules("fused", "fused_batch_norm_rules"),
             produces=[OpRef(DOMAIN, "FusedConv")],
             anchors={"BatchNormalization"},
+            roots=set(BATCH_NORM_ACTIVATIONS),
             description="BatchNormalization (inference) + Relu or Clip → a depthwise 1×1 FusedConv",
         ),
         RuleSet(

@@ -32,6 +32,7 @@ from onnxscript.rewriter import pattern
 from onnxplug_cpu.rule_values import constant_array, fresh_initializer_names, static_shape
 
 from .. import DOMAIN
+from . import BATCH_NORM_ACTIVATIONS, CONV_ACTIVATIONS
 
 __all__ = ["fused_batch_norm_rules", "fused_conv_rules", "fused_gemm_rules", "fused_matmul_rules"]
 
@@ -346,18 +347,15 @@ def fused_matmul_rules() -> list:
     ]
 
 
-_CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
-
-
 def fused_conv_rules() -> list:
     return (
         [
             FuseConvAddActivation.rule(f"conv_{add.lower()}_{a}_{i}", add=add, activation=a, conv_first=first)
             for add in ("Add", "Sum")
-            for a in _CONV_ACTIVATIONS
+            for a in CONV_ACTIVATIONS
             for i, first in enumerate((True, False))
         ]
-        + [FuseConvActivation.rule(f"conv_{a}", activation=a) for a in _CONV_ACTIVATIONS]
+        + [FuseConvActivation.rule(f"conv_{a}", activation=a) for a in CONV_ACTIVATIONS]
         + [FuseConvQuickGelu.rule("conv_quick_gelu")]
         + [
             FuseConvAdd.rule(f"conv_{add.lower()}_{i}", add=add, conv_first=first)
@@ -423,7 +421,7 @@ class FuseBatchNormClamp(pattern.RewriteRuleClassBase):
 
 
 def fused_batch_norm_rules() -> list:
-    return [FuseBatchNormClamp.rule(f"batch_norm_{a}", activation=a) for a in ("Relu", "Clip")]
+    return [FuseBatchNormClamp.rule(f"batch_norm_{a}", activation=a) for a in BATCH_NORM_ACTIVATIONS]
 
 
 def fused_gemm_rules() -> list:
