@@ -60,8 +60,8 @@ def run_on_devices(
             host_feeds[name] = memory.to_host(array)
     checked = check_feeds([spec for spec in session._input_specs if spec.name not in device_feeds], host_feeds)
     inputs = [
-        device_feeds[name] if name in device_feeds else checked.get(name, plan.template[slot])
-        for name, slot in zip(plan.input_names, plan.input_slots)
+        device_feeds[name] if name in device_feeds else checked.get(name, default)
+        for name, default in plan.input_defaults()
     ]
     wanted = [False] * len(plan.output_names)
     for index, kept in zip(indices, keep):

@@ -59,15 +59,22 @@ class GraphPlan:
         default=None, init=False, repr=False, compare=False
     )
     _straight: StraightLine | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _input_defaults: tuple[tuple[str, Any], ...] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def input_defaults(self) -> tuple[tuple[str, Any], ...]:
+        """``(name, value when not fed)`` per graph input, in ``input_names`` order: an
+        initializer a feed may override, else ``None`` (computed once: ``run()`` reads it)."""
+        if self._input_defaults is None:
+            self._input_defaults = tuple(
+                (name, self.template[slot]) for name, slot in zip(self.input_names, self.input_slots)
+            )
+        return self._input_defaults
 
     def execute(self, inputs: Sequence[Any], outer: Sequence[Any] = (), profiler: Any = None) -> list[Any]:
         """Run the plan.  ``inputs`` align with ``input_slots``, ``outer`` with ``outer_slots``."""
-        if outer:
-            values = load_values(self.template, self.input_slots, inputs, self.outer_slots, outer)
-        else:  # a model's own run: load_values' work written out (a small model's run is µs)
-            values = self.template.copy()
-            for slot, value in zip(self.input_slots, inputs):
-                values[slot] = value
+        values = load_values(self.template, self.input_slots, inputs, self.outer_slots, outer)
         if profiler is None:
             straight = self._straight
             if straight is None:

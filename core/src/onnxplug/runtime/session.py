@@ -190,10 +190,6 @@ class InferenceSession:
         self._output_index: dict[str, int] = {}
         for index, name in enumerate(self._plan.output_names):
             self._output_index.setdefault(name, index)
-        # each input's value when the caller does not feed it (an initializer it may override)
-        self._input_defaults = tuple(
-            (name, self._plan.template[slot]) for name, slot in zip(self._plan.input_names, self._plan.input_slots)
-        )
         options = self._sess_options
         if options.execution_mode == ExecutionMode.ORT_PARALLEL:
             self._parallel = ParallelExecutor(self._plan, options.inter_op_num_threads)
@@ -346,7 +342,7 @@ class InferenceSession:
         if run_options is not None:
             input_feed = with_adapters(input_feed, run_options)  # RunOptions.add_active_adapter
         feeds = self._check_feeds(input_feed)
-        inputs = [feeds.get(name, default) for name, default in self._input_defaults]
+        inputs = [feeds.get(name, default) for name, default in plan.input_defaults()]
         profiler = self._profiler
         start = profiler.now() if profiler is not None else 0
         state = RunState(run_options)

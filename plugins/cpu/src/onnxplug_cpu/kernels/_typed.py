@@ -49,14 +49,19 @@ def typed_single(ctx: Any, element_types: Collection[int] = WIDE_TYPES) -> bool:
     return element_type in element_types and _ranked(shape)
 
 
-def when_typed_alike(checked: Callable[..., Any], bare: Callable[..., Any]) -> Callable[[Any], Any]:
-    """A kernel factory: ``bare`` for two :func:`typed_alike` inputs, else ``checked``."""
+def _choose(checked: Callable[..., Any], bare: Callable[..., Any], accepts: Callable[[Any], bool]):
+    """A kernel factory: ``bare`` for a node ``accepts`` says may run it, else ``checked``."""
 
     def build(ctx: Any) -> Callable[..., Any]:
-        return bare if typed_alike(ctx) else checked
+        return bare if accepts(ctx) else checked
 
     build.__qualname__ = build.__name__ = f"{checked.__name__}_for_types"
     return build
+
+
+def when_typed_alike(checked: Callable[..., Any], bare: Callable[..., Any]) -> Callable[[Any], Any]:
+    """A kernel factory: ``bare`` for two :func:`typed_alike` inputs, else ``checked``."""
+    return _choose(checked, bare, typed_alike)
 
 
 def when_typed_single(
@@ -64,9 +69,4 @@ def when_typed_single(
 ) -> Callable[[Any], Any]:
     """A kernel factory: ``bare`` for an input that is :func:`typed_single` (of
     ``element_types``), else ``checked``."""
-
-    def build(ctx: Any) -> Callable[..., Any]:
-        return bare if typed_single(ctx, element_types) else checked
-
-    build.__qualname__ = build.__name__ = f"{checked.__name__}_for_types"
-    return build
+    return _choose(checked, bare, lambda ctx: typed_single(ctx, element_types))
