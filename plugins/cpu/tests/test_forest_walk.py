@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from onnxplug_cpu.kernels import _forest_jit, ml_forest
 from onnxplug_cpu.kernels.ml_forest import Forest
@@ -39,10 +40,12 @@ _OPS = (
 )
 
 
-def _random_forest(rng, trees, mode, features, tracks_missing=True, float32=False):
+def _random_forest(rng, trees, mode, features, tracks_missing=True, float32=False, unweighted=0.0):
     """Random unbalanced trees: each interior node's children are new interior nodes or leaves.
     ``tracks_missing=False`` leaves every missing-value track off (the compiled walks' simple
-    path); ``float32`` rounds the thresholds to float32 values (its float32 comparisons)."""
+    path); ``float32`` rounds the thresholds to float32 values (its float32 comparisons);
+    ``unweighted`` is the share of (leaf, target) pairs without a weight (zero, as
+    ``leaf_table`` writes them)."""
     feature, threshold, true_next, false_next, missing, roots = [], [], [], [], [], []
     leaves = 0
 
@@ -65,6 +68,8 @@ def _random_forest(rng, trees, mode, features, tracks_missing=True, float32=Fals
     for _ in range(trees):
         roots.append(grow(0))
     values = rng.normal(size=(leaves, 2)).astype(np.float32)
+    has = rng.random(values.shape) >= unweighted
+    values[~has] = 0
     return Forest(
         feature=feature,
         threshold=threshold,
@@ -74,7 +79,7 @@ def _random_forest(rng, trees, mode, features, tracks_missing=True, float32=Fals
         false_next=false_next,
         roots=roots,
         leaf_values=values,
-        leaf_has=np.ones_like(values, bool),
+        leaf_has=has,
     )
 
 
@@ -119,11 +124,13 @@ def test_thresholds_that_are_not_float32_values_compare_in_float64(engine):
     np.testing.assert_array_equal(forest.leaves(x), [[0], [1]])
 
 
+@pytest.mark.parametrize("unweighted", [0.0, 0.3], ids=["every-target", "some-targets"])
 @pytest.mark.parametrize("how", [0, 1, 2, 3])
-def test_aggregates_follow_the_reached_leaves(how, engine):
+def test_aggregates_follow_the_reached_leaves(how, unweighted, engine):
+    """Leaves weighing every target (a random forest's) and leaves weighing some (boosted trees')
+    take different gathers in the compiled engine."""
     rng = np.random.default_rng(7)
-    forest = _random_forest(rng, trees=5, mode=0, features=3)
-    forest.leaf_has[rng.random(forest.leaf_has.shape) < 0.3] = False
+    forest = _random_forest(rng, trees=5, mode=0, features=3, unweighted=unweighted)
     x = rng.normal(size=(6, 3))
     leaves = _reference(forest, x)
     weights, has = forest.leaf_values[leaves], forest.leaf_has[leaves]
@@ -133,6 +140,22 @@ def test_aggregates_follow_the_reached_leaves(how, engine):
         masked = np.where(has, weights, np.inf if how == 2 else -np.inf)
         expected = np.where(has.any(axis=1), masked.min(axis=1) if how == 2 else masked.max(axis=1), 0)
     np.testing.assert_allclose(forest.aggregate(x, how), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("unweighted", [0.0, 0.3], ids=["every-target", "some-targets"])
+@pytest.mark.parametrize("how", [0, 1, 2, 3])
+def test_a_large_batch_split_over_threads_matches_row_by_row(how, unweighted, engine):
+    """From 128 rows the compiled engine splits the rows over the run's threads (numba's team, or
+    Python threads without a safe layer); each row's scores and presence are those of a batch
+    of one."""
+    rng = np.random.default_rng(11)
+    forest = _random_forest(rng, trees=7, mode=1, features=3, tracks_missing=False, unweighted=unweighted)
+    x = rng.normal(size=(300, 3)).astype(np.float32)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        scores, present = forest.aggregate(x, how, with_presence=True)
+    singles = [forest.aggregate(x[i : i + 1], how, with_presence=True) for i in range(x.shape[0])]
+    np.testing.assert_array_equal(scores, np.concatenate([s for s, _ in singles]))
+    np.testing.assert_array_equal(present, np.concatenate([p for _, p in singles]))
 
 
 def test_always_scored_targets():

@@ -8,7 +8,7 @@ Python threads run them in parallel: this module splits a batch's rows into that
 runs all but the first on a shared pool while the calling thread computes the first.
 
 numba's own ``parallel=True`` is used instead where its threading layer is thread-safe
-(``kernels._team``); these Python threads are the fallback, and the int8 and tree kernels' path.
+(``kernels._team``); these Python threads are the fallback, and the int8 kernels' path.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._forest_jit import compiled
-from ._split_rows import run_in_row_blocks
+from ._split_rows import thread_budget
+from ._team import run_parts
 
 MODES = {
     "BRANCH_LEQ": 0,
@@ -112,7 +113,7 @@ class Forest:
         input: the same answers as comparing both in float64, with no float64 copy of the input
         and half the bytes a node.  Other thresholds and float64 input compare in float64."""
         count = self.feature.size
-        if max(count, self.leaf_values.shape[0], self.width_needed) >= 2**31:
+        if max(count, self.leaf_values.size, self.width_needed) >= 2**31:
             self._jit = None  # beyond int32 indices: the numpy engine
             return
         nodes = np.zeros((count, 4), np.int32)
@@ -136,7 +137,16 @@ class Forest:
         rest = (max(self.depth, 1), simple, rules)
         self._tables32 = (nodes, nodes.view(np.float32), 3, np.ascontiguousarray(self.roots, np.int32), *rest)
         self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, self._tables32[3], *rest)
-        self._leaf_tables = (np.ascontiguousarray(self.leaf_values), np.ascontiguousarray(self.leaf_has))
+        # Each leaf's weights as entries (target id, weight), leaf by leaf: a boosted tree weighs
+        # one class of several, and the gather then adds one weight per tree, not one per class.
+        leaf_ids, target_ids = np.nonzero(self.leaf_has)
+        starts = np.zeros(self.leaf_has.shape[0] + 1, np.int32)
+        np.cumsum(np.bincount(leaf_ids, minlength=self.leaf_has.shape[0]), out=starts[1:])
+        self._leaf_tables = (
+            starts,
+            target_ids.astype(np.int32),
+            np.ascontiguousarray(self.leaf_values[leaf_ids, target_ids]),
+        )
         width = max(self.width_needed, 1)
         self._aggregate_jit(np.zeros((1, width), np.float32 if self._float32_ok else np.float64), 1)
 
@@ -248,16 +258,12 @@ class Forest:
         n, targets = values.shape[0], self.leaf_values.shape[1]
         result = np.empty((n, targets), self.leaf_values.dtype)
         present = np.empty((n, targets), bool)
-        tables = (*self._tables(values), *self._leaf_tables, how)
-        scores = self._jit.scores
-        if n < 2 * _ROWS_PER_THREAD:  # one block: no closure, no thread budget read
-            scores(values, *tables, result, present)
-            return result, present
-
-        def rows(start, stop):  # the compiled loop releases the GIL: blocks run in parallel
-            scores(values[start:stop], *tables, result[start:stop], present[start:stop])
-
-        run_in_row_blocks(rows, n, min_rows=_ROWS_PER_THREAD)
+        tables = (*self._tables(values), *self._leaf_tables, how, result, present)
+        parts = 1 if n < 2 * _ROWS_PER_THREAD else min(thread_budget(), n // _ROWS_PER_THREAD)
+        if parts <= 1:  # a small batch reads no thread budget: its run is microseconds
+            self._jit.scores(values, *tables, 0, n)
+        else:  # the compiled loops release the GIL: row ranges run in parallel
+            run_parts(self._jit.scores, self._jit.scores_parallel, n, parts, values, *tables)
         return result, present
 
     def leaves(self, x):
