@@ -224,7 +224,11 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "    false_next=[-2], roots=[0], leaf_values=np.array([[1.0], [2.0]], np.float32),\n"
         "    leaf_has=np.ones((2, 1), bool))\n"
         "assert f.aggregate(np.array([[0.2], [0.9]], np.float32), 1).tolist() == [[1.0], [2.0]]\n"
-        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.scores, loops.leaf_of)))\n"
+        "import threadpoolctl\n"
+        "with threadpoolctl.threadpool_limits(2, user_api='blas'):\n"
+        "    assert f.aggregate(np.full((200, 1), 0.9, np.float32), 1).sum() == 400\n"
+        "loops_used = (loops.scores, loops.leaf_of, loops.scores_parallel)\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in loops_used))\n"
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
