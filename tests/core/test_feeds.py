@@ -60,6 +60,22 @@ def test_wrong_fixed_dim(session):
         session.run(None, {"x": np.ones((2, 5), np.float32)})
 
 
+def test_a_shape_that_passed_once_does_not_let_others_through(session):
+    """A free-dimension input remembers the last shape that passed its checks (so a repeated
+    batch skips them); every other shape and dtype is still checked in full."""
+    for _ in range(2):
+        (y,) = session.run(None, {"x": np.ones((2, 4), np.float32)})
+        assert y.shape == (2, 2)
+    with pytest.raises(onnxplug.InvalidArgument, match="index: 1 Got: 5 Expected: 4"):
+        session.run(None, {"x": np.ones((2, 5), np.float32)})
+    with pytest.raises(onnxplug.InvalidArgument, match=r"Actual: \(tensor\(double\)\)"):
+        session.run(None, {"x": np.ones((2, 4), np.float64)})
+    with pytest.raises(onnxplug.InvalidArgument, match="Invalid rank for input: x Got: 3"):
+        session.run(None, {"x": np.ones((2, 4, 1), np.float32)})
+    (y,) = session.run(None, {"x": np.ones((7, 4), np.float32)})
+    assert y.shape == (7, 2)
+
+
 def test_none_feed(session):
     with pytest.raises(onnxplug.InvalidArgument, match="input 'x' is None"):
         session.run(None, {"x": None})
