@@ -135,6 +135,7 @@ class Forest:
             np.ascontiguousarray(rows, np.int64),
         )
         rest = (max(self.depth, 1), simple, rules)
+        self._scores_tables = {}
         self._tables32 = (nodes, nodes.view(np.float32), 3, np.ascontiguousarray(self.roots, np.int32), *rest)
         self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, self._tables32[3], *rest)
         # Each leaf's weights as entries (target id, weight), leaf by leaf: a boosted tree weighs
@@ -258,7 +259,11 @@ class Forest:
         n, targets = values.shape[0], self.leaf_values.shape[1]
         result = np.empty((n, targets), self.leaf_values.dtype)
         present = np.empty((n, targets), bool)
-        tables = (*self._tables(values), *self._leaf_tables, how, result, present)
+        key = (values.dtype == np.float32, how)
+        tables = self._scores_tables.get(key)
+        if tables is None:  # built once per input precision and aggregate
+            tables = self._scores_tables[key] = (*self._tables(values), *self._leaf_tables, how)
+        tables = (*tables, result, present)
         parts = 1 if n < 2 * _ROWS_PER_THREAD else min(thread_budget(), n // _ROWS_PER_THREAD)
         if parts <= 1:  # a small batch reads no thread budget: its run is microseconds
             self._jit.scores(values, *tables, 0, n)

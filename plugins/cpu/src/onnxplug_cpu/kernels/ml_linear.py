@@ -136,7 +136,7 @@ def linear_classifier(
                 s = logistic(s) if post_transform == "LOGISTIC" else s
                 out = np.stack([1.0 - s, s], axis=1)
         else:
-            label = labels[np.argmax(scores, axis=1)]
+            label = labels[scores.argmax(axis=1)]
             out = _post(scores, post_transform)
         return label, out.astype(np.float32, order="C")
 
@@ -308,7 +308,7 @@ def svm_classifier(
         else:
             scores = rhos[0] + _features(x, width, "SVMClassifier") @ coefs.T
             decision = scores
-        best = np.argmax(decision, axis=1)
+        best = decision.argmax(axis=1)
         label = labels[best] if len(labels) else best.astype(np.int64)
         if rhos.size == 1 and len(labels) == 2 and not use_proba:
             # onnxruntime's two-class labels: the best score decides between the second label

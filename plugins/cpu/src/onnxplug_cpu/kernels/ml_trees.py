@@ -7,6 +7,8 @@ converted models).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from onnxplug.errors import Fail
@@ -145,9 +147,11 @@ def tree_ensemble_classifier(
         "always_scored": bool(forest.always_scored.all()),
     }
 
+    finish_scores = functools.partial(finish, **rules)  # keywords bound once, not per call
+
     def run(x):
         scores, present = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, 1, with_presence=True)
-        label, out = finish(scores, present, **rules)
+        label, out = finish_scores(scores, present)
         return label, out.astype(np.float32, copy=False)
 
     return run
@@ -159,13 +163,13 @@ def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
     if base.size:
         scores = scores + base
     if always_scored:  # every sample has a score for every class (``Forest.always_scored``)
-        best = np.argmax(scores, axis=1)
+        best = scores.argmax(axis=1)  # the method: np.argmax costs a single row 0.6 us more
         if post == "NONE":  # no float64 round trip: the same values
             return labels[best], scores
         return labels[best], apply_post_transform(scores.astype(np.float64), post)
     if base.size:
         present = present | (np.arange(scores.shape[1]) < base.size)
-    best = np.argmax(np.where(present, scores, -np.inf), axis=1)
+    best = np.where(present, scores, -np.inf).argmax(axis=1)
     values = np.where(present, scores, 0).astype(np.float64)
     return labels[best], apply_post_transform(values, post)
 
