@@ -364,18 +364,27 @@ POST = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"]
 CLASSIFIER_OUT = [("Y", INT64), ("Z", FLOAT)]
 
 
+@pytest.mark.parametrize("labels", [[1, 2, 3], [0, 1, 2]], ids=["labels-1-2-3", "labels-0-1-2"])
 @pytest.mark.parametrize("post", POST)
 @pytest.mark.parametrize("binary", [True, False])
-def test_linear_classifier_matches_onnxruntime(post, binary):
+def test_linear_classifier_matches_onnxruntime(post, binary, labels):
+    """Labels 0, 1, 2 (scikit-learn's) are the best class's index itself; others are looked up."""
     attrs = {"coefficients": [0.5, 0.25, -1.0], "intercepts": [0.1], "classlabels_ints": [3, 8]}
     if not binary:
         attrs = {
             "coefficients": [0.5, 0.25, -1.0, 1.0, 0.0, 0.5, -0.5, 1.0, 1.0],
             "intercepts": [0.1, 0.2, -0.3],
-            "classlabels_ints": [1, 2, 3],
+            "classlabels_ints": labels,
         }
     model = _model("LinearClassifier", dict(attrs, post_transform=post), [("X", FLOAT)], CLASSIFIER_OUT)
     _same(_run(model, {"X": X}), _ort(model, {"X": X}))
+
+
+def test_linear_classifier_with_an_unknown_transform_is_refused_at_creation():
+    attrs = {"coefficients": [0.5, 0.25, -1.0], "intercepts": [0.1], "classlabels_ints": [3, 8]}
+    model = _model("LinearClassifier", dict(attrs, post_transform="SQUASH"), [("X", FLOAT)], CLASSIFIER_OUT)
+    with pytest.raises(onnxplug.OnnxplugError, match="unknown post_transform 'SQUASH'"):
+        onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX"])

@@ -41,8 +41,11 @@ def row_reduce(ufunc, table):
     return out[:, None]
 
 
-def softmax(scores):
-    exp = np.exp(scores - row_reduce(np.maximum, scores))
+def softmax(scores, *, in_place=False):
+    """Row-wise softmax; ``in_place`` overwrites ``scores`` (a table the caller made) instead of
+    allocating two temporaries."""
+    exp = np.subtract(scores, row_reduce(np.maximum, scores), out=scores if in_place else None)
+    np.exp(exp, out=exp)
     exp /= row_reduce(np.add, exp)
     return exp
 
@@ -122,6 +125,10 @@ def linear_classifier(
         raise Fail(f"{targets} score columns but {len(labels)} class labels")
 
     transposed = np.ascontiguousarray(weights.T)  # [features, classes], made once
+    # Labels 0, 1, ... (what scikit-learn's converters write): the best class is its label.
+    counting = labels.dtype == np.int64 and np.array_equal(labels, np.arange(len(labels)))
+    if post_transform not in POST_TRANSFORMS:
+        raise Fail(f"unknown post_transform {post_transform!r}")
 
     def run(x):
         scores = _features(x, weights.shape[1], "LinearClassifier") @ transposed
@@ -136,8 +143,10 @@ def linear_classifier(
                 s = logistic(s) if post_transform == "LOGISTIC" else s
                 out = np.stack([1.0 - s, s], axis=1)
         else:
-            label = labels[scores.argmax(axis=1)]
-            out = _post(scores, post_transform)
+            best = scores.argmax(axis=1)
+            label = best.astype(np.int64, copy=False) if counting else labels[best]
+            # ``scores`` is this call's own table: the softmax may overwrite it.
+            out = softmax(scores, in_place=True) if post_transform == "SOFTMAX" else _post(scores, post_transform)
         return label, out.astype(np.float32, order="C")
 
     return run
