@@ -15,7 +15,7 @@ from onnxplug.errors import Fail
 
 from ._registry import kernel
 from .ml_forest import AGGREGATES, TRANSFORMS, Forest, leaf_table, legacy_forest, member_sets
-from .ml_linear import class_labels, logistic, probit
+from .ml_linear import class_labels, logistic, probit, softmax
 from .ml_linear import post_transform as apply_post_transform
 
 ML = "ai.onnx.ml"
@@ -161,12 +161,13 @@ def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
     """Base values are added (and count as a score); the label is the best class that has a
     score; classes without any score are reported as 0."""
     if base.size:
-        scores = scores + base
+        scores += base  # the forest's own fresh table
     if always_scored:  # every sample has a score for every class (``Forest.always_scored``)
         best = scores.argmax(axis=1)  # the method: np.argmax costs a single row 0.6 us more
         if post == "NONE":  # no float64 round trip: the same values
             return labels[best], scores
-        return labels[best], apply_post_transform(scores.astype(np.float64), post)
+        wide = scores.astype(np.float64)
+        return labels[best], softmax(wide, in_place=True) if post == "SOFTMAX" else apply_post_transform(wide, post)
     if base.size:
         present = present | (np.arange(scores.shape[1]) < base.size)
     best = np.where(present, scores, -np.inf).argmax(axis=1)
