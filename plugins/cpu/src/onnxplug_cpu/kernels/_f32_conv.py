@@ -372,11 +372,12 @@ class BoundLayer:
         return y
 
     def _arguments(self, b: np.ndarray, z: np.ndarray, clamp, silu) -> tuple:
-        """``convolve_images``' arguments after the output, for this bias, residual and store."""
+        """``convolve_images``' arguments between the output and the driver's, for this bias,
+        residual and store."""
         layer = self.layer
         low, high, alpha = self._store(clamp, silu)
         arguments = (layer.columns, layer.groups, layer.group_stride, b, z, low, high, layer.keep, layer.at)
-        return arguments + (layer.chunk, alpha, layer.masked, layer.tail, *layer.driver)
+        return arguments + (layer.chunk, alpha, layer.masked, layer.tail)
 
     def _convolve(self, x: np.ndarray, y: np.ndarray, arguments: tuple) -> None:
         layer = self.layer
@@ -384,12 +385,12 @@ class BoundLayer:
         gather_parts, tile_parts = parts = layer.parts(thread_budget())
         head = (np.ascontiguousarray(x), self.w, planes, layer.offsets, y.reshape(self._rows))
         if gather_parts == 1 and tile_parts == 1:
-            loops().convolve_images(*head, *arguments, 1, 1)
+            loops().convolve_images(*head, *arguments, *layer.driver, 1, 1)
         elif parallel_ready():
             join_run()
-            loops().convolve_images(*head, *arguments, gather_parts, tile_parts)
+            loops().convolve_images(*head, *arguments, *layer.driver, gather_parts, tile_parts)
         else:
-            _on_python_threads(loops(), layer.geometry, layer.in_place, parts, *head, *arguments[:13])
+            _on_python_threads(loops(), layer.geometry, layer.in_place, parts, *head, *arguments)
 
     def _store(self, clamp, silu) -> tuple:
         """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
