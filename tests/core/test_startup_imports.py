@@ -43,14 +43,27 @@ def _elementwise_model(tmp_path) -> str:
 
 
 #: Imported by nothing a small CPU session needs: onnx-ir's sympy, onnxscript's rewriter (no
-#: rule set can match), the Tokenizer's regex, the CUDA kernels and the planning tables of the
-#: providers that are discovered but not asked.
-_NOT_NEEDED = ("sympy", "onnxscript", "regex", "onnxplug_cuda.kernels", "onnxplug.partition.targets")
+#: rule set can match), the Tokenizer's regex, the CUDA kernels, the planning tables of the
+#: providers that are discovered but not asked, and the kernel modules of ops the model lacks
+#: (convolutions and their numerics, recurrent layers, com.microsoft's fused ops).
+_NOT_NEEDED = (
+    "sympy",
+    "onnxscript",
+    "regex",
+    "onnxplug_cuda.kernels",
+    "onnxplug.partition.targets",
+    "onnxplug_cpu.kernels.nn",
+    "onnxplug_cpu.numerics",
+    "onnxplug_cpu.kernels.rnn",
+    "onnxplug_ms_ops.kernels.fused",
+)
+#: The kernel modules of the model's own ops, imported on their first lookup.
+_NEEDED = ("onnx_ir", "onnxplug_cpu", "onnxplug_cpu.kernels.activation", "onnxplug_cpu.kernels.elementwise")
 
 
 def test_a_small_session_imports_only_what_it_needs(tmp_path):
-    loaded = _fresh(_SESSION, _elementwise_model(tmp_path), "onnx_ir", "onnxplug_cpu", *_NOT_NEEDED)
-    assert loaded == {"onnx_ir": True, "onnxplug_cpu": True, **dict.fromkeys(_NOT_NEEDED, False)}
+    loaded = _fresh(_SESSION, _elementwise_model(tmp_path), *_NEEDED, *_NOT_NEEDED)
+    assert loaded == {**dict.fromkeys(_NEEDED, True), **dict.fromkeys(_NOT_NEEDED, False)}
 
 
 _SYMBOLIC = """

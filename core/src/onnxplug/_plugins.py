@@ -401,18 +401,17 @@ class Environment:
             offered.extend((owner, registry) for registry in impl.function(provider=provider) or ())
         for _, registry in offered:
             registry.validate()
-        seen = tuple((id(registry), len(registry)) for _, registry in offered)
+        seen = tuple((id(registry), len(registry.keys())) for _, registry in offered)
         if seen not in self._checked_registries:
             owners: dict[Any, str] = {}
             for owner, registry in offered:
-                for definition in registry:
-                    clash = owners.get(definition.key)
+                for key in registry.keys():  # promised keys too: no deferred module is loaded
+                    clash = owners.get(key)
                     if clash is not None and clash != owner:
                         raise PluginError(
-                            f"kernel {definition.key} for provider '{provider.name}' is defined by "
-                            f"both '{clash}' and '{owner}'"
+                            f"kernel {key} for provider '{provider.name}' is defined by both '{clash}' and '{owner}'"
                         )
-                    owners[definition.key] = owner
+                    owners[key] = owner
             if len(self._checked_registries) >= 64:  # a plugin making registries per call
                 self._checked_registries.clear()
             self._checked_registries[seen] = tuple(registry for _, registry in offered)

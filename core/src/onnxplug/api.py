@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from .errors import InvalidArgument
+from .kernels import KernelKey, normalize_domain
 
 if TYPE_CHECKING:
     from .capture import RunCapture
@@ -364,6 +365,17 @@ class KernelLookup:
                 return found
         return None
 
+    def has(self, domain: str, op_type: str, since_version: int) -> bool:
+        """Whether a kernel for this exact schema version is registered or promised, without
+        importing a deferred kernel module (the optimizer asks this of every fused op it might
+        produce)."""
+        key = KernelKey(normalize_domain(domain), op_type, since_version)
+        for registry in self._registries:
+            keys = getattr(registry, "keys", None)
+            if key in keys() if keys is not None else registry.lookup(domain, op_type, since_version) is not None:
+                return True
+        return False
+
     def resolve(self, node: NodeView) -> KernelDef | None:
         """The kernel for a node's exact schema version, or ``None``."""
         if node.since_version is None:
@@ -371,7 +383,7 @@ class KernelLookup:
         return self.lookup(node.domain, node.op_type, node.since_version)
 
     def __bool__(self) -> bool:
-        return any(len(r) for r in self._registries)
+        return any(bool(r) for r in self._registries)  # without loading deferred kernel modules
 
 
 class ProviderFactory:

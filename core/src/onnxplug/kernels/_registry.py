@@ -28,13 +28,23 @@ Two kinds of kernel:
 Both are checked against ``onnx.defs`` when they are registered: the since versions must exist,
 and every keyword-only parameter must be an attribute of the schema (and every attribute a
 parameter, unless the kernel takes ``**attrs``), so a typo fails at import, naming the kernel.
+
+A registry spread over many modules need not import them all before the first session: a plugin
+that declares which ops each module registers (:meth:`KernelRegistry.defer_modules`) has a
+module imported the first time one of its ops is looked up.  Importing every kernel module of
+the CPU provider took about 30 ms of a fresh process's first session, while a model usually
+needs a handful of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -182,6 +192,12 @@ class KernelRegistry:
         self.name = name
         self._kernels: dict[KernelKey, KernelDef] = {}
         self._deferred: list[KernelDef] = []
+        # (domain, op_type) -> the loader that registers its kernels, until it has run.
+        self._pending: dict[tuple[str, str], Callable[[], object]] = {}
+        # Every key registered or promised by a deferred loader; see keys().
+        self._keys: set[KernelKey] = set()
+        self._keys_view: frozenset[KernelKey] | None = None
+        self._load_lock = threading.RLock()
 
     def kernel(
         self,
@@ -236,6 +252,7 @@ class KernelRegistry:
                 else:
                     _check_against_schema(self.name, definition, params)
                 self._kernels[definition.key] = definition
+                self._add_key(definition.key)
             return fn
 
         return register
@@ -250,21 +267,131 @@ class KernelRegistry:
             params = list(inspect.signature(definition.fn).parameters.values())
             _check_against_schema(self.name, definition, params)
 
+    def defer(self, keys: Iterable[KernelKey], load: Callable[[], object]) -> None:
+        """Promise the kernels ``keys`` that calling ``load`` registers; ``load`` runs the first
+        time one of their ops is looked up, or when the whole registry is listed.
+
+        :param keys: every kernel ``load`` registers (one it registers without being promised
+            stays unknown until something else triggers ``load``).
+        :param load: registers the kernels, usually by importing a module; it may run more
+            than once if a lookup races it, so it must be idempotent (imports are).
+        """
+        with self._load_lock:
+            for key in keys:
+                self._pending.setdefault((key.domain, key.op_type), load)
+                self._add_key(key)
+
+    def defer_modules(self, package: str, index: Mapping[str, Mapping[str, Mapping[str, Iterable[int]]]]) -> None:
+        """:meth:`defer` for kernel modules: ``index`` maps each module of ``package`` to the
+        since versions it registers per domain and op type,
+        ``{"activation": {"": {"Relu": (6, 13, 14), ...}}}``.
+
+        Keep the index true with :meth:`index_modules` (a plugin's tests compare the two).
+        """
+        for module, by_domain in index.items():
+            keys = [
+                KernelKey(normalize_domain(domain), op_type, version)
+                for domain, by_op in by_domain.items()
+                for op_type, versions in by_op.items()
+                for version in versions
+            ]
+            self.defer(keys, functools.partial(importlib.import_module, f"{package}.{module}"))
+
+    def _add_key(self, key: KernelKey) -> None:
+        self._keys.add(key)
+        self._keys_view = None
+
+    def index_modules(self, package: str, modules: Iterable[str]) -> dict[str, dict[str, dict[str, tuple[int, ...]]]]:
+        """Import ``modules`` of ``package`` in order and say which kernels each one registered
+        (since versions per domain and op type): the index :meth:`defer_modules` takes.  Run it in a process
+        that has imported none of them (a plugin's test does, in a subprocess).
+
+        :raises RuntimeError: one of the modules is imported already.
+        """
+        modules = list(modules)
+        imported = sorted(m for m in modules if f"{package}.{m}" in sys.modules)
+        if imported:
+            raise RuntimeError(f"{package}: {imported} are imported already: index the modules in a fresh process")
+        found: dict[str, dict[str, dict[str, list[int]]]] = {module: {} for module in modules}
+        for module in modules:
+            before = set(self._kernels)
+            loaded = set(sys.modules)
+            importlib.import_module(f"{package}.{module}")
+            # Listed modules that this import pulled in keep the kernels defined in them, so
+            # that a lookup imports no more than the op's own module.
+            pulled_in = {m for m in modules if f"{package}.{m}" in sys.modules and f"{package}.{m}" not in loaded}
+            for key in sorted(set(self._kernels) - before):
+                home = self._kernels[key].fn.__module__.rpartition(".")[2]
+                owner = home if home in pulled_in else module
+                found[owner].setdefault(key.domain, {}).setdefault(key.op_type, []).append(key.since_version)
+        index = {
+            module: {
+                domain: {op: tuple(versions) for op, versions in sorted(by_op.items())}
+                for domain, by_op in sorted(by_domain.items())
+            }
+            for module, by_domain in found.items()
+        }
+        return index
+
+    def _load(self, op: tuple[str, str]) -> None:
+        if op not in self._pending:
+            return
+        with self._load_lock:
+            load = self._pending.get(op)
+            if load is None:
+                return
+            # Taken out first, so that a loader looking kernels up does not run itself again.
+            ops = [key for key, pending in self._pending.items() if pending is load]
+            for key in ops:
+                del self._pending[key]
+            try:
+                load()
+            except BaseException:
+                for key in ops:
+                    self._pending.setdefault(key, load)
+                raise
+            self.validate()
+
+    def load_all(self) -> None:
+        """Run every deferred loader (listing the registry does this)."""
+        while self._pending:
+            self._load(next(iter(self._pending)))
+
+    def keys(self) -> frozenset[KernelKey]:
+        """Every kernel key registered or promised by a deferred loader; nothing is loaded (the
+        Environment compares plugins' keys for clashes with it)."""
+        view = self._keys_view
+        if view is None:
+            view = self._keys_view = frozenset(self._keys)
+        return view
+
     def lookup(self, domain: str, op_type: str, since_version: int) -> KernelDef | None:
-        """The kernel for an exact schema version, or ``None``."""
-        return self._kernels.get(KernelKey(normalize_domain(domain), op_type, since_version))
+        """The kernel for an exact schema version, or ``None`` (a deferred loader for the op
+        runs first)."""
+        key = KernelKey(normalize_domain(domain), op_type, since_version)
+        found = self._kernels.get(key)
+        if found is None and self._pending:
+            self._load((key.domain, op_type))
+            found = self._kernels.get(key)
+        return found
 
     def __iter__(self) -> Iterator[KernelDef]:
+        self.load_all()
         return iter(sorted(self._kernels.values(), key=lambda d: d.key))
 
     def __len__(self) -> int:
+        self.load_all()
         return len(self._kernels)
 
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
     def __contains__(self, key: object) -> bool:
+        self.load_all()
         return key in self._kernels
 
     def __repr__(self) -> str:
-        return f"KernelRegistry({self.name!r}, {len(self)} kernels)"
+        return f"KernelRegistry({self.name!r}, {len(self._kernels)} kernels loaded, {len(self._keys)} known)"
 
 
 def _check_against_schema(registry: str, definition: KernelDef, params: list[inspect.Parameter]) -> None:

@@ -225,7 +225,7 @@ class InferenceSession:
         first = slots[0].kernels if slots else KernelLookup()
 
         def has_kernel(domain: str, op_type: str, since_version: int) -> bool:
-            return first.lookup(domain, op_type, since_version) is not None
+            return first.has(domain, op_type, since_version)
 
         gate = RuleGate(names, has_kernel)
         rule_sets = {stage: self._environment.rewrite_rules(stage) for stage in stages_for_level(level)}

@@ -17,6 +17,8 @@ class CPUProvider(KernelProvider):
 
     def capability(self, graph, kernels) -> list[KernelClaim | FuseClaim]:
         claims = super().capability(graph, kernels)
+        if not any(node.op_type == "QuantizeLinear" for node in graph.nodes):
+            return claims  # no Q -> DQ pair, and the fusing code (with the convolutions) stays unloaded
         from .kernels._qdq_chain import qdq_chains
 
         chains = qdq_chains(graph, {claim.node for claim in claims if isinstance(claim, KernelClaim)})
