@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 import onnxplug
+from onnxplug import PluginError
 from onnxplug.api import KernelLookup
 from onnxplug.kernels import KernelKey, KernelRegistry
 
@@ -147,3 +148,17 @@ def test_index_modules_names_each_modules_kernels(tmp_path):
         [sys.executable, "-c", deferred], capture_output=True, text=True, cwd=tmp_path, check=True
     ).stdout
     assert "['shape'] are imported already" in out
+
+
+def test_a_module_loaded_before_its_schemas_is_checked_by_the_next_validate():
+    registry = KernelRegistry("t")
+
+    def load():
+        @registry.kernel("Twice", since=(1,), domain="test.deferred.domain")
+        def twice(x):
+            return x
+
+    registry.defer([KernelKey("test.deferred.domain", "Twice", 1)], load)
+    assert registry.lookup("test.deferred.domain", "Twice", 1) is not None  # no schema yet: not checked
+    with pytest.raises(PluginError, match=r"test.deferred.domain::Twice-1: onnx has no such schema version"):
+        registry.validate()

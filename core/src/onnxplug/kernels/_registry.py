@@ -262,8 +262,15 @@ class KernelRegistry:
 
         The Environment calls this after op-library schemas are registered.
         """
+        self._validate(only_known=False)
+
+    def _validate(self, *, only_known: bool) -> None:
         pending, self._deferred = self._deferred, []
         for definition in pending:
+            key = definition.key
+            if only_known and find_schema(key.op_type, key.since_version, key.domain) is None:
+                self._deferred.append(definition)  # still waiting for its op library's schema
+                continue
             params = list(inspect.signature(definition.fn).parameters.values())
             _check_against_schema(self.name, definition, params)
 
@@ -350,7 +357,9 @@ class KernelRegistry:
                 for key in ops:
                     self._pending.setdefault(key, load)
                 raise
-            self.validate()
+            # What the module registered before its op library's schemas were known is checked
+            # now where they are, and otherwise by the Environment's next validate().
+            self._validate(only_known=True)
 
     def load_all(self) -> None:
         """Run every deferred loader (listing the registry does this)."""
