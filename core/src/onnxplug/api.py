@@ -372,7 +372,11 @@ class KernelLookup:
         key = KernelKey(normalize_domain(domain), op_type, since_version)
         for registry in self._registries:
             keys = getattr(registry, "keys", None)
-            if key in keys() if keys is not None else registry.lookup(domain, op_type, since_version) is not None:
+            if keys is not None:
+                found = key in keys()
+            else:  # a registry of another kind: ask it the usual way
+                found = registry.lookup(domain, op_type, since_version) is not None
+            if found:
                 return True
         return False
 
