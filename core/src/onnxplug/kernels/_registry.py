@@ -280,8 +280,9 @@ class KernelRegistry:
 
         :param keys: every kernel ``load`` registers (one it registers without being promised
             stays unknown until something else triggers ``load``).
-        :param load: registers the kernels, usually by importing a module; it may run more
-            than once if a lookup races it, so it must be idempotent (imports are).
+        :param load: registers the kernels, usually by importing a module.  It runs once
+            (again only after it raised), but its module may have been imported by other code
+            first, so it must be idempotent (imports are).
         """
         with self._load_lock:
             for key in keys:
@@ -305,8 +306,9 @@ class KernelRegistry:
             self.defer(keys, functools.partial(importlib.import_module, f"{package}.{module}"))
 
     def _add_key(self, key: KernelKey) -> None:
-        self._keys.add(key)
-        self._keys_view = None
+        if key not in self._keys:  # a deferred module registering what it promised changes nothing
+            self._keys.add(key)
+            self._keys_view = None
 
     def index_modules(self, package: str, modules: Iterable[str]) -> dict[str, dict[str, dict[str, tuple[int, ...]]]]:
         """Import ``modules`` of ``package`` in order and say which kernels each one registered
