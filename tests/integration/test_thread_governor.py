@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxplug
-from onnxplug.runtime._blas_threads import BlasThreads, ThreadGovernor, signature
+from onnxplug.runtime._blas_threads import BlasThreads, ThreadGovernor, count_reader, signature
 from onnxplug.testing import make_model
 
 KEY = ((1, 3, 224, 224),)
@@ -133,3 +133,32 @@ def test_runs_of_the_other_count_during_a_trial_do_not_end_it():
     assert governor.one_thread(KEY)  # still in the trial
     feed(governor, {False: 0.300, True: 0.095}, 3)
     assert governor.one_thread(KEY)  # the trial ended and one thread was kept
+
+
+def test_count_reader_answers_as_the_controller_does():
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="BLAS threads are set through it")
+    blas = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    if not blas:
+        pytest.skip("numpy has no BLAS library threadpoolctl can control")
+    for controller in blas:
+        read = count_reader(controller)
+        before = controller.get_num_threads()
+        try:
+            for count in (1, 2):
+                controller.set_num_threads(count)
+                assert read() == controller.get_num_threads()
+        finally:
+            controller.set_num_threads(before)
+        if controller.internal_api == "openblas" and controller.threading_layer != "openmp":
+            assert read is not controller.get_num_threads  # the bare getter, not the method
+
+
+def test_count_reader_keeps_the_method_where_the_answer_needs_translating():
+    class Blis:  # BLIS answers -1 for its default count; threadpoolctl's method maps it to 1
+        internal_api = "blis"
+
+        def get_num_threads(self):
+            return 1
+
+    library = Blis()
+    assert count_reader(library) == library.get_num_threads

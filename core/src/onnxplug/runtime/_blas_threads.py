@@ -31,9 +31,18 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CONFIG_KEY", "BlasThreads", "ThreadGovernor", "adaptive_enabled", "controller_for", "signature"]
+__all__ = [
+    "CONFIG_KEY",
+    "BlasThreads",
+    "ThreadGovernor",
+    "adaptive_enabled",
+    "controller_for",
+    "count_reader",
+    "signature",
+]
 
 #: Session config entry that turns the governor off (``"0"``).
 CONFIG_KEY = "onnxplug.adaptive_threads"
@@ -168,6 +177,12 @@ class ThreadGovernor:
             state.since_switch = -self._recheck + self._window
 
 
+#: What :meth:`BlasThreads.enter` hands to :meth:`BlasThreads.leave`: each library with its count
+#: reader and its count before the run, the inputs, the governor's key, whether the run is on
+#: one thread, and its start time.
+Token = tuple[list[tuple[Any, Callable[[], Any], Any]], Any, Any, bool, float]
+
+
 class BlasThreads:
     """Holds the BLAS thread count at ``threads`` between :meth:`enter` and :meth:`leave`, or
     at one thread where the governor says so.
@@ -182,15 +197,18 @@ class BlasThreads:
         self._threads = int(threads)
         self._governor = governor
         self._libraries: list[Any] | None = None  # looked up on the first run
+        self._readers: list[tuple[Any, Callable[[], int | None]]] = []
 
     def _find(self) -> list[Any]:
         if self._libraries is None:
             import threadpoolctl
 
-            self._libraries = list(threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers)
+            libraries = list(threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers)
+            self._readers = [(library, count_reader(library)) for library in libraries]
+            self._libraries = libraries
         return self._libraries
 
-    def enter(self, inputs: list[Any] | None = None) -> tuple[list[tuple[Any, int]], Any, Any, bool, float]:
+    def enter(self, inputs: list[Any] | None = None) -> Token:
         """Set the count for a run of ``inputs``; returns what :meth:`leave` needs.  The inputs'
         shapes key the governor's records; they are read here only once some run was long enough
         to be governed, so a small model's runs pay no more than a clock read."""
@@ -201,17 +219,16 @@ class BlasThreads:
             key = signature(inputs)
             one = governor.one_thread(key)
         target = 1 if one else self._threads
-        libraries = self._libraries
-        if libraries is None:
-            libraries = self._find()
-        saved = [(library, library.get_num_threads()) for library in libraries]  # counts before the run
+        if self._libraries is None:
+            self._find()
+        saved = [(library, read, read()) for library, read in self._readers]  # counts before the run
         if target > 0:
-            for library, current in saved:
+            for library, _, current in saved:
                 if current != target:
                     library.set_num_threads(target)
         return saved, inputs, key, one, time.perf_counter()
 
-    def threads_of(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float]) -> int | None:
+    def threads_of(self, token: Token) -> int | None:
         """The thread count of the run of ``token``, for ``RunState.threads``: what :meth:`enter`
         chose, or the libraries' own count where the session leaves it to them (``None`` if no
         BLAS library was found)."""
@@ -219,10 +236,10 @@ class BlasThreads:
             return 1
         if self._threads > 0:
             return self._threads
-        counts = [count for _, count in token[0] if count]
+        counts = [count for _, _, count in token[0] if count]
         return max(counts) if counts else None  # the libraries' own count (intra_op_num_threads=0)
 
-    def leave(self, token: tuple[list[tuple[Any, int]], Any, Any, bool, float], touched: bool = False) -> None:
+    def leave(self, token: Token, touched: bool = False) -> None:
         """Record the run's time for the governor and restore the counts :meth:`enter` changed,
         and, when ``touched`` (a provider noted in ``RunState.notes`` that it changed them
         during the run), every count that differs from the one before the run."""
@@ -232,9 +249,35 @@ class BlasThreads:
             if key is not None or seconds >= self._governor.min_seconds:
                 self._governor.record(signature(inputs) if key is None else key, one, seconds)
         target = 1 if one else self._threads
-        for library, count in saved:
-            if (target > 0 and count != target) or (touched and library.get_num_threads() != count):
+        for library, read, count in saved:
+            if (target > 0 and count != target) or (touched and read() != count):
                 library.set_num_threads(count)
+
+
+def count_reader(library: Any) -> Callable[[], int | None]:
+    """A callable returning threadpoolctl controller ``library``'s thread count, the library's
+    own getter called straight through ctypes where its answer needs no translation.
+
+    Why: a run reads every BLAS library's count before it starts (to restore it after), and
+    the controller's ``get_num_threads`` looks its symbol up on each call: 0.24 µs against
+    0.08 for the bare function, a microsecond a run with two OpenBLAS copies loaded (numpy's
+    and scipy's), a tenth of a small model's run.  OpenBLAS built on OpenMP answers through
+    ``omp_get_max_threads`` and BLIS answers -1 for its default, so both keep the
+    controller's method, as does any library whose getter is not found."""
+    getter = library.get_num_threads
+    if library.internal_api == "openblas" and getattr(library, "threading_layer", None) != "openmp":
+        names: tuple[str, ...] = tuple(library.check_symbols)  # the getter's spellings (prefixes, suffixes)
+    elif library.internal_api == "mkl":
+        names = ("MKL_Get_Max_Threads",)
+    else:
+        return getter
+    for name in names:
+        function = getattr(library.dynlib, name, None)
+        if function is not None:
+            if function() != getter():  # not the getter threadpoolctl uses: keep its method
+                return getter
+            return function
+    return getter
 
 
 def signature(inputs: list[Any]) -> tuple[Any, ...]:
