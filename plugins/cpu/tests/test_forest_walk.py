@@ -232,3 +232,31 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
+
+
+@pytest.mark.parametrize("base_dtype", [None, np.float32, np.float64])
+def test_compiled_softmax_finish_matches_the_numpy_one(base_dtype):
+    """The multi-class softmax finish in one compiled loop gives the numpy steps' labels and
+    probabilities bit for bit, NaN rows and all-``-inf`` rows included."""
+    from onnxplug_cpu.kernels import ml_trees
+
+    loops = _forest_jit.compiled()
+    if loops is None:
+        pytest.skip("numba is not installed (or ONNXPLUG_CPU_JIT=0): the compiled finish is not available")
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        classes, rows = int(rng.integers(3, 30)), int(rng.integers(1, 40))
+        scores = (rng.standard_normal((rows, classes)) * (0.1, 3.0, 50.0)[trial % 3]).astype(np.float32)
+        scores[0, trial % classes] = np.nan if trial % 4 == 0 else scores[0, trial % classes]
+        if trial % 5 == 0:
+            scores[-1] = -np.inf
+        base = np.zeros(0, np.float32) if base_dtype is None else rng.standard_normal(classes).astype(base_dtype)
+        labels = np.arange(10, 10 + classes)
+        with np.errstate(all="ignore"):
+            expected_labels, expected = ml_trees._multiclass(
+                scores.copy(), None, labels=labels, base=base, post="SOFTMAX", always_scored=True
+            )
+        got_labels, got = ml_trees._softmax_classes(loops.softmax_classes, labels, base, scores.copy(), None)
+        np.testing.assert_array_equal(got_labels, expected_labels)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, expected.astype(np.float32))

@@ -233,6 +233,46 @@ def scores(
         gather_block(leaves, first, last, entry_start, entry_target, entry_weight, how, result, present)
 
 
+@jit
+def softmax_classes(scores, base, best, probabilities):  # pragma: no cover - compiled
+    """A multi-class forest's finish, row by row: ``base`` (one per class, or empty) added to
+    ``scores`` in place, ``best[r]`` the first class with the row's largest score (the first
+    NaN where there is one, as ``np.argmax``), ``probabilities[r]`` the row's softmax computed
+    in float64 and rounded to float32 (NaN anywhere makes the row NaN, as numpy's passes do).
+
+    Why: the same steps in numpy are a dozen calls on a 1×3 table at batch 1, 5 µs of a
+    gradient-boosted classifier's 12; here, one."""
+    rows, classes = scores.shape
+    added = base.shape[0] > 0
+    wide = np.empty(classes, np.float64)
+    for r in range(rows):
+        row = scores[r]
+        if added:
+            for j in range(classes):
+                row[j] += base[j]
+        top = 0
+        for j in range(classes):
+            if row[j] != row[j]:
+                top = j
+                break
+            if row[j] > row[top]:
+                top = j
+        best[r] = top
+        largest = -np.inf
+        for j in range(classes):
+            value = np.float64(row[j])
+            if value != value:
+                largest = np.nan
+                break
+            largest = max(largest, value)
+        total = 0.0
+        for j in range(classes):
+            wide[j] = np.exp(np.float64(row[j]) - largest)
+            total += wide[j]
+        for j in range(classes):
+            probabilities[r, j] = wide[j] / total
+
+
 _parallel_jit = compiler(parallel=True)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxplug.errors import Fail
 
+from ._forest_jit import compiled as compiled_forest_loops
 from ._registry import kernel
 from .ml_forest import AGGREGATES, TRANSFORMS, Forest, leaf_table, legacy_forest, member_sets
 from .ml_linear import class_labels, logistic, probit, softmax
@@ -148,6 +149,10 @@ def tree_ensemble_classifier(
     }
 
     finish_scores = functools.partial(finish, **rules)  # keywords bound once, not per call
+    loops = compiled_forest_loops()
+    if finish is _multiclass and post_transform == "SOFTMAX" and rules["always_scored"] and loops is not None:
+        finish_scores = functools.partial(_softmax_classes, loops.softmax_classes, labels, base)
+        finish_scores(np.zeros((1, classes), dtype), None)  # compiled (or loaded from numba's cache) now
 
     def run(x):
         scores, present = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, 1, with_presence=True)
@@ -173,6 +178,16 @@ def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
     best = np.where(present, scores, -np.inf).argmax(axis=1)
     values = np.where(present, scores, 0).astype(np.float64)
     return labels[best], apply_post_transform(values, post)
+
+
+def _softmax_classes(loop, labels, base, scores, present):
+    """:func:`_multiclass` for a softmax over classes every sample scores, in one compiled loop
+    (``kernels._forest_loops.softmax_classes``): the same labels and, within an ulp of float32,
+    the same probabilities."""
+    best = np.empty(scores.shape[0], np.intp)
+    probabilities = np.empty(scores.shape, np.float32)
+    loop(scores, base, best, probabilities)
+    return labels[best], probabilities
 
 
 def _single(scores, present, *, labels, base, post, **_):
