@@ -15,8 +15,9 @@ process beside it: ResNet-50 at 2 threads 356 ms a run against 99 ms at 1 thread
 quiet; onnxruntime at 2 threads 98 ms), MobileNetV2 37 against 13.5 ms.  onnxruntime degrades
 about 2× there.  So a session's runs are timed:
 when the median of the last runs at the full count is well above the best median seen for the
-same input shapes, a few runs try one thread, and one thread is kept while it is clearly
-faster; from time to time a few runs try the full count again.  On a quiet machine the median
+same input shapes, and has been for a quarter of a second, a few runs try one thread, a few more
+time the full count again, and one thread is kept while it is clearly faster than those; from
+time to time a few runs try the full count again.  On a quiet machine the median
 never leaves the best, so nothing is tried and the count is the configured one.  The thread count
 does not change results: BLAS splits a product's output, not its sums, and the provider's own
 row blocks compute each row the same way on any thread.
@@ -75,15 +76,17 @@ def _median(values: deque[float]) -> float:
 class _Shapes:
     """One input signature's recent run times, per thread count, and where it stands."""
 
-    __slots__ = ("best", "fallback", "recent", "since_switch", "trial", "trial_left")
+    __slots__ = ("best", "confirming", "fallback", "recent", "since_switch", "slow_seconds", "trial", "trial_left")
 
     def __init__(self, window: int) -> None:
         self.recent: dict[bool, deque[float]] = {False: deque(maxlen=window), True: deque(maxlen=window)}
         self.best = float("inf")  # the lowest median seen at the full count
         self.fallback = False  # running on one thread
         self.trial = False  # running a trial of the other count
-        self.trial_left = 0
+        self.confirming = False  # after a trial: timing the current count afresh
+        self.trial_left = 0  # runs left in the trial, then in the confirmation
         self.since_switch = 0  # runs since the last switch or trial
+        self.slow_seconds = 0.0  # time run at the full count since its window turned slow
 
 
 class ThreadGovernor:
@@ -95,6 +98,11 @@ class ThreadGovernor:
     :param better: the other count is kept when its trial median is below this fraction.
     :param recheck: runs between trials (at one thread, of the full count; after a failed trial).
     :param min_seconds: runs shorter than this are not governed (threads barely matter there).
+    :param persist: seconds of slow runs at the full count before a trial.  Why: another
+        runtime's threads, still spinning after its own run, slowed a 2 ms model's next runs
+        2-5× for about 50 ms (onnxruntime's, in the benchmark's interleaved rounds); a trial
+        started then compared one thread with a disturbed full count and kept one thread for
+        ``recheck`` runs.  A process holding the cores holds them for longer than this.
     """
 
     #: Input signatures followed per session (a model fed ever new shapes is not governed past these).
@@ -109,9 +117,10 @@ class ThreadGovernor:
         better: float = 0.8,
         recheck: int = 30,
         min_seconds: float = 0.002,
+        persist: float = 0.25,
     ) -> None:
         self._window, self._trial, self._slow, self._better = window, trial, slow, better
-        self._recheck, self.min_seconds = recheck, min_seconds
+        self._recheck, self.min_seconds, self._persist = recheck, min_seconds, persist
         self._states: dict[Any, _Shapes] = {}
         self._lock = threading.Lock()
 
@@ -142,6 +151,12 @@ class ThreadGovernor:
                 if one_thread != state.fallback:
                     state.trial_left -= 1
                     if state.trial_left <= 0:
+                        self._confirm(state)
+                return
+            if state.confirming:
+                if one_thread == state.fallback:
+                    state.trial_left -= 1
+                    if state.trial_left <= 0:
                         self._finish_trial(state)
                 return
             current = state.recent[state.fallback]
@@ -155,19 +170,32 @@ class ThreadGovernor:
                 return
             if not state.fallback:
                 state.best = min(state.best, median)
-                if median > self._slow * state.best and state.since_switch >= self._window:
+                if median <= self._slow * state.best:
+                    state.slow_seconds = 0.0
+                    return
+                state.slow_seconds += seconds
+                if state.since_switch >= self._window and state.slow_seconds >= self._persist:
                     self._start_trial(state)
             elif state.since_switch >= self._recheck:
                 self._start_trial(state)
 
     def _start_trial(self, state: _Shapes) -> None:
-        state.trial, state.trial_left = True, self._trial
+        state.trial, state.trial_left, state.slow_seconds = True, self._trial, 0.0
         state.recent[not state.fallback].clear()
+
+    def _confirm(self, state: _Shapes) -> None:
+        """After a trial, time the current count again before comparing.  Why: the window that
+        started the trial may have been slow for a moment only (another runtime's threads still
+        spinning after its own run, say): compared with it, a trial of one thread won and the
+        session ran on one thread, 1.7× slower, for the next ``recheck`` runs; compared with
+        runs made right after the trial, the full count keeps its place."""
+        state.trial, state.confirming, state.trial_left = False, True, self._trial
+        state.recent[state.fallback].clear()
 
     def _finish_trial(self, state: _Shapes) -> None:
         tried = _median(state.recent[not state.fallback])
         kept = _median(state.recent[state.fallback])
-        state.trial = False
+        state.confirming = False
         state.since_switch = 0
         if tried < self._better * kept:
             state.fallback = not state.fallback
