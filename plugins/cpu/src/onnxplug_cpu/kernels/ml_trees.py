@@ -182,8 +182,8 @@ def _multiclass(scores, present, *, labels, base, post, always_scored, **_):
 
 def _softmax_classes(loop, labels, base, scores, present):
     """:func:`_multiclass` for a softmax over classes every sample scores, in one compiled loop
-    (``kernels._forest_loops.softmax_classes``): the same labels and, within an ulp of float32,
-    the same probabilities."""
+    (``kernels._forest_loops.softmax_classes``): the same labels and probabilities, bit for bit
+    (``plugins/cpu/tests/test_forest_walk.py`` compares them, NaN and all-``-inf`` rows too)."""
     best = np.empty(scores.shape[0], np.intp)
     probabilities = np.empty(scores.shape, np.float32)
     loop(scores, base, best, probabilities)
