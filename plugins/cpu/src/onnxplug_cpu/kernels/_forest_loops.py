@@ -258,13 +258,7 @@ def softmax_classes(scores, base, best, probabilities):  # pragma: no cover - co
             if row[j] > row[top]:
                 top = j
         best[r] = top
-        largest = -np.inf
-        for j in range(classes):
-            value = np.float64(row[j])
-            if value != value:
-                largest = np.nan
-                break
-            largest = max(largest, value)
+        largest = np.float64(row[top])  # the row's maximum, or its first NaN
         total = 0.0
         for j in range(classes):
             wide[j] = np.exp(np.float64(row[j]) - largest)
