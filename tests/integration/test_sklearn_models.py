@@ -129,6 +129,16 @@ CASES = {
         X,
         Y3,
     ),
+    "Pipeline-scaler-logistic-binary": (
+        lambda: pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.LogisticRegression()),
+        X,
+        Y2,
+    ),
+    "Pipeline-scaler-linear": (
+        lambda: pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.LinearRegression()),
+        X,
+        YR,
+    ),
     "ColumnTransformer-numeric": (_column_pipeline, X, Y3),
     "OneHotEncoder": (lambda: preprocessing.OneHotEncoder(handle_unknown="ignore"), CATEGORIES, None),
     "OrdinalEncoder": (preprocessing.OrdinalEncoder, CATEGORIES, None),
@@ -164,6 +174,39 @@ def _convert(name: str, skl_to_onnx, zipmap: bool = False) -> tuple[bytes, np.nd
 def test_converter_matches_onnxruntime(name, skl_to_onnx, matches_ort):
     model, features = _convert(name, skl_to_onnx)
     matches_ort(model, {"X": features}, atol=TOLERANCE.get(name, 1e-5), what=name)
+
+
+#: Models whose single rows take the linear models' one-row path (and, for the pipelines, the
+#: CPU provider's fused Scaler → model → Normalizer step).
+ROW_CASES = (
+    "LinearRegression",
+    "LogisticRegression-binary",
+    "LogisticRegression-multiclass",
+    "RidgeClassifier",
+    "LinearSVC",
+    "Pipeline-scaler-logistic",
+    "Pipeline-scaler-logistic-binary",
+    "Pipeline-scaler-linear",
+)
+
+
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_single_rows_match_onnxruntime(name, skl_to_onnx):
+    """Served models are called a row at a time: each of 12 rows alone, against onnxruntime."""
+    import onnxplug
+
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle")
+    model, features = _convert(name, skl_to_onnx)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    session = onnxplug.InferenceSession(model)
+    if name.startswith("Pipeline"):  # the Scaler and the model run as one fused step
+        assert len(session.get_partition_report().partitions) == 1
+    for row in range(12):
+        feeds = {"X": features[row : row + 1]}
+        expected, got = oracle.run(None, feeds), session.run(None, feeds)
+        for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+            assert have.dtype == want.dtype and have.shape == want.shape, f"{name} row {row} output {index}"
+            np.testing.assert_allclose(have, want, rtol=0, atol=1e-5, err_msg=f"{name} row {row} output {index}")
 
 
 @pytest.mark.parametrize("name", ZIPMAP_CASES)

@@ -646,7 +646,7 @@ def test_tree_ensemble_is_vectorised_over_samples():
 @pytest.mark.parametrize("shape", [(1, 3), (100, 1), (100, 2), (100, 3), (100, 7), (100, 8), (100, 12)])
 def test_row_reduce_gives_numpys_bits(ufunc, shape):
     """Column by column (short rows of many samples) or numpy's own: the same bits either way."""
-    from onnxplug_cpu.kernels.ml_linear import row_reduce
+    from onnxplug_cpu.kernels._post_transforms import row_reduce
 
     rng = np.random.default_rng(0)
     table = rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ..api import Provider
+from ..api import CompiledPartition, Provider
 from ..errors import EPFail, Fail, OnnxplugError
 from ..graph import outer_references, subgraphs
 from ..kernels import KernelDef, NodeContext, find_schema
@@ -177,9 +177,11 @@ def fused_step(
         compiled = ShapeSpecializedPartition(provider, partition, compiled, lambda: f"partition {name}")
     inputs = tuple(slot_of[id(v)] for v in input_values)
     outputs = tuple(new_slot(v) for v in output_values)
-    return Step(
-        compiled, inputs, outputs, False, name, "FusedPartition", provider.ort_name, index, (), _device_of(provider)
-    )
+    # The step calls the provider's function itself where the partition is a plain
+    # CompiledPartition (whose call only forwards to it): one Python frame less a run.
+    call = compiled.fn if type(compiled).__call__ is CompiledPartition.__call__ else compiled
+    device = _device_of(provider)
+    return Step(call, inputs, outputs, False, name, "FusedPartition", provider.ort_name, index, (), device)
 
 
 def _type_of(value: ir.Value | None) -> tuple[int, tuple | None] | None:

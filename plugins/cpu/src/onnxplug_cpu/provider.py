@@ -10,25 +10,35 @@ from onnxplug.api import CompiledPartition, Device, FuseClaim, KernelClaim, Kern
 
 
 class CPUProvider(KernelProvider):
-    """Runs every node it has a kernel for, one at a time, on numpy arrays — except the
-    QuantizeLinear → DequantizeLinear pairs of QDQ models, fused into one pass (``kernels._qdq``)
-    together with the Conv, Sum or Add that produces them and a following Relu → Q → DQ
-    (``kernels._qdq_chain``)."""
+    """Runs every node it has a kernel for, one at a time, on numpy arrays — except two kinds of
+    chains it fuses into one step: the QuantizeLinear → DequantizeLinear pairs of QDQ models, in
+    one pass (``kernels._qdq``) together with the Conv, Sum or Add that produces them and a
+    following Relu → Q → DQ (``kernels._qdq_chain``), and linear-model pipelines, ``[Scaler →]
+    LinearClassifier [→ Normalizer]`` and ``Scaler → LinearRegressor`` (``kernels._linear_chain``)."""
 
     def capability(self, graph, kernels) -> list[KernelClaim | FuseClaim]:
         claims = super().capability(graph, kernels)
-        if not any(node.op_type == "QuantizeLinear" for node in graph.nodes):
-            return claims  # no Q -> DQ pair, and the fusing code (with the convolutions) stays unloaded
-        from .kernels._qdq_chain import qdq_chains
+        op_types = {node.op_type for node in graph.nodes}
+        chains: list[tuple[tuple[str, ...], str]] = []
+        if "QuantizeLinear" in op_types:  # else the fusing code (with the convolutions) stays unloaded
+            from .kernels._qdq_chain import qdq_chains
 
-        chains = qdq_chains(graph, {claim.node for claim in claims if isinstance(claim, KernelClaim)})
+            chains += [(chain, "qdq") for chain in qdq_chains(graph, _kernel_claimed(claims))]
+        if op_types & {"LinearClassifier", "LinearRegressor"}:
+            from .kernels._linear_chain import linear_chains
+
+            chains += [(chain, "linear") for chain in linear_chains(graph, _kernel_claimed(claims))]
         if not chains:
             return claims
-        fused = {name for chain in chains for name in chain}
+        fused = {name for chain, _ in chains for name in chain}
         kept = [claim for claim in claims if not (isinstance(claim, KernelClaim) and claim.node in fused)]
-        return kept + [FuseClaim(chain, name="qdq") for chain in chains]
+        return kept + [FuseClaim(chain, name=kind) for chain, kind in chains]
 
     def compile(self, partition) -> CompiledPartition:
+        from .kernels._linear_chain import compile_linear_chain, is_linear_chain
+
+        if is_linear_chain(partition):
+            return compile_linear_chain(partition)
         from .kernels._qdq import compile_qdq_pair
         from .kernels._qdq_chain import compile_qdq_chain
         from .kernels.quantization import quantize_dequantize
@@ -36,6 +46,10 @@ class CPUProvider(KernelProvider):
         if len(partition.model.graph.node) == 2:
             return compile_qdq_pair(partition, quantize_dequantize)
         return compile_qdq_chain(partition, quantize_dequantize)
+
+
+def _kernel_claimed(claims) -> set[str]:
+    return {claim.node for claim in claims if isinstance(claim, KernelClaim)}
 
 
 class CPUProviderFactory(ProviderFactory):

@@ -12,8 +12,8 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from ._post_transforms import row_reduce
 from ._registry import kernel
-from .ml_linear import row_reduce
 
 ML = "ai.onnx.ml"
 

@@ -1,12 +1,10 @@
 """ai.onnx.ml linear models and SVMs: LinearClassifier, LinearRegressor, SVMClassifier, SVMRegressor.
 
-Also home of the score post-transforms shared with the tree ensembles.  ONNX describes the
-binary-classification corner cases only loosely; these kernels follow onnxruntime, whose
-behaviour converted models (skl2onnx, onnxmltools) are validated against:
-
-* one score column with two class labels is expanded to two columns, ``[1 - s, s]`` (linear
-  models) or ``[-s, s]`` (SVMs and trees with mixed-sign weights);
-* the probit transform uses the Winitzki approximation of ``erfinv``, like onnxruntime.
+ONNX describes the binary-classification corner cases only loosely; these kernels follow
+onnxruntime, whose behaviour converted models (skl2onnx, onnxmltools) are validated against: one
+score column with two class labels is expanded to two columns, ``[1 - s, s]`` (linear models) or
+``[-s, s]`` (SVMs and trees with mixed-sign weights).  The linear models themselves, with their
+one-row path, live in :mod:`._linear_model`; the post-transforms in :mod:`._post_transforms`.
 """
 
 from __future__ import annotations
@@ -15,86 +13,17 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
+from ._linear_model import (
+    LinearClassifierModel,
+    LinearRegressorModel,
+    LinearScores,
+    classifier_weights,
+    regressor_weights,
+)
+from ._post_transforms import POST_TRANSFORMS, class_labels, logistic, post_transform, probit
 from ._registry import kernel
 
 ML = "ai.onnx.ml"
-POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
-
-
-#: Below this many columns a row reduction runs column by column (see :func:`row_reduce`).
-_SHORT_ROWS = 8
-
-
-def row_reduce(ufunc, table):
-    """``ufunc.reduce`` over each row of a ``[N, C]`` table, as a ``[N, 1]`` column.
-
-    Scores have a few columns (classes), and numpy reduces a short axis one row at a time:
-    18 us for the sums of 1000 rows of 3, against 2.6 us column by column.  With fewer than 8
-    columns numpy adds a row in order, left to right, so the column-by-column sums are the same
-    bits; wider tables and small batches keep numpy's own reduction."""
-    columns = table.shape[1]
-    if table.shape[0] < 64 or not 1 < columns < _SHORT_ROWS:
-        return ufunc.reduce(table, axis=1, keepdims=True)
-    out = ufunc(table[:, 0], table[:, 1])
-    for column in range(2, columns):
-        ufunc(out, table[:, column], out=out)
-    return out[:, None]
-
-
-def softmax(scores, *, in_place=False):
-    """Row-wise softmax; ``in_place`` overwrites ``scores`` (a table the caller made) instead of
-    allocating two temporaries."""
-    exp = np.subtract(scores, row_reduce(np.maximum, scores), out=scores if in_place else None)
-    np.exp(exp, out=exp)
-    exp /= row_reduce(np.add, exp)
-    return exp
-
-
-def logistic(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def probit(x):
-    """sqrt(2) * erfinv(2x - 1), with Winitzki's closed-form erfinv (a = 0.147)."""
-    y = 2.0 * x - 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_term = np.log((1.0 - y) * (1.0 + y))
-        first = 2.0 / (np.pi * 0.147) + 0.5 * log_term
-        inverse = np.sign(y) * np.sqrt(-first + np.sqrt(first * first - log_term / 0.147))
-    return np.sqrt(2.0) * np.where(y == 0, 0.0, inverse)
-
-
-def softmax_zero(scores):
-    """Softmax over the non-zero entries of each row; zeros stay zero, an all-zero row is 0.5."""
-    nonzero = np.abs(scores) > 1e-7
-    top = row_reduce(np.maximum, scores)
-    exp = np.where(nonzero, np.exp(scores - top), 0.0)
-    total = row_reduce(np.add, exp)
-    return np.where(total == 0, 0.5, exp / np.where(total == 0, 1.0, total))
-
-
-def post_transform(scores, name):
-    """Apply a post_transform (given by name) row-wise to ``[N, C]`` float64 scores."""
-    if name == "NONE":
-        return scores
-    if name == "LOGISTIC":
-        return logistic(scores)
-    if name == "SOFTMAX":
-        return softmax(scores)
-    if name == "SOFTMAX_ZERO":
-        return softmax_zero(scores)
-    if name == "PROBIT":
-        return probit(scores)
-    raise Fail(f"unknown post_transform {name!r}")
-
-
-def class_labels(ints, strings):
-    """The class labels as an int64 or object array (strings win when both are set)."""
-    if strings:
-        labels = np.empty(len(strings), dtype=object)
-        labels[:] = list(strings)
-        return labels
-    return np.asarray(ints or (), dtype=np.int64)
 
 
 def _features(x, width, what, dtype=np.float64):
@@ -112,44 +41,8 @@ def linear_classifier(
     ctx, *, coefficients, intercepts=None, classlabels_ints=None, classlabels_strings=None, multi_class, post_transform
 ):
     labels = class_labels(classlabels_ints, classlabels_strings)
-    weights = np.asarray(coefficients, np.float64)
-    bias = np.asarray(intercepts or (), np.float64)
-    targets = bias.size if bias.size else max(len(labels), 1)
-    if weights.size % targets:
-        raise Fail(f"{weights.size} coefficients do not split into {targets} classes")
-    weights = weights.reshape(targets, -1)
-    binary = targets == 1
-    if binary and len(labels) != 2:
-        raise Fail(f"a single-score LinearClassifier needs exactly 2 class labels, got {len(labels)}")
-    if not binary and len(labels) != targets:
-        raise Fail(f"{targets} score columns but {len(labels)} class labels")
-
-    transposed = np.ascontiguousarray(weights.T)  # [features, classes], made once
-    # Labels 0, 1, ... (what scikit-learn's converters write): the best class is its label.
-    counting = labels.dtype == np.int64 and np.array_equal(labels, np.arange(len(labels)))
-    if post_transform not in POST_TRANSFORMS:
-        raise Fail(f"unknown post_transform {post_transform!r}")
-
-    def run(x):
-        scores = _features(x, weights.shape[1], "LinearClassifier") @ transposed
-        if bias.size:
-            scores += bias
-        if binary:
-            s = scores[:, 0]
-            label = labels[np.where(s > 0, 1, 0)]
-            if post_transform == "PROBIT":
-                out = probit(scores)
-            else:
-                s = logistic(s) if post_transform == "LOGISTIC" else s
-                out = np.stack([1.0 - s, s], axis=1)
-        else:
-            best = scores.argmax(axis=1)
-            label = best.astype(np.int64, copy=False) if counting else labels[best]
-            # ``scores`` is this call's own table: the softmax may overwrite it.
-            out = softmax(scores, in_place=True) if post_transform == "SOFTMAX" else _post(scores, post_transform)
-        return label, out.astype(np.float32, order="C")
-
-    return run
+    weights, bias = classifier_weights(coefficients, intercepts, labels)
+    return LinearClassifierModel(LinearScores(weights, bias, "LinearClassifier"), labels, post_transform)
 
 
 def _post(scores, name):
@@ -160,22 +53,8 @@ def _post(scores, name):
 
 @kernel("LinearRegressor", since=(1,), domain=ML, factory=True)
 def linear_regressor(ctx, *, coefficients=None, intercepts=None, post_transform, targets):
-    weights = np.asarray(coefficients or (), np.float64)
-    if targets <= 0 or weights.size % targets:
-        raise Fail(f"{weights.size} coefficients do not split into {targets} targets")
-    weights = weights.reshape(targets, -1)
-    bias = np.asarray(intercepts or (0.0,) * targets, np.float64)
-    if bias.size != targets:
-        raise Fail(f"{bias.size} intercepts for {targets} targets")
-
-    transposed = np.ascontiguousarray(weights.T)  # [features, targets], made once
-
-    def run(x):
-        scores = _features(x, weights.shape[1], "LinearRegressor") @ transposed
-        scores += bias
-        return _post(scores, post_transform).astype(np.float32)
-
-    return run
+    weights, bias = regressor_weights(coefficients, intercepts, targets)
+    return LinearRegressorModel(LinearScores(weights, bias, "LinearRegressor"), post_transform)
 
 
 # --- SVMs ------------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ import numpy as np
 from onnxplug.errors import Fail
 
 from ._forest_jit import compiled as compiled_forest_loops
+from ._post_transforms import class_labels, logistic, probit, softmax
+from ._post_transforms import post_transform as apply_post_transform
 from ._registry import kernel
 from .ml_forest import AGGREGATES, TRANSFORMS, Forest, leaf_table, legacy_forest, member_sets
-from .ml_linear import class_labels, logistic, probit, softmax
-from .ml_linear import post_transform as apply_post_transform
 
 ML = "ai.onnx.ml"
 
