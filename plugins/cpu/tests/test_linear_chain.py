@@ -102,7 +102,10 @@ def _pipeline(
         ]
     outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in expose]
     graph = helper.make_graph(
-        nodes, "pipeline", [helper.make_tensor_value_info("X", TensorProto.FLOAT, None if declared is None else list(declared))], outputs
+        nodes,
+        "pipeline",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, None if declared is None else list(declared))],
+        outputs,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
     return model.SerializeToString()

@@ -81,8 +81,12 @@ def tree_ensemble_regressor(
     if how is None or post_transform not in TRANSFORMS:
         raise Fail(f"unknown aggregate_function {aggregate_function!r} or post_transform {post_transform!r}")
 
+    with_base = bool(base.any())  # a random forest's are zeros: no add, 0.6 µs of a single row's run
+
     def run(x):
-        scores = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, how) + base
+        scores = forest.aggregate(x.reshape(1, -1) if x.ndim == 1 else x, how)
+        if with_base:
+            scores += base  # the forest's own fresh table
         if post_transform == "NONE":  # no float64 round trip: the same values
             return scores.astype(np.float32, copy=False)
         return apply_post_transform(scores.astype(np.float64), post_transform).astype(np.float32)
