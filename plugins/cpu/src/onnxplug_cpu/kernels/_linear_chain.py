@@ -32,6 +32,7 @@ from ._linear_model import (
     regressor_weights,
 )
 from ._post_transforms import class_labels
+from ._readers import value_readers
 
 __all__ = ["compile_linear_chain", "is_linear_chain", "linear_chains"]
 
@@ -70,11 +71,7 @@ def _scaler_fits(attributes: dict[str, Any], width: int) -> bool:
 def linear_chains(graph: GraphView, claimed: set[str]) -> list[tuple[str, ...]]:
     """Node names to fuse, each chain of two or three nodes in execution order."""
     producer = {value: node for node in graph.nodes for value in node.outputs if value}
-    readers: dict[str, list] = {}
-    for node in graph.nodes:
-        for value in node.inputs:
-            if value:
-                readers.setdefault(value, []).append(node)
+    readers = value_readers(graph)
     outputs = set(graph.outputs)
 
     def ours(node, op_type: str) -> bool:

@@ -32,6 +32,7 @@ from onnxplug.api import CompiledPartition, Partition
 from onnxplug.graph import GraphView
 
 from ._jit import compiler
+from ._readers import value_readers
 
 __all__ = ["compile_qdq_pair", "fake_quantize", "fake_quantize_into", "qdq_pairs"]
 
@@ -65,11 +66,7 @@ def _plain(node, inputs: int) -> bool:
 def qdq_pairs(graph: GraphView, claimed: set[str]) -> list[tuple[str, str]]:
     """``(QuantizeLinear, DequantizeLinear)`` node names to fuse: both in ``claimed``, the Q's
     float32 output read by that DQ only (not a graph output), per-tensor 8/16-bit integers."""
-    readers: dict[str, list] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            if name:
-                readers.setdefault(name, []).append(node)
+    readers = value_readers(graph)
     outputs = set(graph.outputs)
     pairs = []
     for node in graph.nodes:

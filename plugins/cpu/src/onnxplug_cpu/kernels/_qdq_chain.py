@@ -28,6 +28,7 @@ from onnxplug.graph import GraphView
 
 from ..numerics import PackedConv, convolve
 from ._qdq import _NP_RANGES, _is_scalar, fake_quantize_into, qdq_pairs
+from ._readers import value_readers
 
 __all__ = ["compile_qdq_chain", "qdq_chains"]
 
@@ -41,15 +42,11 @@ def qdq_chains(graph: GraphView, claimed: set[str]) -> list[tuple[str, ...]]:
     pairs = qdq_pairs(graph, claimed)
     nodes = {node.name: node for node in graph.nodes}
     producer = {value: node for node in graph.nodes for value in node.outputs if value}
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        for value in node.inputs:
-            if value:
-                readers[value] = readers.get(value, 0) + 1
+    readers = value_readers(graph)
     outputs = set(graph.outputs)
 
     def only_reader(value: str) -> bool:
-        return value not in outputs and readers.get(value, 0) == 1
+        return value not in outputs and len(readers.get(value, ())) == 1
 
     def ours(node) -> bool:
         return node is not None and node.name in claimed and node.domain == ""
