@@ -128,8 +128,10 @@ def compile_linear_chain(partition: Partition) -> CompiledPartition:
             normalize="Normalizer" in nodes,
         )
         produced[node.output[0]] = 0
-        probabilities = nodes["Normalizer"].output[0] if "Normalizer" in nodes else node.output[1]
-        produced[probabilities] = 1
+        if "Normalizer" in nodes:
+            produced[nodes["Normalizer"].output[0]] = 1
+        elif len(node.output) > 1:
+            produced[node.output[1]] = 1
     else:
         node, own = nodes["LinearRegressor"], attributes["LinearRegressor"]
         weights, bias = regressor_weights(own.get("coefficients"), own.get("intercepts"), own.get("targets", 1))
