@@ -6,7 +6,14 @@ See :class:`KernelRegistry` for how a provider or op library declares kernels.
 from ._limits import check_allocation, max_tensor_bytes
 from ._registry import KernelDef, KernelKey, KernelRegistry, NodeContext
 from ._runstate import RunState, check_terminate, current_run, enter_run, leave_run, unseeded_rng
-from ._schema import STANDARD_DOMAINS, attribute_defaults, find_schema, normalize_domain, schema_versions
+from ._schema import (
+    STANDARD_DOMAINS,
+    attribute_defaults,
+    attribute_value,
+    find_schema,
+    normalize_domain,
+    schema_versions,
+)
 
 __all__ = [
     "KernelDef",
@@ -16,6 +23,7 @@ __all__ = [
     "RunState",
     "STANDARD_DOMAINS",
     "attribute_defaults",
+    "attribute_value",
     "check_allocation",
     "check_terminate",
     "current_run",

@@ -20,14 +20,15 @@ class CPUProvider(KernelProvider):
         claims = super().capability(graph, kernels)
         op_types = {node.op_type for node in graph.nodes}
         chains: list[tuple[tuple[str, ...], str]] = []
+        claimed = {claim.node for claim in claims if isinstance(claim, KernelClaim)}
         if "QuantizeLinear" in op_types:  # else the fusing code (with the convolutions) stays unloaded
             from .kernels._qdq_chain import qdq_chains
 
-            chains += [(chain, "qdq") for chain in qdq_chains(graph, _kernel_claimed(claims))]
+            chains += [(chain, "qdq") for chain in qdq_chains(graph, claimed)]
         if op_types & {"LinearClassifier", "LinearRegressor"}:
             from .kernels._linear_chain import linear_chains
 
-            chains += [(chain, "linear") for chain in linear_chains(graph, _kernel_claimed(claims))]
+            chains += [(chain, "linear") for chain in linear_chains(graph, claimed)]
         if not chains:
             return claims
         fused = {name for chain, _ in chains for name in chain}
@@ -46,10 +47,6 @@ class CPUProvider(KernelProvider):
         if len(partition.model.graph.node) == 2:
             return compile_qdq_pair(partition, quantize_dequantize)
         return compile_qdq_chain(partition, quantize_dequantize)
-
-
-def _kernel_claimed(claims) -> set[str]:
-    return {claim.node for claim in claims if isinstance(claim, KernelClaim)}
 
 
 class CPUProviderFactory(ProviderFactory):

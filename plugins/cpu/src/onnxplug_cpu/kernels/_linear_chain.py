@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import onnx
-
 from onnxplug.api import CompiledPartition, Partition
 from onnxplug.graph import GraphView
+from onnxplug.kernels import attribute_value
 
 from ._linear_model import (
     LinearClassifierModel,
@@ -38,15 +37,6 @@ __all__ = ["compile_linear_chain", "is_linear_chain", "linear_chains"]
 
 ML = "ai.onnx.ml"
 _MODELS = {"LinearClassifier", "LinearRegressor"}
-
-
-def _text(value: Any) -> Any:
-    """An attribute value with its strings (alone or in a list) decoded, as kernels get them."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [item.decode() for item in value]
-    return value
 
 
 def _width(op_type: str, attributes: dict[str, Any]) -> int | None:
@@ -95,7 +85,7 @@ def linear_chains(graph: GraphView, claimed: set[str]) -> list[tuple[str, ...]]:
             chain.insert(0, scaler.name)
         if node.op_type == "LinearClassifier" and len(node.outputs) > 1 and node.outputs[1]:
             normalizer = only_reader(node.outputs[1])
-            if ours(normalizer, "Normalizer") and _text(normalizer.attributes.get("norm")) == "L1":
+            if ours(normalizer, "Normalizer") and normalizer.attributes.get("norm") == "L1":
                 chain.append(normalizer.name)
         if len(chain) > 1:
             chains.append(tuple(chain))
@@ -110,10 +100,7 @@ def is_linear_chain(partition: Partition) -> bool:
 def compile_linear_chain(partition: Partition) -> CompiledPartition:
     """A partition of one chain as one call over its single input, the features."""
     nodes = {node.op_type: node for node in partition.model.graph.node}
-    attributes = {
-        op_type: {a.name: _text(onnx.helper.get_attribute_value(a)) for a in node.attribute}
-        for op_type, node in nodes.items()
-    }
+    attributes = {op_type: {a.name: attribute_value(a) for a in node.attribute} for op_type, node in nodes.items()}
     scaler = attributes.get("Scaler", {})
     fold = {"offset": scaler.get("offset") or None, "scale": scaler.get("scale") or None}
     produced: dict[str, int] = {}  # value name -> position in the model's results

@@ -24,13 +24,14 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from ._post_transforms import POST_TRANSFORMS, logistic, post_transform, probit, row_reduce, softmax
+from ._post_transforms import checked_post_transform, logistic, post_transform, probit, row_reduce, softmax
 
 __all__ = [
     "LinearClassifierModel",
     "LinearRegressorModel",
     "LinearScores",
     "classifier_weights",
+    "feature_rows",
     "regressor_weights",
 ]
 
@@ -64,6 +65,15 @@ def regressor_weights(coefficients, intercepts, targets) -> tuple[np.ndarray, np
     return weights.reshape(targets, -1), bias
 
 
+def feature_rows(x: np.ndarray, width: int, what: str, dtype=np.float64) -> np.ndarray:
+    """``x`` as ``[N, width]`` features in ``dtype`` (a 1-D input is one row), or
+    :class:`InvalidArgument` naming ``what`` expected them."""
+    table = x.reshape(1, -1) if x.ndim == 1 else x
+    if table.ndim != 2 or table.shape[1] != width:
+        raise InvalidArgument(f"{what} expects [N, {width}] features, got shape {x.shape}")
+    return table.astype(dtype)
+
+
 class LinearScores:
     """``x @ weights.T + bias`` in float64, for ``[N, F]`` (or ``[F]``) features.
 
@@ -88,10 +98,7 @@ class LinearScores:
 
     def table(self, x: np.ndarray) -> np.ndarray:
         """The ``[N, targets]`` float64 scores (a fresh array the caller may overwrite)."""
-        rows = x.reshape(1, -1) if x.ndim == 1 else x
-        if rows.ndim != 2 or rows.shape[1] != self.width:
-            raise InvalidArgument(f"{self.what} expects [N, {self.width}] features, got shape {x.shape}")
-        scores = rows.astype(np.float64) @ self.transposed
+        scores = feature_rows(x, self.width, self.what) @ self.transposed
         scores += self.bias
         return scores
 
@@ -130,11 +137,9 @@ class LinearClassifierModel:
     def __init__(
         self, scores: LinearScores, labels: np.ndarray, post_transform: str, *, normalize: bool = False
     ) -> None:
-        if post_transform not in POST_TRANSFORMS:
-            raise Fail(f"unknown post_transform {post_transform!r}")
         self.scores = scores
         self.labels = labels
-        self.post_transform = post_transform
+        self.post_transform = checked_post_transform(post_transform)
         self.binary = scores.bias.size == 1
         # A softmax's probabilities, and a logistic's [1 - s, s], already sum to one: dividing
         # them by that sum again moves them by a few units in the last place of float64, which
@@ -204,10 +209,8 @@ class LinearRegressorModel:
     """LinearRegressor's float32 ``[N, targets]`` values."""
 
     def __init__(self, scores: LinearScores, post_transform: str) -> None:
-        if post_transform not in POST_TRANSFORMS:
-            raise Fail(f"unknown post_transform {post_transform!r}")
         self.scores = scores
-        self.post_transform = post_transform
+        self.post_transform = checked_post_transform(post_transform)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.post_transform == "NONE":

@@ -11,7 +11,16 @@ import numpy as np
 
 from onnxplug.errors import Fail
 
-__all__ = ["POST_TRANSFORMS", "class_labels", "logistic", "post_transform", "probit", "row_reduce", "softmax"]
+__all__ = [
+    "POST_TRANSFORMS",
+    "checked_post_transform",
+    "class_labels",
+    "logistic",
+    "post_transform",
+    "probit",
+    "row_reduce",
+    "softmax",
+]
 
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
@@ -81,6 +90,14 @@ def post_transform(scores, name):
     if name == "PROBIT":
         return probit(scores)
     raise Fail(f"unknown post_transform {name!r}")
+
+
+def checked_post_transform(name):
+    """``name``, refused with :class:`Fail` when :func:`post_transform` does not know it (so that
+    a model naming an unknown one fails when its session is created, not on its first run)."""
+    if name not in POST_TRANSFORMS:
+        raise Fail(f"unknown post_transform {name!r}")
+    return name
 
 
 def class_labels(ints, strings):

@@ -11,26 +11,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.errors import Fail
 
 from ._linear_model import (
     LinearClassifierModel,
     LinearRegressorModel,
     LinearScores,
     classifier_weights,
+    feature_rows,
     regressor_weights,
 )
-from ._post_transforms import POST_TRANSFORMS, class_labels, logistic, post_transform, probit
+from ._post_transforms import class_labels, logistic, probit
+from ._post_transforms import post_transform as apply_post_transform
 from ._registry import kernel
 
 ML = "ai.onnx.ml"
-
-
-def _features(x, width, what, dtype=np.float64):
-    table = x.reshape(1, -1) if x.ndim == 1 else x
-    if table.ndim != 2 or table.shape[1] != width:
-        raise InvalidArgument(f"{what} expects [N, {width}] features, got shape {x.shape}")
-    return table.astype(dtype)
 
 
 # --- linear models ---------------------------------------------------------------------------
@@ -43,12 +38,6 @@ def linear_classifier(
     labels = class_labels(classlabels_ints, classlabels_strings)
     weights, bias = classifier_weights(coefficients, intercepts, labels)
     return LinearClassifierModel(LinearScores(weights, bias, "LinearClassifier"), labels, post_transform)
-
-
-def _post(scores, name):
-    if name not in POST_TRANSFORMS:
-        raise Fail(f"unknown post_transform {name!r}")
-    return post_transform(scores, name)
 
 
 @kernel("LinearRegressor", since=(1,), domain=ML, factory=True)
@@ -178,7 +167,7 @@ def svm_classifier(
     def run(x):
         n = x.shape[0] if x.ndim > 1 else 1
         if n_vectors > 0:
-            k = kernel_of(_features(x, width, "SVMClassifier", np.float32), vectors)
+            k = kernel_of(feature_rows(x, width, "SVMClassifier", np.float32), vectors)
             scores = np.empty((n, len(pairs)))
             votes = np.zeros((n, classes))
             rows = np.arange(n)
@@ -194,7 +183,7 @@ def svm_classifier(
             if use_proba:
                 scores = _pair_probabilities(scores, np.asarray(prob_a), np.asarray(prob_b or ()), classes)
         else:
-            scores = rhos[0] + _features(x, width, "SVMClassifier") @ coefs.T
+            scores = rhos[0] + feature_rows(x, width, "SVMClassifier") @ coefs.T
             decision = scores
         best = decision.argmax(axis=1)
         label = labels[best] if len(labels) else best.astype(np.int64)
@@ -217,7 +206,7 @@ def svm_classifier(
             else:
                 out = np.stack([-s, s], axis=1)
         else:
-            out = _post(scores, post_transform)
+            out = apply_post_transform(scores, post_transform)
         return label, out.astype(np.float32)
 
     return run
@@ -252,13 +241,13 @@ def svm_regressor(
         if n_supports > 0:
             # float32 kernels as onnxruntime computes them; onnxruntime then sums them in a float32
             # GEMM whose order cannot be reproduced, so the sum runs in float64 (the closer one).
-            k = kernel_of(_features(x, width, "SVMRegressor", np.float32), vectors)
+            k = kernel_of(feature_rows(x, width, "SVMRegressor", np.float32), vectors)
             scores = k.astype(np.float64) @ coefs[:n_supports].astype(np.float32).astype(np.float64) + bias
         else:
-            scores = _features(x, width, "SVMRegressor") @ coefs + bias
+            scores = feature_rows(x, width, "SVMRegressor") @ coefs + bias
         scores = scores[:, None]
         if one_class:
             scores = np.where(scores > 0, 1.0, -1.0)
-        return _post(scores, post_transform).astype(np.float32)
+        return apply_post_transform(scores, post_transform).astype(np.float32)
 
     return run
