@@ -12,18 +12,21 @@ import numpy as np
 import pytest
 import threadpoolctl
 
-from onnxplug_cpu.kernels import _forest_jit, ml_forest
+from onnxplug_cpu.kernels import _forest_jit, _heap_trees, ml_forest
 from onnxplug_cpu.kernels.ml_forest import Forest
 
-ENGINES = ["numpy-walk", "numpy-active-set", "compiled"]
+ENGINES = ["numpy-walk", "numpy-active-set", "compiled", "compiled-linked"]
 
 
 @pytest.fixture(params=ENGINES)
 def engine(request, monkeypatch):
-    """Which route Forests built in the test take."""
-    if request.param == "compiled":
+    """Which route Forests built in the test take: ``compiled`` pads single-comparison forests to
+    complete trees (``kernels._heap_trees``), ``compiled-linked`` never does."""
+    if request.param.startswith("compiled"):
         if _forest_jit.compiled() is None:
             pytest.skip("numba is not installed (or ONNXPLUG_CPU_JIT=0): the compiled walk is not available")
+        if request.param == "compiled-linked":
+            monkeypatch.setattr(_heap_trees, "MAX_DEPTH", -1)
     else:
         monkeypatch.setattr(ml_forest, "compiled", lambda: None)
         monkeypatch.setattr(ml_forest, "_WALK_LIMIT", 1 << 16 if request.param == "numpy-walk" else 0)
@@ -214,6 +217,43 @@ def test_membership_nodes_take_the_true_branch_for_listed_values(engine):
     np.testing.assert_array_equal(forest.leaves(x), [[0, 2], [1, 3], [0, 2], [1, 2]])
 
 
+def test_trees_of_one_leaf_and_shared_subtrees(engine):
+    """A tree that is only a leaf (depth 0 for the whole forest, then beside a deeper tree), and
+    two trees sharing a subtree, padded or linked, reach the leaves a plain traversal does."""
+    only_leaves = Forest(
+        feature=[], threshold=[], mode=[], missing_true=[], true_next=[], false_next=[], roots=[-2, -1],
+        leaf_values=np.array([[1.0], [2.0]], np.float32), leaf_has=np.ones((2, 1), bool),
+    )  # fmt: skip
+    x = np.zeros((5, 3), np.float32)
+    np.testing.assert_array_equal(only_leaves.leaves(x), [[1, 0]] * 5)
+    np.testing.assert_array_equal(only_leaves.aggregate(x, 1), [[3.0]] * 5)
+    # tree 0: node 0 splits on feature 0 into node 1 or leaf 0; node 1 into leaves 1 and 2;
+    # tree 1 starts at node 1 (shared); tree 2 is leaf 3.
+    mixed = Forest(
+        feature=[0, 1], threshold=[0.5, -0.5], mode=[0, 0], missing_true=[False, False], true_next=[1, -2],
+        false_next=[-1, -3], roots=[0, 1, -4], leaf_values=np.arange(4, dtype=np.float32).reshape(4, 1),
+        leaf_has=np.ones((4, 1), bool),
+    )  # fmt: skip
+    x = np.array([[0.0, -1.0], [0.0, 0.0], [1.0, -1.0], [np.nan, np.nan], [0.0, np.nan], [0.5, -0.5]] * 2, np.float32)
+    for rows in (1, 2, 12):
+        np.testing.assert_array_equal(mixed.leaves(x[:rows]), _reference(mixed, x[:rows]))
+
+
+def test_heap_layout_pads_shallow_leaves_into_every_slot_below():
+    """The padded form of a tree with a leaf on its first level: that leaf fills both bottom
+    slots below it, whatever the padded slot above them compares."""
+    records, thresholds, slots = _heap_trees.heap_layout(
+        roots=np.array([0]), feature=np.array([2, 1]), threshold=np.array([0.25, 0.5]),
+        true_next=np.array([-1, -2]), false_next=np.array([1, -3]), depth=2,
+    )  # fmt: skip
+    np.testing.assert_array_equal(records[:, 0], [2, 0, 1])  # root, padding under leaf 0, node 1
+    np.testing.assert_array_equal(thresholds[:, 0], [0.25, 0.0, 0.5])
+    np.testing.assert_array_equal(records.view(np.float32)[:, 1], [0.25, 0.0, 0.5])
+    np.testing.assert_array_equal(slots, [[0, 0, 1, 2]])
+    assert _heap_trees.fits(3, 300, 2000) and not _heap_trees.fits(13, 1, 10**9)
+    assert not _heap_trees.fits(12, 1000, 100_000)  # 4M slots for 100k nodes: linked
+
+
 @pytest.mark.numba
 def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
@@ -227,7 +267,11 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "import threadpoolctl\n"
         "with threadpoolctl.threadpool_limits(2, user_api='blas'):\n"
         "    assert f.aggregate(np.full((200, 1), 0.9, np.float32), 1).sum() == 400\n"
-        "loops_used = (loops.scores, loops.leaf_of, loops.scores_parallel)\n"
+        "g = Forest(feature=[0], threshold=[0.5], mode=[0], missing_true=[True], true_next=[-1],\n"
+        "    false_next=[-2], roots=[0], leaf_values=np.array([[1.0], [2.0]], np.float32),\n"
+        "    leaf_has=np.ones((2, 1), bool))\n"
+        "assert g.aggregate(np.array([[np.nan]], np.float32), 1).tolist() == [[1.0]]\n"
+        "loops_used = (loops.heap_scores, loops.heap_walk_block, loops.heap_scores_parallel, loops.scores)\n"
         "print(sum(sum(f.stats.cache_misses.values()) for f in loops_used))\n"
     )
     first, second = cache_misses_in_new_processes(code)

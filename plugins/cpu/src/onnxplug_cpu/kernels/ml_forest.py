@@ -6,7 +6,9 @@ walks every (sample, tree) pair one level per step, so the Python loop runs over
 over trees when summing leaf weights), never over samples.
 
 Where numba is installed, walks and weight sums run compiled instead (``_forest_jit``: packed
-16-byte node records, four walks in step, the same numerics); the numpy walk is the fallback.
+16-byte node records, four walks in step; single-comparison forests padded to complete trees,
+``_heap_trees``, and walked one level at a time across walks; the same numerics); the numpy
+walk is the fallback.
 
 This module registers no kernels.
 """
@@ -18,6 +20,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 
 from ._forest_jit import compiled
+from ._heap_trees import fits, heap_layout
 from ._split_rows import thread_budget
 from ._team import run_parts
 
@@ -134,10 +137,20 @@ class Forest:
             np.ascontiguousarray(sets, np.float64),
             np.ascontiguousarray(rows, np.int64),
         )
-        rest = (max(self.depth, 1), simple, rules)
         self._scores_tables = {}
-        self._tables32 = (nodes, nodes.view(np.float32), 3, np.ascontiguousarray(self.roots, np.int32), *rest)
-        self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, self._tables32[3], *rest)
+        if simple >= 0 and fits(self.depth, self.roots.size, count + self.leaf_values.shape[0]):
+            records, thresholds, slots = heap_layout(
+                self.roots, self.feature, self.threshold, self.true_next, self.false_next, self.depth
+            )
+            self._tables32 = (records, records.view(np.float32), 1, self.depth, simple, slots)
+            self._tables64 = (records, thresholds, 0, self.depth, simple, slots)
+            self._loops = (self._jit.heap_walk, self._jit.heap_scores, self._jit.heap_scores_parallel)
+        else:
+            rest = (max(self.depth, 1), simple, rules)
+            roots = np.ascontiguousarray(self.roots, np.int32)
+            self._tables32 = (nodes, nodes.view(np.float32), 3, roots, *rest)
+            self._tables64 = (nodes, self.threshold.reshape(-1, 1).copy(), 0, roots, *rest)
+            self._loops = (self._jit.walk, self._jit.scores, self._jit.scores_parallel)
         # Each leaf's weights as entries (target id, weight), leaf by leaf: a boosted tree weighs
         # one class of several, and the gather then adds one weight per tree, not one per class.
         leaf_ids, target_ids = np.nonzero(self.leaf_has)
@@ -253,7 +266,7 @@ class Forest:
         return self._tables32 if values.dtype == np.float32 else self._tables64
 
     def _leaves_jit(self, values):
-        return self._jit.walk(values, *self._tables(values))
+        return self._loops[0](values, *self._tables(values))
 
     def _aggregate_jit(self, values, how):
         n, targets = values.shape[0], self.leaf_values.shape[1]
@@ -266,9 +279,9 @@ class Forest:
         tables = (*tables, result, present)
         parts = 1 if n < 2 * _ROWS_PER_THREAD else min(thread_budget(), n // _ROWS_PER_THREAD)
         if parts <= 1:  # a small batch reads no thread budget: its run is microseconds
-            self._jit.scores(values, *tables, 0, n)
+            self._loops[1](values, *tables, 0, n)
         else:  # the compiled loops release the GIL: row ranges run in parallel
-            run_parts(self._jit.scores, self._jit.scores_parallel, n, parts, values, *tables)
+            run_parts(self._loops[1], self._loops[2], n, parts, values, *tables)
         return result, present
 
     def leaves(self, x):
