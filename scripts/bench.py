@@ -21,8 +21,9 @@ difference between the runtimes' first outputs relative to the output's largest 
 Sections:
 
 - ``latency``: per-model table, the geometric mean of onnxplug/onnxruntime over the cnn and
-  transformers families, per-node overhead (``elementwise-1000``) and a small model's run
-  (``six-nodes``) from the micro family, classical ML at batch 1 and 1000 (sklearn family);
+  transformers families, per-node overhead (``elementwise-1000``), a small model's run
+  (``six-nodes``) and the cost of a small convolution layer (``small-convs``) from the micro
+  family, classical ML at batch 1 and 1000 (sklearn family);
 - ``creation``: session creation in this process (median of 5, after one untimed) and the first
   session of a fresh process (``python -c`` importing the runtime and creating it; bytecode
   caching on, as users run), for ``six-nodes``, ``resnet50`` and ``resnet50-weights``;
@@ -208,9 +209,10 @@ def latency(args, providers: list[str]) -> None:
         if with_ov:
             row.append(f"{medians['openvino'] / medians['ov']:.2f}")
         row += [f"{diff:.1e}", "; ".join(notes)]
-        if family == "micro" and model.name == "elementwise-1000":
-            mine, theirs = medians[providers[0]] / 1000 * 1e6, medians["ort"] / 1000 * 1e6
-            row[-1] += f" | per node: onnxplug {mine:.2f} us, ORT {theirs:.2f} us"
+        if family == "micro" and model.name in ("elementwise-1000", "small-convs"):
+            unit, count = ("node", 1000) if model.name == "elementwise-1000" else ("layer", 20)
+            mine, theirs = medians[providers[0]] / count * 1e6, medians["ort"] / count * 1e6
+            row[-1] += f" | per {unit}: onnxplug {mine:.2f} us, ORT {theirs:.2f} us"
         rows.append(row)
         print(" | ".join(row), flush=True)
     print()
