@@ -20,7 +20,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
 * :func:`pool_geometry`, :func:`windows`: output sizes and pads of a sliding window
   (auto_pad, pads, strides, dilations, ceil_mode) and the strided window view of the padded input.
-* :func:`pack_conv_weights`, :class:`PackedConv`, :func:`convolve`: N-d grouped convolution
+* :func:`pack_conv_weights`, :class:`PackedConv`, :func:`convolve`, :class:`Convolution` (one
+  node's, with its compiled layers kept per input shape): N-d grouped convolution
   (ONNX ``Conv``).  The general path is im2col over the window view and one batched matmul for all
   groups; pointwise convolutions are one matmul on the input buffer, depthwise ones shifted
   multiply-adds (``kernels._depthwise``; 3×3 with stride 1 or 2 numba loops,
@@ -49,11 +50,13 @@ from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, wide
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._sigmoid_jit import logistic, silu
 from .kernels._softmax_jit import softmax_last_axis
+from .kernels._team import run_settings
 from .kernels._winograd import winograd_conv, winograd_weights
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
 
 __all__ = [
+    "Convolution",
     "PackedConv",
     "batched_matmul",
     "gelu_single",
@@ -248,6 +251,62 @@ _REMEMBERED_SHAPES = 16
 _FLOAT32 = np.dtype(np.float32)  # (an identity test: a native float32 array's dtype is this object)
 
 
+def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, clamp, silu_alpha):
+    """The convolution of float32 ``x`` by the compiled layer ``packed`` kept for its shape and
+    these attributes (:meth:`PackedConv.remember`), or ``None`` where none was kept or it cannot
+    take this call (another bias length, the tiles switched off, a residual or a SiLU for a
+    depthwise layer): :func:`convolve`'s full path then decides."""
+    bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
+    if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
+        return None
+    if isinstance(bound, _f32_conv.BoundLayer):
+        return bound(x, b, residual, clamp, silu_alpha) if run_settings().tiles else None
+    if residual is None and silu_alpha is None:
+        return bound(x, b, clamp)  # a depthwise layer or a channel affine
+    return None
+
+
+class Convolution:
+    """One Conv node's convolution (``Conv``, ``FusedConv``): its attributes fixed and, where its
+    weights are constant, packed once (:class:`PackedConv`).  Called as ``convolution(x, w, b,
+    residual, clamp, silu_alpha)``, :func:`convolve`'s arguments.
+
+    Why: a call with an input shape seen before goes straight to the compiled layer kept for it;
+    through :func:`convolve`'s keyword arguments the same call cost ~1 µs more, a tenth of a
+    small layer (an OCR model's, a ShuffleNet's)."""
+
+    __slots__ = ("packed", "op", "geometry", "attributes")
+
+    def __init__(
+        self,
+        w: np.ndarray | None,
+        group: int,
+        op: str = "Conv",
+        *,
+        kernel_shape=None,
+        strides=None,
+        dilations=None,
+        pads=None,
+        auto_pad: str = "NOTSET",
+    ) -> None:
+        self.packed = None if w is None else PackedConv(w, group, op)
+        self.op = op
+        self.geometry = dict(
+            group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
+        )
+        self.attributes = (kernel_shape, strides, dilations, pads, auto_pad)
+
+    def __call__(self, x, w, b=None, residual=None, clamp=None, silu_alpha=None) -> np.ndarray:
+        packed = self.packed
+        if packed is not None and x.dtype is _FLOAT32:
+            y = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha)
+            if y is not None:
+                return y
+        return convolve(
+            x, w, b, packed=packed, op=self.op, residual=residual, clamp=clamp, silu_alpha=silu_alpha, **self.geometry
+        )
+
+
 def convolve(
     x: np.ndarray,
     w: np.ndarray,
@@ -281,13 +340,9 @@ def convolve(
     """
     attributes = (kernel_shape, strides, dilations, pads, auto_pad)
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype is _FLOAT32:
-        bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
-        if bound is not None and (b is None or (b.ndim == 1 and len(b) == bound.out_shape[1])):
-            if isinstance(bound, (_depthwise.BoundDepthwise, _depthwise.BoundChannelAffine)):
-                if residual is None and silu_alpha is None:
-                    return bound(x, b, clamp)
-            elif _f32_conv.available():
-                return bound(x, b, residual, clamp, silu_alpha)
+        y = _remembered_layer(packed, attributes, x, b, residual, clamp, silu_alpha)
+        if y is not None:
+            return y
     if x.ndim < 3 or w.ndim != x.ndim:
         raise Fail(f"{op}: X shape {list(x.shape)} and W shape {list(w.shape)} do not match")
     nd = x.ndim - 2

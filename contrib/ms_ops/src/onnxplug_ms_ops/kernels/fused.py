@@ -1,8 +1,8 @@
 """FusedConv, FusedGemm and FusedMatMul: a linear op with what onnxruntime folded into it.
 
-The convolution is the CPU provider's Conv (``onnxplug_cpu.numerics.convolve``: im2col and one
-batched matmul for all groups, or its pointwise, depthwise and Winograd paths); constant weights
-are prepared once per node (``PackedConv``).
+The convolution is the CPU provider's Conv (``onnxplug_cpu.numerics.Convolution``: the compiled
+tiles, or im2col and one batched matmul for all groups, or its pointwise, depthwise and Winograd
+paths); constant weights are prepared once per node.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import PackedConv, convolve, sigmoid, silu
+from onnxplug_cpu.numerics import Convolution, sigmoid, silu
 
 from ._common import widen
 from ._registry import kernel
@@ -156,11 +156,9 @@ def fused_conv(
     params = tuple(activation_params or ())
     act = _activation(activation, params, "FusedConv")
     in_place = _in_place_activation(activation)
-    constant_w = ctx.constant(1)
-    packed = None if constant_w is None else PackedConv(constant_w, group, "FusedConv")
-    geometry = dict(
-        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
-    )
+    silu_alpha = _param(params, 0, 1.0)  # (QuickGelu's)
+    geometry = dict(auto_pad=auto_pad, dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    convolution = Convolution(ctx.constant(1), group, "FusedConv", **geometry)
 
     clamps: dict = {}  # per input dtype: the same tuple each call (the layer keeps its arguments for it)
 
@@ -170,15 +168,14 @@ def fused_conv(
             clamp = clamps[x.dtype] = _clamp(activation, params, x.dtype)
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
-            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, clamp=clamp, **geometry)
+            return convolution(x, w, b, z, clamp)
         if not activation and z is not None and z.dtype == x.dtype:
             # a residual with no activation (ms_ops.fused_conv's FuseConvAdd): added in the store
-            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, **geometry)
+            return convolution(x, w, b, z)
         if activation == "QuickGelu" and (z is None or z.dtype == x.dtype):
             # SiLU in the convolution tiles' store (onnxplug's own activation: see _activation)
-            silu_alpha = _param(params, 0, 1.0)
-            return convolve(x, w, b, packed=packed, op="FusedConv", residual=z, silu_alpha=silu_alpha, **geometry)
-        y = convolve(x, w, b, packed=packed, op="FusedConv", **geometry)  # a fresh array
+            return convolution(x, w, b, z, None, silu_alpha)
+        y = convolution(x, w, b)  # a fresh array
         if z is not None:
             if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):
                 y += z

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _channel_jit, _depthwise_jit
-from ._split_rows import thread_budget
-from ._team import join_run, team_runs_convolutions
+from ._team import join_run, run_settings
 
 __all__ = ["BoundChannelAffine", "BoundDepthwise", "depthwise_conv", "depthwise_conv_numpy", "plan_depthwise"]
 
@@ -193,8 +192,9 @@ class BoundDepthwise:
         planes = np.ascontiguousarray(x).reshape(self._planes)
         y = np.empty(self.out_shape, dtype=self.dtype)
         n, c = self.shape[:2]
-        parts = min(thread_budget(), c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
-        if parts > 1 and team_runs_convolutions():
+        settings = run_settings()
+        parts = min(settings.budget, c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
+        if parts > 1 and settings.tiles and settings.team:  # (team_runs_convolutions)
             join_run()
             _depthwise_jit.compiled_parallel()[self._form](planes, *arguments, y.reshape(self._cells), parts)
         else:

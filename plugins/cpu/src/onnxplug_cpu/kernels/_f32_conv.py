@@ -44,11 +44,12 @@ import numpy as np
 
 from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
+from ._f32_conv_threads import on_python_threads
 from ._jit import compiler, cpu_has
 from ._scratch import scratch
 from ._sigmoid_jit import silu as silu_pass
-from ._split_rows import run_in_row_blocks, thread_budget
-from ._team import join_run, parallel_ready, run_parts, tiles_enabled
+from ._split_rows import thread_budget
+from ._team import join_run, run_parts, run_settings, tiles_enabled
 
 __all__ = ["BoundLayer", "ConvPlan", "available", "matmul", "matrix_product", "plan", "run"]
 
@@ -323,10 +324,12 @@ class BoundLayer:
     ``convolve_images`` takes that does not change from call to call, worked out once (a small
     layer's Python around the compiled call: 4.5 → 2 µs).  Called as :func:`run` is.
 
-    A node passes the same bias array, clamp and SiLU objects on every call, so the arguments
-    that follow the output (:meth:`_arguments`) are kept for the last such triple and a call
-    that repeats it is checked by three identity tests (a chain of small layers: 5.3 → 4.3 µs a
-    layer, much of the rest being the compiled call's own dispatch)."""
+    A node passes the same bias array, clamp and SiLU objects on every call, and equal run
+    settings are one object (``kernels._team.run_settings``), so every argument after the output
+    is kept for the last such quadruple, and a call that repeats it is checked by four identity
+    tests: a chain of small layers' Python went 5.3 → 4.3 µs a layer with the arguments kept,
+    and 4.3 → ~3 with the run's settings read once (what is left is mostly the compiled call's
+    own dispatch of its 28 arguments, ~1 µs)."""
 
     __slots__ = ("layer", "w", "out_shape", "_planes", "_rows", "_no_residual", "_stores", "_empty", "_last")
 
@@ -339,16 +342,23 @@ class BoundLayer:
         self._no_residual = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
         self._stores: dict[tuple, tuple] = {}  # (clamp, silu) -> float32 (low, high, alpha)
         self._empty = math.prod(layer.shape) == 0
-        # (bias, clamp, silu, arguments after the output) of the last call without a residual
+        # (bias, clamp, silu, settings, the compiled call, its arguments after the output,
+        # whether it runs on the team) of the last call without a residual that ran compiled
         self._last: tuple | None = None
 
     def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
-        y = np.empty(self.out_shape, dtype=np.float32)
-        if self._empty:
-            return y
+        settings = run_settings()
         last = self._last
         if residual is None and last is not None and last[0] is bias and last[1] is clamp and last[2] is silu:
-            self._convolve(x, y, last[3])
+            if last[3] is settings:
+                y = np.empty(self._rows, dtype=np.float32)
+                if last[6]:
+                    join_run()
+                planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
+                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y, *last[5])
+                return y.reshape(self.out_shape)
+        y = np.empty(self.out_shape, dtype=np.float32)
+        if self._empty:
             return y
         if bias is None:
             b = _NO_BIAS
@@ -358,17 +368,16 @@ class BoundLayer:
             b = np.ascontiguousarray(bias, dtype=np.float32).reshape(self.layer.shape[1])
         if residual is None:
             arguments = self._arguments(b, self._no_residual, clamp, silu)
-            if b is bias or bias is None:  # (a converted copy would not follow the array's values)
-                self._last = (bias, clamp, silu, arguments)
+            # (a converted bias is not kept: its copy would not follow the array's values)
+            self._convolve(x, y, arguments, settings, (bias, clamp, silu) if b is bias or bias is None else None)
         elif residual.shape == y.shape and residual.dtype == np.float32:
             arguments = self._arguments(b, np.ascontiguousarray(residual).reshape(self._rows), clamp, silu)
+            self._convolve(x, y, arguments, settings)
         else:  # added after the bias, then clamped, in a pass of its own
-            self._convolve(x, y, self._arguments(b, self._no_residual, None, None))
+            self._convolve(x, y, self._arguments(b, self._no_residual, None, None), settings)
             y = finish(y, None, residual, clamp)
             if silu is not None:  # a rare layout: the separate pass
                 y = silu_pass(y, silu, out=y)
-            return y
-        self._convolve(x, y, arguments)
         return y
 
     def _arguments(self, b: np.ndarray, z: np.ndarray, clamp, silu) -> tuple:
@@ -379,18 +388,24 @@ class BoundLayer:
         arguments = (layer.columns, layer.groups, layer.group_stride, b, z, low, high, layer.keep, layer.at)
         return arguments + (layer.chunk, alpha, layer.masked, layer.tail)
 
-    def _convolve(self, x: np.ndarray, y: np.ndarray, arguments: tuple) -> None:
+    def _convolve(self, x: np.ndarray, y: np.ndarray, arguments: tuple, settings, kept: tuple | None = None) -> None:
+        """The compiled call (on the team, or one thread) or the Python threads' stages; where it
+        ran compiled, the call is kept for ``kept`` ``(bias, clamp, silu)`` at these settings."""
         layer = self.layer
         planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
-        gather_parts, tile_parts = parts = layer.parts(thread_budget())
+        gather_parts, tile_parts = parts = layer.parts(settings.budget)
         head = (np.ascontiguousarray(x), self.w, planes, layer.offsets, y.reshape(self._rows))
-        if gather_parts == 1 and tile_parts == 1:
-            loops().convolve_images(*head, *arguments, *layer.driver, 1, 1)
-        elif parallel_ready():
+        on_team = gather_parts > 1 or tile_parts > 1
+        if on_team and not settings.team:
+            on_python_threads(loops(), layer.geometry, layer.in_place, parts, *head, *arguments)
+            return
+        if on_team:
             join_run()
-            loops().convolve_images(*head, *arguments, *layer.driver, gather_parts, tile_parts)
-        else:
-            _on_python_threads(loops(), layer.geometry, layer.in_place, parts, *head, *arguments)
+        compiled = loops().convolve_images
+        arguments = (*arguments, *layer.driver, gather_parts, tile_parts)
+        compiled(*head, *arguments)
+        if kept is not None:
+            self._last = (*kept, settings, compiled, arguments, on_team)
 
     def _store(self, clamp, silu) -> tuple:
         """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
@@ -413,33 +428,6 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
     shapes and the attributes (``numerics.convolve``); a caller that convolves the same weights
     again keeps a :class:`BoundLayer` instead."""
     return BoundLayer(layer, w)(x, bias, residual, clamp, silu)
-
-
-def _on_python_threads(compiled, geometry, in_place, parts, x, w, planes, offsets, y, columns, *rest):
-    """:func:`run`'s stages for each image where numba's threading layer is not safe
-    (``kernels._team``): the driver's serial loops, split over Python threads (the tail's dot
-    products on the calling thread, the same sums as on the team)."""
-    groups, group_stride, b, z, low, high, keep, at, chunk, alpha, masked, tail = rest
-    top, left = geometry.pads
-    count = compiled.tile_count(w.shape[0], groups, columns - tail)
-    for image in range(x.shape[0]):
-        if in_place:
-            source = x[image].reshape(-1)
-        else:
-            phases = (geometry.phases, geometry.hq, geometry.wq)
-            gather = functools.partial(compiled.gather, x[image], planes, *geometry.stride, top, left, *phases)
-            run_in_row_blocks(gather, x.shape[1], min_rows=max(1, x.shape[1] // parts[0]))
-            source = planes.reshape(-1)
-        fused = (b, z[image], low, high, keep, at, chunk, alpha, masked, tail)
-        product = functools.partial(compiled.tiles, w, source, offsets, y[image], columns, groups, group_stride, *fused)
-        run_in_row_blocks(product, count, min_rows=max(1, count // parts[1]))
-        if tail:
-            main = columns - tail
-            inputs = compiled.tail_inputs(
-                source, offsets, keep, at, masked, columns, main, groups, group_stride, w.shape[1]
-            )
-            row_tiles = compiled.tile_count(w.shape[0], groups, 1)
-            compiled.tail_rows(w, inputs, y[image], main, groups, b, z[image], low, high, alpha, 0, row_tiles)
 
 
 @functools.lru_cache(maxsize=64)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from onnxplug.kernels import current_run
 
@@ -30,6 +30,8 @@ __all__ = [
     "join_run",
     "parallel_ready",
     "run_parts",
+    "run_settings",
+    "RunSettings",
     "team_joined",
     "team_parts",
     "team_runs_convolutions",
@@ -76,8 +78,10 @@ def tiles_enabled() -> bool:
 def team_runs_convolutions() -> bool:
     """Whether the kernels around the convolutions (pools, depthwise layers) should join numba's
     team: the tiles are on and the team is safe.  Off, they keep their Python threads or the
-    calling thread, so that no team runs beside OpenBLAS's polling worker."""
-    return tiles_enabled() and parallel_ready()
+    calling thread, so that no team runs beside OpenBLAS's polling worker.  (Read from the run's
+    :func:`run_settings`.)"""
+    settings = run_settings()
+    return settings.tiles and settings.team
 
 
 def parallel_ready() -> bool:
@@ -90,6 +94,43 @@ def parallel_ready() -> bool:
                 _STATE["ready"] = _start()
             ready = _STATE["ready"]
     return ready and switched_on("ONNXPLUG_CPU_TEAM")
+
+
+class RunSettings(NamedTuple):
+    """What the compiled layers ask before each call, answered once a run (:func:`run_settings`)."""
+
+    #: :func:`tiles_enabled`
+    tiles: bool
+    #: :func:`parallel_ready`
+    team: bool
+    #: ``kernels._split_rows.thread_budget``
+    budget: int
+
+
+_SETTINGS_NOTE = "onnxplug_cpu.settings"
+_INTERNED: dict[RunSettings, RunSettings] = {}
+
+
+def run_settings() -> RunSettings:
+    """The run in progress's :class:`RunSettings`, worked out on its first call and kept in its
+    notes (outside a run, worked out on every call).
+
+    Why: a small convolution asked three switches, the team's state and the thread budget on
+    every call, ~1 µs of its Python (a MobileNet's or an OCR model's layers take 5-10 µs each);
+    now it is one note's lookup.  Equal settings are the same object, so a layer that kept its
+    arguments for them (``BoundLayer``) checks them with one identity test."""
+    run = current_run()
+    if run is not None:
+        settings = run.notes.get(_SETTINGS_NOTE)
+        if settings is not None:
+            return settings
+    settings = RunSettings(tiles_enabled(), parallel_ready(), thread_budget())
+    if len(_INTERNED) > 64:  # (budgets are thread counts: a handful of values)
+        _INTERNED.clear()
+    settings = _INTERNED.setdefault(settings, settings)
+    if run is not None:
+        run.notes[_SETTINGS_NOTE] = settings
+    return settings
 
 
 _RUN_NOTE = "onnxplug_cpu.team"

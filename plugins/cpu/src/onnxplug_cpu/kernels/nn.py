@@ -20,7 +20,7 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
-from ..numerics import PackedConv, conv_compute_dtype, convolve, pack_conv_weights
+from ..numerics import Convolution, conv_compute_dtype, pack_conv_weights
 from . import _f32_conv
 from ._conv_transpose_jit import compiled as _compiled_interleave
 from ._registry import kernel
@@ -29,16 +29,8 @@ from .pool import pool_geometry
 
 @kernel("Conv", since=(1, 11, 22), factory=True)
 def conv(ctx, *, auto_pad, dilations=None, group, kernel_shape=None, pads=None, strides=None):
-    constant_w = ctx.constant(1)
-    packed = None if constant_w is None else PackedConv(constant_w, group)
-    geometry = dict(
-        group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
-    )
-
-    def run(x, w, b=None):
-        return convolve(x, w, b, packed=packed, **geometry)
-
-    return run
+    geometry = dict(kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad)
+    return Convolution(ctx.constant(1), group, **geometry)
 
 
 def _scatter_add(cols, counts, kernel_shape, strides, dilations, full):

@@ -1,0 +1,110 @@
+"""A Conv node's later calls (``numerics.Convolution``, ``kernels._team.run_settings``): a call
+with an input shape seen before goes straight to the compiled layer kept for it, with the run's
+settings read once a run; the same bits as the first call; a switch or a thread count changed
+between runs takes effect on the next run."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxplug
+from onnxplug.kernels import RunState, current_run, enter_run, leave_run
+from onnxplug.testing import make_model
+from onnxplug_cpu import numerics
+from onnxplug_cpu.kernels import _f32_conv, _team
+
+pytest.importorskip("numba")
+if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
+    pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
+if _f32_conv.loops() is None:
+    pytest.skip("the float32 tiles need a CPU with AVX-512F (this one has none)", allow_module_level=True)
+
+pytestmark = pytest.mark.numba
+
+
+@pytest.fixture(autouse=True)
+def tiles_on(monkeypatch):
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")
+    monkeypatch.delenv("ONNXPLUG_CPU_TEAM", raising=False)
+
+
+def _session(threads=2):
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),  # FusedConv's clamp, where ms_ops fuses it
+        helper.make_node("Conv", ["r1", "w2"], ["y"]),  # pointwise, no bias
+    ]
+    weights = {
+        "w1": rng.standard_normal((32, 16, 3, 3), dtype=np.float32),
+        "b1": rng.standard_normal(32, dtype=np.float32),
+        "w2": rng.standard_normal((24, 32, 1, 1), dtype=np.float32),
+    }
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 16, 20, 20])], [("y", TensorProto.FLOAT, None)], weights)
+    options = onnxplug.SessionOptions()
+    options.intra_op_num_threads = threads
+    return onnxplug.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def test_later_runs_go_straight_to_the_kept_layers(monkeypatch):
+    session = _session()
+    x = np.random.default_rng(6).standard_normal((1, 16, 20, 20), dtype=np.float32)
+    first = session.run(None, {"x": x})[0]
+    routed, layers = [], []
+    original_convolve, original_call = numerics.convolve, _f32_conv.BoundLayer.__call__
+    monkeypatch.setattr(numerics, "convolve", lambda *a, **k: routed.append(1) or original_convolve(*a, **k))
+    monkeypatch.setattr(_f32_conv.BoundLayer, "__call__", lambda *a: layers.append(1) or original_call(*a))
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], first)
+    assert routed == [] and layers == [1, 1, 1, 1]  # two layers, two runs, no routing
+    # Switched off between runs: the next run routes every layer to the numpy paths.
+    monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
+    layers.clear()
+    off = session.run(None, {"x": x})[0]
+    assert routed == [1, 1] and layers == []
+    np.testing.assert_allclose(off, first, rtol=1e-4, atol=1e-3)
+
+
+def test_run_settings_are_read_once_a_run_and_equal_ones_are_one_object(monkeypatch):
+    outside = _team.run_settings()
+    assert outside is _team.run_settings()  # equal settings: one object, even outside a run
+    token = enter_run(RunState(threads=2))
+    try:
+        settings = _team.run_settings()
+        assert settings.budget == 2 and settings.tiles
+        monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "0")
+        assert _team.run_settings() is settings  # kept for the rest of the run
+    finally:
+        leave_run(token)
+    token = enter_run(RunState(threads=2))
+    try:
+        assert current_run().notes == {} and not _team.run_settings().tiles  # the next run reads it
+    finally:
+        leave_run(token)
+
+
+def test_a_kept_call_is_replanned_for_another_thread_budget():
+    """A bound layer keeps its compiled call for the run settings it was made at: a run with
+    another thread count splits the layer anew (the same bits), and the kept call follows."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 64, 28, 28), dtype=np.float32)
+    weights = rng.standard_normal((64, 64 * 9), dtype=np.float32)
+    bias = rng.standard_normal(64, dtype=np.float32)
+    layer = _f32_conv.plan(x.shape, 64, 1, (3, 3), None, None, (1, 1, 1, 1), "NOTSET")
+    bound = _f32_conv.BoundLayer(layer, weights)
+    results, kept = [], []
+    for threads in (1, 2, 1):
+        token = enter_run(RunState(threads=threads))
+        try:
+            results.append(bound(x, bias))
+            results.append(bound(x, bias))  # the kept call
+            kept.append(bound._last[3])
+        finally:
+            leave_run(token)
+    assert [settings.budget for settings in kept] == [1, 2, 1] and kept[0] is kept[2]
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])
