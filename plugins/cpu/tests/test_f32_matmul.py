@@ -81,6 +81,40 @@ def test_the_split_over_threads_keeps_the_bits(monkeypatch):
     assert not weights.applies(a)
 
 
+@pytest.mark.parametrize(
+    "rows, depth, width",
+    [
+        (13, 100, 1024),  # whole panels, a short last row tile
+        (40, 1700, 2048),  # three blocks of depth, the last short
+        (9, 900, 1100),  # a 12-column last panel (the stride patched below); two blocks
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_panels_give_the_bits_of_the_weights_as_stored(rows, depth, width, threads, monkeypatch):
+    """Weights whose rows lie a multiple of ``PANEL_STRIDE`` bytes apart are copied into panels of
+    64 columns; the product over them has the same blocks, tiles and sums as over the weights as
+    stored: the same bits, with and without a Gemm's ``C``, on one thread or split."""
+    a, b = _operands(rows, depth, width, seed=13)
+    if width % 1024:
+        monkeypatch.setattr(_f32_matmul, "PANEL_STRIDE", 4)  # any row stride: a ragged last panel
+    packed = _f32_matmul.ConstantRight(b)
+    assert packed.panels is not None and packed.panels.shape == (-(-width // 64), depth, 64)
+    monkeypatch.setattr(_f32_matmul, "PANEL_STRIDE", 3)  # no float32 row is 3 bytes apart
+    stored = _f32_matmul.ConstantRight(b)
+    assert stored.panels is None
+    c = np.random.default_rng(2).standard_normal(width, dtype=np.float32)
+    with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+        np.testing.assert_array_equal(packed.times(a), stored.times(a))
+        np.testing.assert_array_equal(packed.times(a, c), stored.times(a, c))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(packed.times(a), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_the_panel_constants_are_the_loops_own():
+    loops = _f32_matmul.loops()
+    assert (_f32_matmul.COLUMNS, _f32_matmul.BLOCK) == (loops.COLUMNS, loops.BLOCK)
+
+
 def test_batched_left_operands_keep_their_leading_axes():
     rng = np.random.default_rng(11)
     a = rng.standard_normal((2, 3, 17, 64), dtype=np.float32)
@@ -186,7 +220,11 @@ def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_proc
         "a = np.ones((64, 64), np.float32); w = _f32_matmul.ConstantRight(np.ones((64, 130), np.float32))\n"
         "y = np.empty((64, 130), np.float32)\n"
         "loops.product(a, w.b, w.offsets, y, False); loops.product_parallel(a, w.b, w.offsets, y, True, 2)\n"
-        "print(sum(sum(f.stats.cache_misses.values()) for f in (loops.product, loops.product_parallel)))\n"
+        "p = _f32_matmul.ConstantRight(np.ones((64, 1024), np.float32)); z = np.empty((64, 1024), np.float32)\n"
+        "loops.panel_product(a, p.panels, p.offsets, z, False)\n"
+        "loops.panel_product_parallel(a, p.panels, p.offsets, z, True, 2)\n"
+        "compiled = (loops.product, loops.product_parallel, loops.panel_product, loops.panel_product_parallel)\n"
+        "print(sum(sum(f.stats.cache_misses.values()) for f in compiled))\n"
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0

@@ -47,6 +47,9 @@ MIN_VALUES = 1 << 14
 MIN_ROWS = 8
 #: Tiles per thread below which one thread computes a product alone.
 _MIN_TILES_PER_PART = 4
+#: The tile's columns and the rows of a block of depth: ``kernels._f32_matmul_loops``' ``COLUMNS``
+#: and ``BLOCK`` (which imports numba; a test checks they agree).
+COLUMNS, BLOCK = 64, 768
 
 
 def available() -> bool:
@@ -67,14 +70,20 @@ def loops() -> Any:
 
 class ConstantRight:
     """A constant float32 C-contiguous ``(K, N)`` right operand with the row offsets the tile
-    reads it at (``k · N``); the matrix itself is the caller's, not copied."""
+    reads it at (``k · N``); the matrix itself is the caller's, not copied, except where its
+    rows lie a multiple of :data:`PANEL_STRIDE` bytes apart (:attr:`panels`)."""
 
-    __slots__ = ("b", "offsets", "shape")
+    __slots__ = ("b", "offsets", "shape", "panels")
 
     def __init__(self, b: np.ndarray) -> None:
-        offsets = np.arange(b.shape[0], dtype=np.int64) * b.shape[1]
+        self.b, self.shape = b, b.shape
+        self.panels = panels(b) if (b.shape[1] * b.itemsize) % PANEL_STRIDE == 0 else None
+        if self.panels is None:
+            offsets = np.arange(b.shape[0], dtype=np.int64) * b.shape[1]
+        else:  # a block's rows in a panel, each block read from its own first row on
+            offsets = np.arange(min(b.shape[0], BLOCK), dtype=np.int64) * COLUMNS
         offsets.flags.writeable = False
-        self.b, self.offsets, self.shape = b, offsets, b.shape
+        self.offsets = offsets
 
     def applies(self, a: np.ndarray) -> bool:
         """Whether :meth:`times` should compute ``a @ b`` now: a float32 ``a`` of at least
@@ -100,11 +109,39 @@ class ConstantRight:
             np.copyto(y, start)
         compiled = loops()
         parts = _team_parts(1, rows.shape[0], width)
+        right = self.b if self.panels is None else self.panels
         if parts > 1:
-            compiled.product_parallel(rows, self.b, self.offsets, y, start is not None, parts)
+            (compiled.product_parallel if self.panels is None else compiled.panel_product_parallel)(
+                rows, right, self.offsets, y, start is not None, parts
+            )
         else:
-            compiled.product(rows, self.b, self.offsets, y, start is not None)
+            (compiled.product if self.panels is None else compiled.panel_product)(
+                rows, right, self.offsets, y, start is not None
+            )
         return y.reshape(*a.shape[:-1], width)
+
+
+#: A right operand whose rows lie a multiple of this many bytes apart is copied into panels of
+#: 64 columns (:func:`panels`): rows 12 KiB apart (3072 columns, a transformer's feed-forward
+#: width) fall on so few of the caches' sets that the 64 columns a tile reads, 192 KiB over
+#: 768 rows, did not stay in a 1 MiB L2 while the left operand's row tiles passed over them.
+#: 128 rows times 768 × 3072 at two threads, weights out of the caches: 166-179 G multiply-adds
+#: a second as stored, 192-199 in panels (768 × 768, whose rows are 3 KiB apart: 221-233 either
+#: way).  The panels are a second copy of those weights (BERT-base: 113 MB).
+PANEL_STRIDE = 4096
+
+
+def panels(b: np.ndarray) -> np.ndarray:
+    """``b`` ``(K, N)`` as ``(ceil(N / 64), K, 64)`` float32: panel ``j`` holds columns ``64·j``
+    to ``64·j + 63`` of every row in turn, zeros past the last column."""
+    depth, width = b.shape
+    count = -(-width // COLUMNS)
+    copied = np.zeros((count, depth, COLUMNS), dtype=np.float32)
+    for j in range(count):
+        part = b[:, j * COLUMNS : (j + 1) * COLUMNS]
+        copied[j, :, : part.shape[1]] = part
+    copied.flags.writeable = False
+    return copied
 
 
 def _team_parts(matrices: int, rows: int, width: int) -> int:

@@ -12,9 +12,19 @@ import numba
 import numpy as np
 from numba import prange, types
 
-from ._f32_tile_ir import COLUMNS, ROWS, prefetching_tile, tile_16, tile_32, tile_48
+from ._f32_tile_ir import COLUMNS, ROWS, prefetching_tile, tile, tile_16, tile_32, tile_48
 
-__all__ = ["BLOCK", "COLUMNS", "PREFETCH_ROWS", "ROWS", "batched_parallel", "product", "product_parallel"]
+__all__ = [
+    "BLOCK",
+    "COLUMNS",
+    "PREFETCH_ROWS",
+    "ROWS",
+    "batched_parallel",
+    "panel_product",
+    "panel_product_parallel",
+    "product",
+    "product_parallel",
+]
 
 #: Rows of the right operand (``k``) per block: each block's tiles sum their part of ``k`` and
 #: add it to what the blocks before stored.
@@ -30,6 +40,8 @@ def _array(dtype, ndim: int, *, read_only: bool = True):
 _INT, _F32 = types.int64, types.float32
 # a, b, offsets, y
 _ARGUMENTS = (_array(_F32, 2), _array(_F32, 2), _array(_INT, 1), _array(_F32, 2, read_only=False))
+# a, panels, offsets, y
+_PANEL_ARGUMENTS = (_array(_F32, 2), _array(_F32, 3), _array(_INT, 1), _array(_F32, 2, read_only=False))
 
 
 @numba.njit(types.void(*_ARGUMENTS, _INT, _INT, types.boolean), cache=True, nogil=True)
@@ -72,6 +84,77 @@ def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - co
             tile_32(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
         else:
             tile_16(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+
+
+@numba.njit(types.void(*_PANEL_ARGUMENTS, _INT, _INT, types.boolean, _INT), cache=True, nogil=True)
+def _panel_range(a, panels, offsets, y, t0, t1, accumulate, k0):  # pragma: no cover - compiled
+    """:func:`_block_range` of the right operand copied into panels (``panels`` ``(N / 64, K,
+    64)``, each 64 columns' rows one after another; ``offsets`` the block's ``k · 64``): the
+    tile reads panel ``j``'s rows from ``k0`` on through a base pointer placed so that the
+    tile's own ``p0`` lands on the panel's first column."""
+    m, depth = a.shape
+    n = y.shape[1]
+    row_tiles = (m + ROWS - 1) // ROWS
+    panel_values = panels.shape[1] * COLUMNS
+    no_clamp_low, no_clamp_high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
+    for t in range(t0, t1):
+        j = t // row_tiles
+        m0 = (t - j * row_tiles) * ROWS
+        p0 = j * COLUMNS
+        valid = min(COLUMNS, n - p0)
+        # (j · panel_values + k0 · 64 - p0 >= 0: panel_values >= 64)
+        base = panels.ctypes.data + 4 * (j * panel_values + k0 * COLUMNS - p0)
+        arguments = (
+            a[m0].ctypes.data,
+            base,
+            y[m0].ctypes.data,
+            offsets.ctypes.data,
+            depth,
+            p0,
+            valid,
+            min(ROWS, m - m0),
+            n,
+            0,  # no bias
+            y[m0].ctypes.data if accumulate else 0,  # the sum so far, as a residual
+            0,
+            0,
+            0,
+            no_clamp_low,
+            no_clamp_high,
+            no_silu,
+        )
+        if valid > 48:
+            tile(*arguments)
+        elif valid > 32:
+            tile_48(*arguments)
+        elif valid > 16:
+            tile_32(*arguments)
+        else:
+            tile_16(*arguments)
+
+
+@numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)
+def panel_product_parallel(a, panels, offsets, y, onto, parts):  # pragma: no cover - compiled
+    """:func:`product_parallel` of the right operand in panels (``offsets``: ``k · 64`` for the
+    first :data:`BLOCK` rows): the same blocks, tiles and sums, so the same bits."""
+    m, depth = a.shape
+    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        block = np.ascontiguousarray(a[:, k0:k1])
+        for part in prange(parts):
+            lo, hi = count * part // parts, count * (part + 1) // parts
+            _panel_range(block, panels, offsets[: k1 - k0], y, lo, hi, onto or k0 > 0, k0)
+
+
+@numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean), cache=True, nogil=True)
+def panel_product(a, panels, offsets, y, onto):  # pragma: no cover - compiled
+    """:func:`panel_product_parallel` on the calling thread alone."""
+    m, depth = a.shape
+    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        _panel_range(np.ascontiguousarray(a[:, k0:k1]), panels, offsets[: k1 - k0], y, 0, count, onto or k0 > 0, k0)
 
 
 @numba.njit(types.void(*_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)
