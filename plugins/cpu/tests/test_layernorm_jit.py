@@ -57,6 +57,42 @@ def test_large_offset_keeps_the_variance():
     np.testing.assert_allclose(y, want_y, rtol=0, atol=1e-3)
 
 
+@pytest.mark.numba
+@pytest.mark.parametrize("skip_rows", ["same", "broadcast"])
+@pytest.mark.parametrize("with_biases", [True, False])
+@pytest.mark.parametrize("team", [False, True])
+def test_skip_layer_norm_is_the_sum_then_the_norm_bit_for_bit(skip_rows, with_biases, team):
+    """``skip_layer_norm_last_axis`` sums ``x + skip (+ skip_bias)`` with numpy's rounding and order
+    (one skip for every batch row where it is broadcast) and normalises the sum as
+    ``layer_norm_last_axis`` does: the same bits, on one thread or split over the run's team."""
+    from onnxplug.kernels import RunState, enter_run, leave_run
+    from onnxplug_cpu.kernels import _team
+    from onnxplug_cpu.numerics import skip_layer_norm_last_axis
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    x, scale, bias = _data((2, 64, 768), 11)
+    rng = np.random.default_rng(12)
+    skip = rng.standard_normal((64, 768) if skip_rows == "broadcast" else x.shape).astype(np.float32)
+    skip_bias = rng.standard_normal(768).astype(np.float32) if with_biases else None
+    bias = bias if with_biases else None
+    total = x + skip
+    if skip_bias is not None:
+        total = total + skip_bias
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        token = enter_run(RunState(threads=2))
+        try:
+            if team:
+                _team.join_run()  # as a transformer's products do: the rows split over the team
+                assert _team.team_parts(x.size, 128) == 2 or not _team.parallel_ready()
+            y, mean, inv, got_total = skip_layer_norm_last_axis(x, skip, skip_bias, scale, bias, 1e-5)
+        finally:
+            leave_run(token)
+    np.testing.assert_array_equal(got_total, total)
+    for got, want in zip((y, mean, inv), layer_norm_last_axis(total, scale, bias, 1e-5)):
+        np.testing.assert_array_equal(got, want)
+    assert skip_layer_norm_last_axis(x, skip.astype(np.float64), skip_bias, scale, bias, 1e-5) is None
+
+
 def test_what_it_declines():
     x, scale, bias = _data((8, 384), 1)
     assert layer_norm_last_axis(x, scale, bias, 1e-5) is None  # small: numpy

@@ -12,7 +12,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   tail (the fast path of ``Gelu`` and com.microsoft's Gelu family; one compiled pass with numba).
 * :func:`gelu_tanh_single`: Gelu's tanh approximation in float32 (FastGelu), one compiled pass.
 * :func:`layer_norm_last_axis`: float32 layer normalisation over the last axis in one compiled
-  loop per row, with its mean and inverse deviation (``None`` where it does not apply).
+  loop per row, with its mean and inverse deviation (``None`` where it does not apply);
+  :func:`skip_layer_norm_last_axis`: the same of ``x + skip (+ bias)``, the sum in the same pass.
 * :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
   (attention's scores), or ``None`` where it does not apply (no numba, another dtype).
 * :func:`sigmoid`, :func:`silu`: the logistic function and ``x * sigmoid(alpha * x)``, float32
@@ -45,7 +46,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from .kernels import _depthwise, _f32_conv, _f32_matmul
 from .kernels._epilogue import finish
 from .kernels._jit import load_for_feature_maps
-from .kernels._layernorm_jit import layer_norm_last_axis
+from .kernels._layernorm_jit import layer_norm_last_axis, skip_layer_norm_last_axis
 from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, widen
 from .kernels._shifted import shifted_conv, stacked_filters
 from .kernels._sigmoid_jit import logistic, silu
@@ -72,6 +73,7 @@ __all__ = [
     "pool_geometry",
     "sigmoid",
     "silu",
+    "skip_layer_norm_last_axis",
     "widen",
     "windows",
 ]

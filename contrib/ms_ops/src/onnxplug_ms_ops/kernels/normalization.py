@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
-from onnxplug_cpu.numerics import layer_norm_last_axis
+from onnxplug_cpu.numerics import layer_norm_last_axis, skip_layer_norm_last_axis
 
 from ._common import compute_dtype
 from ._registry import kernel
@@ -30,11 +30,15 @@ def _normalize(x: np.ndarray, axis: int, epsilon: float, *, center: bool, dtype:
     return centred * inv_std, mean, inv_std
 
 
-def _skip_sum(x, skip, bias, op):
+def _check_skip(x, skip, op):
     if x.ndim not in (2, 3):
         raise Fail(f"{op}: input must be 2-D or 3-D, got shape {x.shape}")
     if skip.shape != x.shape and skip.shape not in (x.shape[-2:], (1,) + x.shape[-2:]):
         raise Fail(f"{op}: skip of shape {skip.shape} does not fit input of shape {x.shape}")
+
+
+def _skip_sum(x, skip, bias, op):
+    _check_skip(x, skip, op)
     total = x + skip
     if bias is not None:
         total = total + bias
@@ -51,8 +55,12 @@ def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon):
     hidden = x.shape[-1]
     for name, value in (("gamma", gamma), ("beta", beta), ("bias", bias)):
         _check_vector(value, name, hidden, "SkipLayerNormalization")
+    _check_skip(x, skip, "SkipLayerNormalization")
+    fast = skip_layer_norm_last_axis(x, skip, bias, gamma, beta, epsilon)  # float32: one compiled pass
+    if fast is not None:
+        return fast
     total = _skip_sum(x, skip, bias, "SkipLayerNormalization")
-    fast = layer_norm_last_axis(total, gamma, beta, epsilon)  # float32: the CPU provider's loop
+    fast = layer_norm_last_axis(total, gamma, beta, epsilon)
     if fast is not None:
         return (*fast, total)
     dtype = compute_dtype(x.dtype)

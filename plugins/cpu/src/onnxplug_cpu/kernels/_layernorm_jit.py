@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler
+from ._team import team_parts
 
-__all__ = ["compiled", "layer_norm_last_axis"]
+__all__ = ["compiled", "layer_norm_last_axis", "skip_layer_norm_last_axis"]
 
 #: Smaller inputs stay in numpy (microseconds there), so a small model does not load numba
 #: (about 0.5 s and 110 MiB on first use) for them.
@@ -33,13 +34,21 @@ _NO_BIAS = np.zeros(0, dtype=np.float32)
 
 @functools.cache
 def compiled() -> Any | None:
-    """``layer_norm_rows(x, scale, bias, epsilon, y, mean, inv_std)`` on float32 ``(rows, cols)``
-    arrays and ``(rows,)`` statistics, or ``None``."""
+    """The module ``kernels._layernorm_loops`` (``layer_norm_rows``, ``skip_layer_norm_rows``
+    and their ``*_parallel`` forms), or ``None`` without numba."""
     if compiler() is None:
         return None
     from . import _layernorm_loops
 
-    return _layernorm_loops.layer_norm_rows
+    return _layernorm_loops
+
+
+def _parameters(x: np.ndarray, *vectors) -> bool:
+    """Whether float32 ``x`` is large enough and every given vector float32 of ``x``'s width."""
+    if x.dtype != np.float32 or x.ndim == 0 or x.size < MIN_VALUES:
+        return False
+    cols = x.shape[-1]
+    return all(v.dtype == np.float32 and v.size == cols for v in vectors if v is not None)
 
 
 def layer_norm_last_axis(
@@ -48,23 +57,68 @@ def layer_norm_last_axis(
     """``(y, mean, inv_std)``: ``x`` float32 normalised over its last axis, times ``scale`` plus
     ``bias`` (each with ``x.shape[-1]`` values), the statistics shaped ``x.shape[:-1] + (1,)``
     (float32, keepdims).  ``None`` when the loop does not apply (not float32, fewer than
-    :data:`MIN_VALUES` values, parameters of another size or type, no numba)."""
-    if x.dtype != np.float32 or x.ndim == 0 or x.size < MIN_VALUES:
+    :data:`MIN_VALUES` values, parameters of another size or type, no numba).  Split over the
+    run's thread team where the run has joined it (``kernels._team.team_parts``)."""
+    if not _parameters(x, scale, bias):
+        return None
+    loops = compiled()
+    if loops is None:
         return None
     cols = x.shape[-1]
-    params = (scale,) if bias is None else (scale, bias)
-    if any(p.dtype != np.float32 or p.size != cols for p in params):
-        return None
-    loop = compiled()
-    if loop is None:
-        return None
     rows = x.size // cols
     x2 = np.ascontiguousarray(x).reshape(rows, cols)
     y = np.empty((rows, cols), dtype=np.float32)
     mean = np.empty(rows, dtype=np.float32)
     inv_std = np.empty(rows, dtype=np.float32)
-    scale1 = np.ascontiguousarray(scale).reshape(cols)
-    bias1 = _NO_BIAS if bias is None else np.ascontiguousarray(bias).reshape(cols)
-    loop(x2, scale1, bias1, np.float32(epsilon), y, mean, inv_std)
+    arguments = (x2, _vector(scale, cols), _vector(bias, cols), np.float32(epsilon), y, mean, inv_std)
+    parts = team_parts(x.size, rows)
+    if parts > 1:
+        loops.layer_norm_parallel(*arguments, parts)
+    else:
+        loops.layer_norm_rows(*arguments, 0, rows)
     stats = x.shape[:-1] + (1,)
     return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats)
+
+
+def skip_layer_norm_last_axis(
+    x: np.ndarray,
+    skip: np.ndarray,
+    skip_bias: np.ndarray | None,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    epsilon: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """com.microsoft SkipLayerNormalization in one compiled pass: ``(y, mean, inv_std, total)``
+    with ``total = x + skip (+ skip_bias)`` (numpy's rounding and order) normalised as
+    :func:`layer_norm_last_axis` does.  ``skip`` has ``x``'s shape or its last two axes' (the
+    caller checked which); ``None`` where the loop does not apply.
+
+    Why: the sum as numpy passes wrote two fresh arrays and the normalisation read them again
+    (GPT-2 small, 128 tokens: 119 µs a node against onnxruntime's 69 for its LayerNormalization
+    and Add)."""
+    if not _parameters(x, scale, bias, skip_bias) or skip.dtype != np.float32:
+        return None
+    loops = compiled()
+    if loops is None:
+        return None
+    cols = x.shape[-1]
+    rows = x.size // cols
+    x2 = np.ascontiguousarray(x).reshape(rows, cols)
+    skips = np.ascontiguousarray(skip).reshape(-1, cols)
+    y = np.empty((rows, cols), dtype=np.float32)
+    total = np.empty((rows, cols), dtype=np.float32)
+    mean = np.empty(rows, dtype=np.float32)
+    inv_std = np.empty(rows, dtype=np.float32)
+    arguments = (x2, skips, _vector(skip_bias, cols), _vector(scale, cols), _vector(bias, cols), np.float32(epsilon))
+    arguments += (y, mean, inv_std, total)
+    parts = team_parts(x.size, rows)
+    if parts > 1:
+        loops.skip_layer_norm_parallel(*arguments, parts)
+    else:
+        loops.skip_layer_norm_rows(*arguments, 0, rows)
+    stats = x.shape[:-1] + (1,)
+    return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats), total.reshape(x.shape)
+
+
+def _vector(value: np.ndarray | None, cols: int) -> np.ndarray:
+    return _NO_BIAS if value is None else np.ascontiguousarray(value).reshape(cols)
