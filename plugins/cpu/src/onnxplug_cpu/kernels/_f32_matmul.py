@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._jit import compiler, cpu_has
+from ._jit import cpu_has
 from ._split_rows import thread_budget
 from ._team import join_run, parallel_ready, tiles_enabled
 
@@ -56,8 +56,21 @@ def available() -> bool:
     """Whether the tiles may run: switched on (``ONNXPLUG_CPU_CONV_TILE``, ``ONNXPLUG_CPU_JIT``),
     numba usable and the CPU with AVX-512F.  As ``kernels._f32_conv.available``, without
     importing the convolutions' loops (a transformer's session then loads only its own: the
-    convolutions' cost BERT-base 130 MB of resident memory)."""
-    return tiles_enabled() and compiler() is not None and cpu_has(("avx512f",), ("avx512f",))
+    convolutions' cost BERT-base 130 MB of resident memory).  Asked on every product: the
+    switches come from the run's notes, and whether numba and AVX-512F are there is kept."""
+    return tiles_enabled() and _compilable()
+
+
+@functools.cache
+def _compilable() -> bool:
+    """numba importable and the CPU with AVX-512F, found once (``compiler()`` builds a decorator
+    on each call: a GPT-2 run asked 72 times).  ``ONNXPLUG_CPU_JIT=0`` is :func:`tiles_enabled`'s
+    to read, run by run."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return cpu_has(("avx512f",), ("avx512f",))
 
 
 @functools.cache
