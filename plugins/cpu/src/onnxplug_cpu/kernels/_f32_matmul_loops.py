@@ -44,40 +44,38 @@ _ARGUMENTS = (_array(_F32, 2), _array(_F32, 2), _array(_INT, 1), _array(_F32, 2,
 _PANEL_ARGUMENTS = (_array(_F32, 2), _array(_F32, 3), _array(_INT, 1), _array(_F32, 2, read_only=False))
 
 
-@numba.njit(types.void(*_ARGUMENTS, _INT, _INT, types.boolean), cache=True, nogil=True)
-def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """Tiles ``[t0, t1)`` of ``y (+)= a @ b[rows]``: ``a`` ``(M, D)`` holds one block of the left
-    operand's columns, ``offsets`` (``D`` values, ``k · N``) the block's rows of ``b`` ``(K, N)``;
-    with ``accumulate`` the tiles add what ``y`` holds.  Tile ``t`` is column tile ``t //
-    row_tiles``, then ``ROWS`` rows of ``a``: consecutive tiles read the same 64 columns of
-    ``b``, which stay in cache while the rows of ``a`` pass over them."""
+@numba.njit(cache=True, nogil=True)
+def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``y (+)= a @ right[rows]``: ``a`` ``(M, D)`` holds one block of the
+    left operand's columns, ``offsets`` (``D`` values) where the block's rows of the right operand
+    start, from address ``right``; with ``accumulate`` the tiles add what ``y`` holds.  Tile
+    ``t`` is column tile ``t // row_tiles``, then ``ROWS`` rows of ``a``: consecutive tiles read
+    the same 64 columns of the right operand, which stay in cache while the rows of ``a`` pass
+    over them.  ``panel_values`` 0: the right operand as stored (``offsets`` ``k · N``), whole
+    tiles prefetching ``ahead`` values on; else panels of that many values (``k · 64``, the
+    block's rows from ``k0`` on), read through a base pointer placed so that the tile's own
+    ``p0`` lands on its panel's first column."""
     m, depth = a.shape
     n = y.shape[1]
     row_tiles = (m + ROWS - 1) // ROWS
     no_clamp_low, no_clamp_high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
-    ahead = PREFETCH_ROWS * n
     for t in range(t0, t1):
         j = t // row_tiles
         m0 = (t - j * row_tiles) * ROWS
         p0 = j * COLUMNS
         valid = min(COLUMNS, n - p0)
-        arguments = (
-            a[m0].ctypes.data,
-            b.ctypes.data,
-            y[m0].ctypes.data,
-            offsets.ctypes.data,
-            depth,
-            p0,
-            valid,
-            min(ROWS, m - m0),
-            n,
-            0,  # no bias
-            y[m0].ctypes.data if accumulate else 0,  # the sum so far, as a residual
-        )
-        if valid > 48:
-            # The rows of b are n values apart: each k reads a new page, where the hardware's
+        # (j · panel_values + k0 · 64 - p0 >= 0: panel_values >= 64)
+        shift = 4 * (j * panel_values + k0 * COLUMNS - p0) if panel_values else 0
+        summed = y[m0].ctypes.data if accumulate else np.uintp(0)  # the sum so far, as a residual
+        rows = min(ROWS, m - m0)
+        arguments = (a[m0].ctypes.data, right + np.uintp(shift), y[m0].ctypes.data, offsets.ctypes.data)
+        arguments = arguments + (depth, p0, valid, rows, n, 0, summed)  # (0: no bias)
+        if valid > 48 and not panel_values:
+            # The rows are n values apart: each k reads a new page, where the hardware's
             # prefetchers do not follow; the tile fetches the lines PREFETCH_ROWS rows ahead.
             prefetching_tile(*arguments, ahead, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+        elif valid > 48:
+            tile(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
         elif valid > 32:
             tile_48(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
         elif valid > 16:
@@ -86,51 +84,18 @@ def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - co
             tile_16(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
 
 
+@numba.njit(types.void(*_ARGUMENTS, _INT, _INT, types.boolean), cache=True, nogil=True)
+def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - compiled
+    """:func:`_tiles` of ``b`` ``(K, N)`` as stored (``offsets`` the block's ``k · N``)."""
+    _tiles(a, b.ctypes.data, 0, 0, offsets, y, t0, t1, accumulate, PREFETCH_ROWS * y.shape[1])
+
+
 @numba.njit(types.void(*_PANEL_ARGUMENTS, _INT, _INT, types.boolean, _INT), cache=True, nogil=True)
 def _panel_range(a, panels, offsets, y, t0, t1, accumulate, k0):  # pragma: no cover - compiled
-    """:func:`_block_range` of the right operand copied into panels (``panels`` ``(N / 64, K,
-    64)``, each 64 columns' rows one after another; ``offsets`` the block's ``k · 64``): the
-    tile reads panel ``j``'s rows from ``k0`` on through a base pointer placed so that the
-    tile's own ``p0`` lands on the panel's first column."""
-    m, depth = a.shape
-    n = y.shape[1]
-    row_tiles = (m + ROWS - 1) // ROWS
-    panel_values = panels.shape[1] * COLUMNS
-    no_clamp_low, no_clamp_high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
-    for t in range(t0, t1):
-        j = t // row_tiles
-        m0 = (t - j * row_tiles) * ROWS
-        p0 = j * COLUMNS
-        valid = min(COLUMNS, n - p0)
-        # (j · panel_values + k0 · 64 - p0 >= 0: panel_values >= 64)
-        base = panels.ctypes.data + 4 * (j * panel_values + k0 * COLUMNS - p0)
-        arguments = (
-            a[m0].ctypes.data,
-            base,
-            y[m0].ctypes.data,
-            offsets.ctypes.data,
-            depth,
-            p0,
-            valid,
-            min(ROWS, m - m0),
-            n,
-            0,  # no bias
-            y[m0].ctypes.data if accumulate else 0,  # the sum so far, as a residual
-            0,
-            0,
-            0,
-            no_clamp_low,
-            no_clamp_high,
-            no_silu,
-        )
-        if valid > 48:
-            tile(*arguments)
-        elif valid > 32:
-            tile_48(*arguments)
-        elif valid > 16:
-            tile_32(*arguments)
-        else:
-            tile_16(*arguments)
+    """:func:`_tiles` of the right operand copied into panels (``panels`` ``(N / 64, K, 64)``, each
+    64 columns' rows one after another; ``offsets`` the block's ``k · 64``), the block's rows
+    from ``k0`` on."""
+    _tiles(a, panels.ctypes.data, panels.shape[1] * COLUMNS, k0, offsets, y, t0, t1, accumulate, 0)
 
 
 @numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._jit import compiler
-from ._team import team_parts
+from ._team import run_parts, team_parts
 
 __all__ = ["compiled", "layer_norm_last_axis", "skip_layer_norm_last_axis"]
 
@@ -71,11 +71,7 @@ def layer_norm_last_axis(
     mean = np.empty(rows, dtype=np.float32)
     inv_std = np.empty(rows, dtype=np.float32)
     arguments = (x2, _vector(scale, cols), _vector(bias, cols), np.float32(epsilon), y, mean, inv_std)
-    parts = team_parts(x.size, rows)
-    if parts > 1:
-        loops.layer_norm_parallel(*arguments, parts)
-    else:
-        loops.layer_norm_rows(*arguments, 0, rows)
+    run_parts(loops.layer_norm_rows, loops.layer_norm_parallel, rows, team_parts(x.size, rows), *arguments)
     stats = x.shape[:-1] + (1,)
     return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats)
 
@@ -112,10 +108,7 @@ def skip_layer_norm_last_axis(
     arguments = (x2, skips, _vector(skip_bias, cols), _vector(scale, cols), _vector(bias, cols), np.float32(epsilon))
     arguments += (y, mean, inv_std, total)
     parts = team_parts(x.size, rows)
-    if parts > 1:
-        loops.skip_layer_norm_parallel(*arguments, parts)
-    else:
-        loops.skip_layer_norm_rows(*arguments, 0, rows)
+    run_parts(loops.skip_layer_norm_rows, loops.skip_layer_norm_parallel, rows, parts, *arguments)
     stats = x.shape[:-1] + (1,)
     return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats), total.reshape(x.shape)
 
