@@ -262,7 +262,8 @@ def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, cla
     if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
         return None
     if isinstance(bound, _f32_conv.BoundLayer):
-        return bound(x, b, residual, clamp, silu_alpha) if run_settings().tiles else None
+        settings = run_settings()
+        return bound(x, b, residual, clamp, silu_alpha, settings) if settings.tiles else None
     if residual is None and silu_alpha is None:
         return bound(x, b, clamp)  # a depthwise layer or a channel affine
     return None

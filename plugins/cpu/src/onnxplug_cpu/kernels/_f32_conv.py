@@ -347,8 +347,11 @@ class BoundLayer:
         # whether it runs on the team) of the last call without a residual that ran compiled
         self._last: tuple | None = None
 
-    def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
-        settings = run_settings()
+    def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None, settings=None) -> np.ndarray:
+        """The layer of ``x``; ``settings``: the run's (``kernels._team.run_settings``), where the
+        caller has read them already."""
+        if settings is None:
+            settings = run_settings()
         last = self._last
         if residual is None and last is not None and last[0] is bias and last[1] is clamp and last[2] is silu:
             if last[3] is settings:

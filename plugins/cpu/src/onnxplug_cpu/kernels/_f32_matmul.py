@@ -122,15 +122,14 @@ class ConstantRight:
             np.copyto(y, start)
         compiled = loops()
         parts = _team_parts(1, rows.shape[0], width)
-        right = self.b if self.panels is None else self.panels
-        if parts > 1:
-            (compiled.product_parallel if self.panels is None else compiled.panel_product_parallel)(
-                rows, right, self.offsets, y, start is not None, parts
-            )
+        if self.panels is None:
+            right, serial, parallel = self.b, compiled.product, compiled.product_parallel
         else:
-            (compiled.product if self.panels is None else compiled.panel_product)(
-                rows, right, self.offsets, y, start is not None
-            )
+            right, serial, parallel = self.panels, compiled.panel_product, compiled.panel_product_parallel
+        if parts > 1:
+            parallel(rows, right, self.offsets, y, start is not None, parts)
+        else:
+            serial(rows, right, self.offsets, y, start is not None)
         return y.reshape(*a.shape[:-1], width)
 
 

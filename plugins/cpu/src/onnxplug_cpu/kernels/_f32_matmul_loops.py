@@ -84,78 +84,73 @@ def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead):  
             tile_16(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
 
 
-@numba.njit(types.void(*_ARGUMENTS, _INT, _INT, types.boolean), cache=True, nogil=True)
-def _block_range(a, b, offsets, y, t0, t1, accumulate):  # pragma: no cover - compiled
-    """:func:`_tiles` of ``b`` ``(K, N)`` as stored (``offsets`` the block's ``k · N``)."""
-    _tiles(a, b.ctypes.data, 0, 0, offsets, y, t0, t1, accumulate, PREFETCH_ROWS * y.shape[1])
+@numba.njit(cache=True, nogil=True)
+def _tile_count(a, y):  # pragma: no cover - compiled (inlined)
+    """The tiles of ``y = a @ b``: column tiles times row tiles."""
+    return ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((a.shape[0] + ROWS - 1) // ROWS)
 
 
-@numba.njit(types.void(*_PANEL_ARGUMENTS, _INT, _INT, types.boolean, _INT), cache=True, nogil=True)
-def _panel_range(a, panels, offsets, y, t0, t1, accumulate, k0):  # pragma: no cover - compiled
-    """:func:`_tiles` of the right operand copied into panels (``panels`` ``(N / 64, K, 64)``, each
-    64 columns' rows one after another; ``offsets`` the block's ``k · 64``), the block's rows
-    from ``k0`` on."""
-    _tiles(a, panels.ctypes.data, panels.shape[1] * COLUMNS, k0, offsets, y, t0, t1, accumulate, 0)
+@numba.njit(cache=True, nogil=True)
+def _block_rows(offsets, panel_values, k0, k1):  # pragma: no cover - compiled (inlined)
+    """The offsets of the block of rows ``[k0, k1)``: its own ``k · N`` as stored, or, in panels,
+    the first ``k1 - k0`` (each block read from its own first row on, :func:`_tiles`)."""
+    return offsets[k0:k1] if panel_values == 0 else offsets[: k1 - k0]
 
 
-@numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)
-def panel_product_parallel(a, panels, offsets, y, onto, parts):  # pragma: no cover - compiled
-    """:func:`product_parallel` of the right operand in panels (``offsets``: ``k · 64`` for the
-    first :data:`BLOCK` rows): the same blocks, tiles and sums, so the same bits."""
-    m, depth = a.shape
-    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _blocks_parallel(a, right, panel_values, offsets, y, onto, parts, ahead):  # pragma: no cover - compiled
+    """``y (+)= a @ right`` block by block of :data:`BLOCK` rows, each block's :func:`_tiles` in
+    ``parts`` ranges on numba's threading layer."""
+    depth = a.shape[1]
+    count = _tile_count(a, y)
     for k0 in range(0, depth, BLOCK):
         k1 = min(depth, k0 + BLOCK)
         block = np.ascontiguousarray(a[:, k0:k1])
+        rows = _block_rows(offsets, panel_values, k0, k1)
         for part in prange(parts):
             lo, hi = count * part // parts, count * (part + 1) // parts
-            _panel_range(block, panels, offsets[: k1 - k0], y, lo, hi, onto or k0 > 0, k0)
+            _tiles(block, right, panel_values, k0, rows, y, lo, hi, onto or k0 > 0, ahead)
+
+
+@numba.njit(cache=True, nogil=True)
+def _blocks(a, right, panel_values, offsets, y, t0, t1, onto, ahead):  # pragma: no cover - compiled
+    """Tiles ``[t0, t1)`` of ``y (+)= a @ right`` over every block of depth, in order, on the
+    calling thread."""
+    depth = a.shape[1]
+    for k0 in range(0, depth, BLOCK):
+        k1 = min(depth, k0 + BLOCK)
+        block = a if k1 - k0 == depth else np.ascontiguousarray(a[:, k0:k1])
+        rows = _block_rows(offsets, panel_values, k0, k1)
+        _tiles(block, right, panel_values, k0, rows, y, t0, t1, onto or k0 > 0, ahead)
+
+
+@numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True)
+def panel_product_parallel(a, panels, offsets, y, onto, parts):  # pragma: no cover - compiled
+    """:func:`product_parallel` of the right operand copied into panels (``panels`` ``(N / 64, K,
+    64)``, each 64 columns' rows one after another; ``offsets``: ``k · 64`` for the first
+    :data:`BLOCK` rows): the same blocks, tiles and sums, so the same bits."""
+    _blocks_parallel(a, panels.ctypes.data, panels.shape[1] * COLUMNS, offsets, y, onto, parts, 0)
 
 
 @numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean), cache=True, nogil=True)
 def panel_product(a, panels, offsets, y, onto):  # pragma: no cover - compiled
     """:func:`panel_product_parallel` on the calling thread alone."""
-    m, depth = a.shape
-    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
-    for k0 in range(0, depth, BLOCK):
-        k1 = min(depth, k0 + BLOCK)
-        _panel_range(np.ascontiguousarray(a[:, k0:k1]), panels, offsets[: k1 - k0], y, 0, count, onto or k0 > 0, k0)
+    _blocks(a, panels.ctypes.data, panels.shape[1] * COLUMNS, offsets, y, 0, _tile_count(a, y), onto, 0)
 
 
-@numba.njit(types.void(*_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True, parallel=True)
+@numba.njit(types.void(*_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True)
 def product_parallel(a, b, offsets, y, onto, parts):  # pragma: no cover - compiled
     """``y = a @ b`` for ``a`` ``(M, K)``, ``b`` ``(K, N)`` (``offsets`` the ``K`` values ``k ·
     N``), or with ``onto`` ``y += a @ b`` (a Gemm's ``C`` put in ``y`` first), block by block of
     :data:`BLOCK` rows of ``b``, each block's tiles in ``parts`` ranges on numba's threading
     layer."""
-    m, depth = a.shape
-    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
-    for k0 in range(0, depth, BLOCK):
-        k1 = min(depth, k0 + BLOCK)
-        block = np.ascontiguousarray(a[:, k0:k1])
-        for part in prange(parts):
-            lo, hi = count * part // parts, count * (part + 1) // parts
-            _block_range(block, b, offsets[k0:k1], y, lo, hi, onto or k0 > 0)
+    _blocks_parallel(a, b.ctypes.data, 0, offsets, y, onto, parts, PREFETCH_ROWS * y.shape[1])
 
 
 @numba.njit(types.void(*_ARGUMENTS, types.boolean), cache=True, nogil=True)
 def product(a, b, offsets, y, onto):  # pragma: no cover - compiled
     """:func:`product_parallel` on the calling thread alone."""
-    m, depth = a.shape
-    count = ((y.shape[1] + COLUMNS - 1) // COLUMNS) * ((m + ROWS - 1) // ROWS)
-    for k0 in range(0, depth, BLOCK):
-        k1 = min(depth, k0 + BLOCK)
-        _block_range(np.ascontiguousarray(a[:, k0:k1]), b, offsets[k0:k1], y, 0, count, onto or k0 > 0)
-
-
-@numba.njit(cache=True, nogil=True)
-def _blocks_of(a, b, offsets, y, t0, t1):  # pragma: no cover - compiled
-    """Tiles ``[t0, t1)`` of ``y = a @ b`` over every block of depth (the blocks in order)."""
-    depth = a.shape[1]
-    for k0 in range(0, depth, BLOCK):
-        k1 = min(depth, k0 + BLOCK)
-        block = a if k1 - k0 == depth else np.ascontiguousarray(a[:, k0:k1])
-        _block_range(block, b, offsets[k0:k1], y, t0, t1, k0 > 0)
+    _blocks(a, b.ctypes.data, 0, offsets, y, 0, _tile_count(a, y), onto, PREFETCH_ROWS * y.shape[1])
 
 
 _BATCHED = (_array(_F32, 3), _array(_F32, 3), _array(_INT, 1), _array(_F32, 3, read_only=False), _INT)
@@ -174,5 +169,6 @@ def batched_parallel(a, b, offsets, y, parts):  # pragma: no cover - compiled
         while t < stop:
             g = t // per
             last = min(stop, (g + 1) * per)
-            _blocks_of(a[g], b[g], offsets, y[g], t - g * per, last - g * per)
+            lo, hi = t - g * per, last - g * per
+            _blocks(a[g], b[g].ctypes.data, 0, offsets, y[g], lo, hi, False, PREFETCH_ROWS * y.shape[2])
             t = last

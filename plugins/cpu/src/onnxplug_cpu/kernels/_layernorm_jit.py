@@ -65,15 +65,8 @@ def layer_norm_last_axis(
     if loops is None:
         return None
     cols = x.shape[-1]
-    rows = x.size // cols
-    x2 = np.ascontiguousarray(x).reshape(rows, cols)
-    y = np.empty((rows, cols), dtype=np.float32)
-    mean = np.empty(rows, dtype=np.float32)
-    inv_std = np.empty(rows, dtype=np.float32)
-    arguments = (x2, _vector(scale, cols), _vector(bias, cols), np.float32(epsilon), y, mean, inv_std)
-    run_parts(loops.layer_norm_rows, loops.layer_norm_parallel, rows, team_parts(x.size, rows), *arguments)
-    stats = x.shape[:-1] + (1,)
-    return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats)
+    inputs = (_rows(x), _vector(scale, cols), _vector(bias, cols), np.float32(epsilon))
+    return _normalize(loops.layer_norm_rows, loops.layer_norm_parallel, x, inputs, with_total=False)
 
 
 def skip_layer_norm_last_axis(
@@ -98,19 +91,29 @@ def skip_layer_norm_last_axis(
     if loops is None:
         return None
     cols = x.shape[-1]
+    inputs = (_rows(x), _rows(skip), _vector(skip_bias, cols), _vector(scale, cols), _vector(bias, cols))
+    inputs += (np.float32(epsilon),)
+    return _normalize(loops.skip_layer_norm_rows, loops.skip_layer_norm_parallel, x, inputs, with_total=True)
+
+
+def _normalize(serial, parallel, x: np.ndarray, inputs: tuple, *, with_total: bool) -> tuple:
+    """A row loop's ``serial(*inputs, y, mean, inv_std[, total], lo, hi)`` over ``x``'s rows, split
+    over the run's team where it has joined (``kernels._team.team_parts``); the outputs shaped as
+    ``x`` (the statistics ``x.shape[:-1] + (1,)``)."""
+    cols = x.shape[-1]
     rows = x.size // cols
-    x2 = np.ascontiguousarray(x).reshape(rows, cols)
-    skips = np.ascontiguousarray(skip).reshape(-1, cols)
-    y = np.empty((rows, cols), dtype=np.float32)
-    total = np.empty((rows, cols), dtype=np.float32)
-    mean = np.empty(rows, dtype=np.float32)
-    inv_std = np.empty(rows, dtype=np.float32)
-    arguments = (x2, skips, _vector(skip_bias, cols), _vector(scale, cols), _vector(bias, cols), np.float32(epsilon))
-    arguments += (y, mean, inv_std, total)
-    parts = team_parts(x.size, rows)
-    run_parts(loops.skip_layer_norm_rows, loops.skip_layer_norm_parallel, rows, parts, *arguments)
+    outputs = [np.empty((rows, cols), np.float32), np.empty(rows, np.float32), np.empty(rows, np.float32)]
+    if with_total:
+        outputs.append(np.empty((rows, cols), np.float32))
+    run_parts(serial, parallel, rows, team_parts(x.size, rows), *inputs, *outputs)
+    y, mean, inv_std, *total = outputs
     stats = x.shape[:-1] + (1,)
-    return y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats), total.reshape(x.shape)
+    return (y.reshape(x.shape), mean.reshape(stats), inv_std.reshape(stats), *(t.reshape(x.shape) for t in total))
+
+
+def _rows(value: np.ndarray) -> np.ndarray:
+    """``value`` as C-contiguous rows of its last axis."""
+    return np.ascontiguousarray(value).reshape(-1, value.shape[-1])
 
 
 def _vector(value: np.ndarray | None, cols: int) -> np.ndarray:
