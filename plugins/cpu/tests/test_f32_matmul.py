@@ -100,12 +100,26 @@ def test_panels_give_the_bits_of_the_weights_as_stored(rows, depth, width, threa
     packed = _f32_matmul.ConstantRight(b)
     assert packed.panels is not None and packed.panels.shape == (-(-width // 64), depth, 64)
     monkeypatch.setattr(_f32_matmul, "PANEL_STRIDE", 3)  # no float32 row is 3 bytes apart
+    monkeypatch.setattr(_f32_matmul, "PANEL_MIN_BYTES", b.nbytes + 1)
     stored = _f32_matmul.ConstantRight(b)
     assert stored.panels is None
     c = np.random.default_rng(2).standard_normal(width, dtype=np.float32)
     with threadpoolctl.threadpool_limits(threads, user_api="blas"):
         np.testing.assert_array_equal(packed.times(a), stored.times(a))
         np.testing.assert_array_equal(packed.times(a, c), stored.times(a, c))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(packed.times(a), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_large_weights_go_in_panels_whatever_their_width(monkeypatch):
+    """From ``PANEL_MIN_BYTES`` on, weights of any width are copied into panels (a ragged last
+    one included); below it only rows a multiple of ``PANEL_STRIDE`` bytes apart are."""
+    b = np.random.default_rng(4).standard_normal((96, 1000), dtype=np.float32)  # rows 4000 bytes apart
+    assert _f32_matmul.ConstantRight(b).panels is None
+    monkeypatch.setattr(_f32_matmul, "PANEL_MIN_BYTES", b.nbytes)
+    packed = _f32_matmul.ConstantRight(b)
+    assert packed.panels is not None and packed.panels.shape == (16, 96, 64)
+    a = np.random.default_rng(5).standard_normal((20, 96), dtype=np.float32)
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(packed.times(a), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 

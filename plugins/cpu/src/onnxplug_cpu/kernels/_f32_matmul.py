@@ -84,13 +84,15 @@ def loops() -> Any:
 class ConstantRight:
     """A constant float32 C-contiguous ``(K, N)`` right operand with the row offsets the tile
     reads it at (``k · N``); the matrix itself is the caller's, not copied, except where its
-    rows lie a multiple of :data:`PANEL_STRIDE` bytes apart (:attr:`panels`)."""
+    rows lie a multiple of :data:`PANEL_STRIDE` bytes apart or it holds at least
+    :data:`PANEL_MIN_BYTES` (:attr:`panels`)."""
 
     __slots__ = ("b", "offsets", "shape", "panels")
 
     def __init__(self, b: np.ndarray) -> None:
         self.b, self.shape = b, b.shape
-        self.panels = panels(b) if (b.shape[1] * b.itemsize) % PANEL_STRIDE == 0 else None
+        in_panels = (b.shape[1] * b.itemsize) % PANEL_STRIDE == 0 or b.nbytes >= PANEL_MIN_BYTES
+        self.panels = panels(b) if in_panels else None
         if self.panels is None:
             offsets = np.arange(b.shape[0], dtype=np.int64) * b.shape[1]
         else:  # a block's rows in a panel, each block read from its own first row on
@@ -141,6 +143,15 @@ class ConstantRight:
 #: a second as stored, 192-199 in panels (768 × 768, whose rows are 3 KiB apart: 221-233 either
 #: way).  The panels are a second copy of those weights (BERT-base: 113 MB).
 PANEL_STRIDE = 4096
+#: A right operand of at least this many bytes is copied into panels whatever its width: in
+#: panels a tile's reads are one run and the panel read next is prefetched while the current
+#: one is in use (``_f32_matmul_loops.PREFETCHING_ROW_TILES``), which weights streamed from
+#: memory need (a transformer's, each read once a run).  128 rows at two threads, a rotation of
+#: 60 MB of weights, as stored against in panels (two runs): 3072 × 768 199 / 174 → 209 / 205 G
+#: multiply-adds a second, 768 × 2304 (GPT-2's fused Q, K, V) 191 / 205 → 213 / 226, 768 × 3072
+#: 156 / 165 → 220 / 228.  Smaller ones stay as stored: 768 × 768 gains too (202 / 193 →
+#: 214 / 217), but BERT-base's 48 of them would cost another 113 MB copy for 2-3 % of its run.
+PANEL_MIN_BYTES = 4 << 20
 
 
 def panels(b: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ __all__ = [
     "BLOCK",
     "COLUMNS",
     "PREFETCH_ROWS",
+    "PREFETCHING_ROW_TILES",
     "ROWS",
     "batched_parallel",
     "panel_product",
@@ -31,6 +32,14 @@ __all__ = [
 BLOCK = 768
 #: How many rows of the right operand ahead of the ones it reads a tile prefetches.
 PREFETCH_ROWS = 2
+#: In panels, how many row tiles of each column tile prefetch the panel read next, row for row
+#: (:func:`_tiles`).  The first row tile of a panel otherwise waited on memory for every row:
+#: 128 rows times a transformer's weights (768 × 3072, 768 × 2304, 768 × 768, 3072 × 768) at two
+#: threads, out of the caches (a rotation of 60 MB of them), 177-195 G multiply-adds a second
+#: without, 198-237 with two row tiles prefetching (one row tile: 200-215; every one: 173-205,
+#: the prefetches of the later ones costing more than they found); from the caches, 226-233
+#: either way.
+PREFETCHING_ROW_TILES = 2
 
 
 def _array(dtype, ndim: int, *, read_only: bool = True):
@@ -45,7 +54,7 @@ _PANEL_ARGUMENTS = (_array(_F32, 2), _array(_F32, 3), _array(_INT, 1), _array(_F
 
 
 @numba.njit(cache=True, nogil=True)
-def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead):  # pragma: no cover - compiled
+def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead, more):  # pragma: no cover - compiled
     """Tiles ``[t0, t1)`` of ``y (+)= a @ right[rows]``: ``a`` ``(M, D)`` holds one block of the
     left operand's columns, ``offsets`` (``D`` values) where the block's rows of the right operand
     start, from address ``right``; with ``accumulate`` the tiles add what ``y`` holds.  Tile
@@ -54,10 +63,17 @@ def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead):  
     over them.  ``panel_values`` 0: the right operand as stored (``offsets`` ``k · N``), whole
     tiles prefetching ``ahead`` values on; else panels of that many values (``k · 64``, the
     block's rows from ``k0`` on), read through a base pointer placed so that the tile's own
-    ``p0`` lands on its panel's first column."""
+    ``p0`` lands on its panel's first column.
+
+    In panels, the first :data:`PREFETCHING_ROW_TILES` row tiles of a column tile also prefetch,
+    row for row, the panel this range reads next: the next column tile's, or, after the range's
+    last one and where ``more`` blocks of depth follow, the range's first column tile's rows of
+    the next block.  Without it each panel's first row tile waited on memory for its 768 rows
+    (see :data:`PREFETCHING_ROW_TILES`)."""
     m, depth = a.shape
     n = y.shape[1]
     row_tiles = (m + ROWS - 1) // ROWS
+    first_column, last_column = t0 // row_tiles, (t1 - 1) // row_tiles
     no_clamp_low, no_clamp_high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
     for t in range(t0, t1):
         j = t // row_tiles
@@ -70,10 +86,19 @@ def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead):  
         rows = min(ROWS, m - m0)
         arguments = (a[m0].ctypes.data, right + np.uintp(shift), y[m0].ctypes.data, offsets.ctypes.data)
         arguments = arguments + (depth, p0, valid, rows, n, 0, summed)  # (0: no bias)
+        # the values from this tile's reads to the same rows of the panel read next (0: none)
+        following = 0
+        if panel_values and m0 < PREFETCHING_ROW_TILES * ROWS:
+            if j < last_column:
+                following = panel_values
+            elif more:
+                following = (first_column - j) * panel_values + depth * COLUMNS
         if valid > 48 and not panel_values:
             # The rows are n values apart: each k reads a new page, where the hardware's
             # prefetchers do not follow; the tile fetches the lines PREFETCH_ROWS rows ahead.
             prefetching_tile(*arguments, ahead, 0, 0, no_clamp_low, no_clamp_high, no_silu)
+        elif valid > 48 and following != 0:
+            prefetching_tile(*arguments, following, 0, 0, no_clamp_low, no_clamp_high, no_silu)
         elif valid > 48:
             tile(*arguments, 0, 0, 0, no_clamp_low, no_clamp_high, no_silu)
         elif valid > 32:
@@ -109,7 +134,7 @@ def _blocks_parallel(a, right, panel_values, offsets, y, onto, parts, ahead):  #
         rows = _block_rows(offsets, panel_values, k0, k1)
         for part in prange(parts):
             lo, hi = count * part // parts, count * (part + 1) // parts
-            _tiles(block, right, panel_values, k0, rows, y, lo, hi, onto or k0 > 0, ahead)
+            _tiles(block, right, panel_values, k0, rows, y, lo, hi, onto or k0 > 0, ahead, k1 < depth)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -121,7 +146,7 @@ def _blocks(a, right, panel_values, offsets, y, t0, t1, onto, ahead):  # pragma:
         k1 = min(depth, k0 + BLOCK)
         block = a if k1 - k0 == depth else np.ascontiguousarray(a[:, k0:k1])
         rows = _block_rows(offsets, panel_values, k0, k1)
-        _tiles(block, right, panel_values, k0, rows, y, t0, t1, onto or k0 > 0, ahead)
+        _tiles(block, right, panel_values, k0, rows, y, t0, t1, onto or k0 > 0, ahead, k1 < depth)
 
 
 @numba.njit(types.void(*_PANEL_ARGUMENTS, types.boolean, _INT), cache=True, nogil=True)
