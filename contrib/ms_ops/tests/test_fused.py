@@ -79,6 +79,38 @@ def test_fused_gemm(run_both, close, rng, attrs):
     close(*run_both("FusedGemm", [("a", a), ("b", b), ("c", c)], ["y"], **attrs))
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_fused_gemm_with_constant_weights(run_both, close, rng, trans_b):
+    """Constant weights as onnxruntime's optimizer leaves them: the CPU provider's Gemm (its tiles
+    where ``B`` is stored as ``op(B)``), then the activation."""
+    a = rng.standard_normal((20, 96)).astype(np.float32)
+    b = rng.standard_normal((200, 96) if trans_b else (96, 200)).astype(np.float32)
+    c = rng.standard_normal(200).astype(np.float32)
+    attrs = {"activation": "Relu", "transB": trans_b}
+    close(*run_both("FusedGemm", [("a", a), ("b", b), ("c", c)], ["y"], initializers=("b", "c"), **attrs))
+
+
+def test_fused_gemm_splits_a_single_row_over_the_team_as_gemm_does(monkeypatch, run_both, close, rng):
+    """A classifier's FusedGemm (one row times a matrix stored transposed) inside a run on the
+    convolutions' team is split over it, as the provider's Gemm is: numpy's product there ran on
+    the one BLAS thread such a run leaves (VGG-19's 411 MB classifier on one core)."""
+    from onnxplug_cpu.kernels import _gemv, _team
+    from onnxplug_cpu.kernels import math as linear
+
+    if _gemv.compiled() is None or not _team.parallel_ready():
+        pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
+    calls = []
+    real = _gemv.row_times_matrix
+    monkeypatch.setattr(_gemv, "row_times_matrix", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(linear, "team_joined", lambda: True)
+    a = rng.standard_normal((1, 300)).astype(np.float32)
+    b = rng.standard_normal((120, 300)).astype(np.float32)
+    c = rng.standard_normal(120).astype(np.float32)
+    attrs = {"activation": "Relu", "transB": 1}
+    close(*run_both("FusedGemm", [("a", a), ("b", b), ("c", c)], ["y"], initializers=("b",), **attrs))
+    assert calls == [1]
+
+
 @pytest.mark.parametrize(
     "shapes,attrs",
     [

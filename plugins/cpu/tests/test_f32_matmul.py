@@ -219,12 +219,12 @@ def test_a_gemm_s_c_goes_in_first_and_the_tiles_add_onto_it(c_shape, monkeypatch
         "times",
         lambda self, left, start=None: calls.append(start is not None) or original(self, left, start),
     )
-    got = linear._gemm(a, b, c, 1.0, 1.0, 0, 0, weights)
+    got = linear.gemm_product(a, b, c, 1.0, 1.0, 0, 0, weights)
     want = a.astype(np.float64) @ b.astype(np.float64) + c
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
     assert calls == [True]
     with pytest.raises(InvalidArgument, match="does not broadcast"):
-        linear._gemm(a, b, np.ones(7, np.float32), 1.0, 1.0, 0, 0, weights)
+        linear.gemm_product(a, b, np.ones(7, np.float32), 1.0, 1.0, 0, 0, weights)
 
 
 def test_a_new_process_loads_the_loops_from_numba_cache(cache_misses_in_new_processes):

@@ -35,12 +35,12 @@ def test_gemm_rows_take_it_inside_a_team_run_only(monkeypatch):
     calls = []
     real = _gemv.row_times_matrix
     monkeypatch.setattr(_gemv, "row_times_matrix", lambda *args: calls.append(1) or real(*args))
-    outside = linear._gemm(a, b, c, 1.0, 1.0, 0, 1)
+    outside = linear.gemm_product(a, b, c, 1.0, 1.0, 0, 1)
     assert calls == []
     monkeypatch.setattr(linear, "team_joined", lambda: True)
-    inside = linear._gemm(a, b, c, 1.0, 1.0, 0, 1)
+    inside = linear.gemm_product(a, b, c, 1.0, 1.0, 0, 1)
     assert calls == [1]
     np.testing.assert_allclose(inside, outside, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(inside, a.astype(np.float64) @ b.T.astype(np.float64) + c, rtol=1e-5, atol=1e-4)
-    linear._gemm(a, b.T.copy(), c, 1.0, 1.0, 0, 0)  # B not stored transposed
+    linear.gemm_product(a, b.T.copy(), c, 1.0, 1.0, 0, 0)  # B not stored transposed
     assert calls == [1]

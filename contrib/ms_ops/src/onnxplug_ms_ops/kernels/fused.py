@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxplug.errors import Fail
-from onnxplug_cpu.numerics import Convolution, sigmoid, silu
+from onnxplug.errors import Fail, InvalidArgument
+from onnxplug_cpu.numerics import Convolution, Gemm, sigmoid, silu
 
 from ._common import widen
 from ._registry import kernel
@@ -75,21 +75,24 @@ def _activation(name, params, op):
 def fused_gemm(
     ctx, *, alpha, beta, transA, transB, activation, activation_alpha=None, activation_beta=None, activation_gamma=None
 ):
+    """The CPU provider's Gemm (``onnxplug_cpu.numerics.Gemm``: constant weights on its tiles, a
+    single row split over the run's team), then the activation."""
     act = _activation(activation, (activation_alpha, activation_beta, activation_gamma), "FusedGemm")
+    gemm = Gemm(ctx.constant(1), alpha, beta, transA, transB)
 
     def run(a, b, c=None):
         if a.ndim != 2 or b.ndim != 2:
             raise Fail(f"FusedGemm: A and B must be 2-D, got {a.shape} and {b.shape}")
-        a2 = a.T if transA else a
-        b2 = b.T if transB else b
-        if a2.shape[1] != b2.shape[0]:
-            raise Fail(f"FusedGemm: inner dimensions differ: {a2.shape} x {b2.shape}")
-        y = a2 @ b2
-        if alpha != 1.0:
-            y = (y * alpha).astype(a.dtype, copy=False)
-        if c is not None and beta != 0.0:
-            y = y + (c * beta if beta != 1.0 else c).astype(a.dtype, copy=False)
-        return act(y.astype(a.dtype, copy=False))
+        inner_a, inner_b = a.shape[0 if transA else 1], b.shape[1 if transB else 0]
+        if inner_a != inner_b:
+            a_shape = a.shape[::-1] if transA else a.shape
+            b_shape = b.shape[::-1] if transB else b.shape
+            raise Fail(f"FusedGemm: inner dimensions differ: {a_shape} x {b_shape}")
+        try:
+            y = gemm(a, b, c if beta != 0.0 else None)
+        except InvalidArgument as error:
+            raise Fail(f"FusedGemm: {error}") from None
+        return act(y)
 
     return run
 

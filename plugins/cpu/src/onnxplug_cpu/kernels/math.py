@@ -39,7 +39,9 @@ def _product(left, right):
     return np.matmul(left, right)
 
 
-def _gemm(a, b, c, alpha, beta, trans_a, trans_b, weights=None):
+def gemm_product(a, b, c, alpha, beta, trans_a, trans_b, weights=None):
+    """``alpha · op(A) · op(B) + beta · C`` in ``A``'s type; ``weights`` (``_f32_matmul.prepare`` of
+    a constant ``B`` as stored) runs it on the tiles where they apply (``numerics.Gemm``)."""
     if a.ndim != 2 or b.ndim != 2:
         raise InvalidArgument(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
     if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
@@ -79,20 +81,20 @@ def gemm(ctx, *, alpha, beta, transA, transB):
     weights = None if transB else _f32_matmul.prepare(ctx.constant(1))
 
     def run(a, b, c=None):
-        return _gemm(a, b, c, alpha, beta, transA, transB, weights)
+        return gemm_product(a, b, c, alpha, beta, transA, transB, weights)
 
     return run
 
 
 @kernel("Gemm", since=(7, 9))
 def gemm_7(a, b, c, *, alpha, beta, transA, transB):
-    return _gemm(a, b, c, alpha, beta, transA, transB)
+    return gemm_product(a, b, c, alpha, beta, transA, transB)
 
 
 @kernel("Gemm", since=(1, 6))
 def gemm_1(a, b, c, *, alpha, beta, transA, transB, broadcast):
     # Before opset 7, C had to match the output unless broadcast=1; numpy's rule is a superset.
-    return _gemm(a, b, c, alpha, beta, transA, transB)
+    return gemm_product(a, b, c, alpha, beta, transA, transB)
 
 
 def _matmul(a, b):
