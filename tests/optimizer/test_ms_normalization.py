@@ -163,17 +163,57 @@ def test_skip_layer_norm_after_layer_norm_fusion(fusion, rng):
     assert applied["ms_ops.skip_layer_norm"] == 1
 
 
-@pytest.mark.parametrize("norm", ["layer", "rms"])
-@pytest.mark.parametrize("skip_shape", [(1, 5, 8), (5, 8), ("b", 5, 8)])
+@pytest.mark.parametrize("skip_shape", [(1, 5, 8), (5, 8)])
+def test_a_skip_that_broadcasts_over_the_batch_is_fused(fusion, rng, skip_shape):
+    """SkipLayerNormalization takes a skip of (1, S, D) or (S, D) (the kernel and onnxruntime's)."""
+    model = skip_graph(rng, bias="pre", skip_shape=skip_shape)
+    feeds = {
+        "x": rng.standard_normal(SHAPE).astype(np.float32),
+        "skip": rng.standard_normal(skip_shape).astype(np.float32),
+    }
+    _, applied = fusion.check(model, [SETS["ms_ops.skip_layer_norm"]], feeds, {f"{MS}.SkipLayerNormalization": 1})
+    assert applied == {"ms_ops.skip_layer_norm": 1}
+
+
+def test_a_product_of_one_batch_added_to_a_batch_is_the_skip(fusion, rng):
+    """A BERT's feed-forward sum: a (1, S, D) product plus its bias added to a (batch, S, D)
+    residual; the residual becomes the input and the product the skip (the sum is the same)."""
+    model = skip_graph(rng, bias="pre", x_shape=(1, 5, 8), skip_shape=("b", 5, 8))
+    feeds = {
+        "x": rng.standard_normal((1, 5, 8)).astype(np.float32),
+        "skip": rng.standard_normal((3, 5, 8)).astype(np.float32),
+    }
+    fused, applied = fusion.check(model, [SETS["ms_ops.skip_layer_norm"]], feeds, {f"{MS}.SkipLayerNormalization": 1})
+    assert applied == {"ms_ops.skip_layer_norm": 1}
+    node = next(n for n in fused.graph if n.op_type == "SkipLayerNormalization")
+    assert [v.name for v in node.inputs[:2]] == ["skip", "x"]
+
+
+def test_a_bias_added_first_is_taken_in(fusion, rng):
+    """``Add(bias, product)``, the bias the Add's first input, as some exporters write it."""
+    model = skip_graph(rng, bias="pre")
+    for node in model.graph.node:
+        if node.output[0] == "xb":
+            node.input[:] = ["bias", "x"]
+    feeds = {"x": rng.standard_normal(SHAPE).astype(np.float32), "skip": rng.standard_normal(SHAPE).astype(np.float32)}
+    fusion.check(model, [SETS["ms_ops.skip_layer_norm"]], feeds, {f"{MS}.SkipLayerNormalization": 1})
+
+
+@pytest.mark.parametrize(
+    "norm, skip_shape", [("layer", ("b", 5, 8)), ("rms", (1, 5, 8)), ("rms", (5, 8)), ("rms", ("b", 5, 8))]
+)
 def test_skip_that_broadcasts_is_not_fused(fusion, rng, norm, skip_shape):
+    """A skip of another batch (a named dimension against 2), and any broadcast into the RMS form."""
     model = skip_graph(rng, norm=norm, skip_shape=skip_shape)
     name = "ms_ops.skip_layer_norm" if norm == "layer" else "ms_ops.skip_rms_norm"
     fusion.assert_unchanged(model, [SETS[name]])
 
 
-@pytest.mark.parametrize("norm", ["layer", "rms"])
-def test_unnamed_batch_dimensions_are_not_taken_as_equal(fusion, rng, norm):
+@pytest.mark.parametrize(
+    "norm, reason", [("layer", "not known to have shapes"), ("rms", "not known to have the same shape")]
+)
+def test_unnamed_batch_dimensions_are_not_taken_as_equal(fusion, rng, norm, reason):
     """x (?, 5, 8) + skip (?, 5, 8) may broadcast at run time (one batch of 1): not fused."""
     model = skip_graph(rng, norm=norm, x_shape=(None, 5, 8), skip_shape=(None, 5, 8))
     name = "ms_ops.skip_layer_norm" if norm == "layer" else "ms_ops.skip_rms_norm"
-    fusion.assert_unchanged(model, [SETS[name]], "not known to have the same shape")
+    fusion.assert_unchanged(model, [SETS[name]], reason)

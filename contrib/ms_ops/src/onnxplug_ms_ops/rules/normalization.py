@@ -4,7 +4,9 @@
   the compute type, Pow 2, ReduceMean, Add epsilon, Sqrt, Reciprocal or ``1 / ...``, Mul, optional
   Cast back, Mul weight) → ``SimplifiedLayerNormalization`` (default domain, as onnxruntime has it).
 - ``SkipLayerNormalization``: ``LayerNormalization(Add(x, skip) [+ bias])`` → the contrib op, from
-  onnxscript's ``ort_fusions.skip_normalization`` rules with a stricter shape check.
+  onnxscript's ``ort_fusions.skip_normalization`` patterns (plus a bias added first:
+  ``Add(bias, x)``) with a shape check of its own: the same shapes, or a skip broadcast over the
+  batch, the terms swapped where the broadcast one came first.
 - ``SkipSimplifiedLayerNormalization``: the same over ``SimplifiedLayerNormalization``.
 
 The skip fusions expect the layer norms already fused (``cpu.layer_norm``, ``ms_ops.rms_norm``).
@@ -69,15 +71,67 @@ def _same_shape(*values: ir.Value) -> bool:
     return shapes[0] is not None and all(s == shapes[0] for s in shapes)
 
 
-class FuseSkipLayerNorm(skip_normalization.SkipLayerNormFusion):
-    """onnxscript's rule; also requires input and skip of the same known shape (no broadcast),
-    where onnxscript lets two unnamed dimensions pass as equal."""
+def _skip_roles(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+    """``(input, skip)`` of SkipLayerNormalization for the two terms of a sum: the input of the
+    sum's 3-D shape, the skip of that shape or broadcast over its batch (``(1, S, D)`` or
+    ``(S, D)``, as the kernel takes it); the terms in the order given where both fit.  ``None``
+    where neither order is known to fit.  (A BERT's feed-forward sum adds a ``(1, 128, 768)``
+    product to a ``(batch, 128, 768)`` residual: as given that was no SkipLayerNormalization.)"""
+    for x, skip in ((a, b), (b, a)):
+        x_shape, skip_shape = static_shape(x, symbolic=True), static_shape(skip, symbolic=True)
+        if x_shape is None or skip_shape is None or len(x_shape) != 3:
+            continue
+        if skip_shape == x_shape or skip_shape in (x_shape[1:], (1, *x_shape[1:])):
+            return x, skip
+    return None
 
-    def check(self, op, **bindings):  # onnxscript binds the pattern's `input` by that name
-        result = super().check(op, **bindings)
-        if result and not _same_shape(bindings["input"], bindings["skip"]):
-            return result.fail("input and skip are not known to have the same shape", bindings["skip"])
+
+def _vector_of(value: ir.Value | None, size: int) -> bool:
+    return value is not None and static_shape(value) == (size,)
+
+
+class FuseSkipLayerNorm(skip_normalization.SkipLayerNormFusion):
+    """onnxscript's rule (``LayerNormalization(Add(input, skip) [+ bias])``, the bias added before
+    or after the skip) with a check of its own: the terms' shapes as :func:`_skip_roles` has them
+    (onnxscript wants both ``(B, S, D)`` with the same ``B``, and lets two unnamed dimensions pass
+    as equal), ``gamma``, ``beta`` and the bias ``(D,)``.  ``bias_first``: the pre-added bias is
+    the Add's first input (``Add(bias, MatMul(...))``), as some exporters write it."""
+
+    def __init__(self, name: str, has_bias: bool = False, bias_pre_add: bool = False, bias_first: bool = False):
+        super().__init__(name, has_bias=has_bias, bias_pre_add=bias_pre_add)
+        self._bias_first = bias_first
+
+    def pattern(self, op, input, skip, gamma, beta, bias):  # noqa: A002 - onnxscript binds by these names
+        if not self._bias_first:
+            return super().pattern(op, input, skip, gamma, beta, bias)
+        summed = op.Add(bias, input)
+        skip_sum = pattern.OrValue([op.Add(skip, summed), op.Add(summed, skip)], name="skip_sum")
+        normalized = op.LayerNormalization(
+            skip_sum, gamma, beta, axis=-1, _allow_other_attributes=True, _outputs=["layer_norm"]
+        )
+        return normalized, skip_sum
+
+    def check(self, op, input, skip, gamma, beta, bias, layer_norm, **_):  # noqa: A002 - onnxscript's names
+        result = pattern.MatchResult()
+        roles = _skip_roles(input, skip)
+        if roles is None:
+            return result.fail("input and skip are not known to have shapes SkipLayerNormalization takes", skip)
+        hidden = static_shape(roles[0], symbolic=True)[-1]
+        if not isinstance(hidden, int):
+            return result.fail("the hidden size is not known", input)
+        if not _vector_of(gamma, hidden) or (beta is not None and not _vector_of(beta, hidden)):
+            return result.fail(f"gamma or beta is not known to have shape ({hidden},)", gamma)
+        if self._has_bias and not _vector_of(bias, hidden):
+            return result.fail(f"the bias is not known to have shape ({hidden},)", bias)
+        if layer_norm.producer().attributes.get_int("stash_type", 1) != 1:
+            return result.fail("stash_type other than 1 (float32 statistics)")
+        self._swapped = roles[0] is not input
         return result
+
+    def rewrite(self, op, input, skip, gamma, beta, bias, layer_norm, **_):  # noqa: A002
+        if self._swapped:  # the sum is the same either way: float addition is commutative
+            input, skip = skip, input  # noqa: A001
+        return super().rewrite(op, input, skip, gamma, beta, bias, layer_norm)
 
 
 class FuseSkipRmsNorm(skip_normalization.SkipRmsNormFusion):
@@ -110,7 +164,10 @@ def rms_norm_rules() -> list:
 
 
 def skip_layer_norm_rules() -> list:
-    return _skip_rules(FuseSkipLayerNorm)
+    # the bias-first form before the plain one, which would otherwise take its sum and leave
+    # the bias's Add
+    pre_bias, bias, plain = _skip_rules(FuseSkipLayerNorm)
+    return [pre_bias, FuseSkipLayerNorm.rule("bias_first", True, True, True), bias, plain]
 
 
 def skip_rms_norm_rules() -> list:
