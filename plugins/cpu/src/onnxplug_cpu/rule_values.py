@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 __all__ = [
+    "FreshNames",
     "constant_array",
     "fresh_initializer_name",
     "fresh_initializer_names",
@@ -61,13 +62,42 @@ def fresh_initializer_names(graph: ir.Graph | ir.Function, *bases: str) -> tuple
     """:func:`fresh_initializer_name` of each base, from one walk over ``graph``'s values: a
     fusion's check names its weights and bias, and walking a ResNet-50 once per name was a
     tenth of its session's creation (two walks per fused Conv)."""
+    return _pick(_names_of(graph), graph, bases)
+
+
+class FreshNames:
+    """:func:`fresh_initializer_names` for one rule object's pass over a model (a rule set's rules
+    are made anew for each model): each graph's names are read once, then the names handed out
+    are added, and the graph's current initializers are checked too (another rule's new weights).
+    Where every fused Conv walked the whole graph, ResNet-50's 53 BatchNormalization folds read
+    its ~230 nodes 53 times."""
+
+    __slots__ = ("_taken",)
+
+    def __init__(self) -> None:
+        self._taken: dict[int, set[str]] = {}
+
+    def __call__(self, graph: ir.Graph | ir.Function, *bases: str) -> tuple[str, ...]:
+        taken = self._taken.get(id(graph))
+        if taken is None:
+            taken = self._taken[id(graph)] = _names_of(graph)
+        return _pick(taken, graph, bases)
+
+
+def _names_of(graph: ir.Graph | ir.Function) -> set[str]:
     taken = set(getattr(graph, "initializers", {}) or {})
     taken.update(v.name for v in graph.inputs if v.name)
     taken.update(v.name for node in graph for v in node.outputs if v.name)
+    return taken
+
+
+def _pick(taken: set[str], graph: ir.Graph | ir.Function, bases: tuple[str, ...]) -> tuple[str, ...]:
+    """A name per base not in ``taken`` nor among ``graph``'s initializers, each added to ``taken``."""
+    initializers = getattr(graph, "initializers", {}) or {}
     names = []
     for base in bases:
         name, n = base, 0
-        while name in taken:
+        while name in taken or name in initializers:
             n += 1
             name = f"{base}_{n}"
         taken.add(name)  # the next base's name must differ from this one too

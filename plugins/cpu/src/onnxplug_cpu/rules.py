@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from .rule_values import constant_array, fresh_initializer_names, static_shape, trailing_reduce_axis
+from .rule_values import FreshNames, constant_array, static_shape, trailing_reduce_axis
 
 __all__ = ["conv_bn_rules", "layer_norm_rules", "matmul_add_gemm_rules"]
 
@@ -31,6 +31,10 @@ _LAYER_NORM_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataTy
 class FoldBatchNormIntoConv(pattern.RewriteRuleClassBase):
     """``BatchNormalization(Conv(x, W[, B]))`` → ``Conv(x, W * s, (B - mean) * s + beta)``,
     ``s = scale / sqrt(var + epsilon)``, per output channel."""
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self._fresh_names = FreshNames()
 
     def pattern(self, op, x, w, scale, beta, mean, var):
         conv = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
@@ -59,7 +63,7 @@ class FoldBatchNormIntoConv(pattern.RewriteRuleClassBase):
                 return result.fail(f"expected shape ({channels},), got {array.shape}", value)
         self._arrays = (weights, *params)
         base = f"{w.name or 'W'}_bn"
-        self._names = fresh_initializer_names(context.graph_or_function, base, f"{base}_bias")
+        self._names = self._fresh_names(context.graph_or_function, base, f"{base}_bias")
         self._epsilon = bn.attributes.get_float("epsilon", 1e-5)
         return result
 
@@ -75,8 +79,8 @@ class FoldBatchNormIntoConv(pattern.RewriteRuleClassBase):
         folded_w = weights.astype(work, copy=False) * factor.astype(work).reshape((-1,) + (1,) * (weights.ndim - 1))
         folded_w = folded_w.astype(dtype, copy=False)
         folded_b = ((bias[0] if bias else 0.0) - mean) * factor + beta
-        w_value = op.initializer(ir.tensor(folded_w, name=self._names[0]))
-        b_value = op.initializer(ir.tensor(folded_b.astype(dtype), name=self._names[1]))
+        w_value = op.initializer(ir.Tensor(folded_w, name=self._names[0]))
+        b_value = op.initializer(ir.Tensor(folded_b.astype(dtype), name=self._names[1]))
         conv = conv_out.producer()
         return op.Conv(x, w_value, b_value, **conv.attributes)
 

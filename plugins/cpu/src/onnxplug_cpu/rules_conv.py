@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from .rule_values import constant_array, fresh_initializer_names
+from .rule_values import FreshNames, constant_array
 
 __all__ = ["bn_mul_add_rules", "conv_mul_add_rules"]
 
@@ -40,6 +40,7 @@ class _FoldIntoConv(pattern.RewriteRuleClassBase):
 
     def __init__(self, name: str, *, op_type: str):
         super().__init__(name)
+        self._fresh_names = FreshNames()
         self._op_type = op_type
 
     def pattern(self, op, x, w, c):
@@ -63,7 +64,7 @@ class _FoldIntoConv(pattern.RewriteRuleClassBase):
         self._arrays = (weights, vector, bias)
         graph = context.graph_or_function
         base = f"{w.name or 'W'}_{self._op_type.lower()}"
-        self._names = fresh_initializer_names(graph, base, f"{base}_bias")
+        self._names = self._fresh_names(graph, base, f"{base}_bias")
         return result
 
     def rewrite(self, op, x, w, conv_out, **_):
@@ -73,13 +74,13 @@ class _FoldIntoConv(pattern.RewriteRuleClassBase):
         b = np.zeros(weights.shape[0]) if bias is None else bias.astype(np.float64)
         if self._op_type == "Mul":
             w_value = op.initializer(
-                ir.tensor((weights * v.reshape((-1,) + (1,) * (weights.ndim - 1))).astype(dtype), name=self._names[0])
+                ir.Tensor((weights * v.reshape((-1,) + (1,) * (weights.ndim - 1))).astype(dtype), name=self._names[0])
             )
             b = b * v
         else:
             w_value = w
             b = b + v
-        b_value = op.initializer(ir.tensor(b.astype(dtype), name=self._names[1]))
+        b_value = op.initializer(ir.Tensor(b.astype(dtype), name=self._names[1]))
         return op.Conv(x, w_value, b_value, **conv_out.producer().attributes)
 
 
@@ -89,6 +90,7 @@ class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
 
     def __init__(self, name: str, *, op_type: str):
         super().__init__(name)
+        self._fresh_names = FreshNames()
         self._op_type = op_type
 
     def pattern(self, op, x, scale, bias, mean, var, c):
@@ -114,7 +116,7 @@ class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
         graph = context.graph_or_function
         suffix = self._op_type.lower()
         bases = (f"{scale.name or 'scale'}_{suffix}", f"{bias.name or 'bias'}_{suffix}")
-        self._names = fresh_initializer_names(graph, *bases)
+        self._names = self._fresh_names(graph, *bases)
         return result
 
     def rewrite(self, op, x, scale, mean, var, bn_out, **_):
@@ -122,10 +124,10 @@ class _FoldIntoBatchNorm(pattern.RewriteRuleClassBase):
         dtype = self._arrays[0].dtype
         if self._op_type == "Mul":
             s, b = s * v, b * v
-            scale = op.initializer(ir.tensor(s.astype(dtype), name=self._names[0]))
+            scale = op.initializer(ir.Tensor(s.astype(dtype), name=self._names[0]))
         else:
             b = b + v
-        bias = op.initializer(ir.tensor(b.astype(dtype), name=self._names[1]))
+        bias = op.initializer(ir.Tensor(b.astype(dtype), name=self._names[1]))
         return op.BatchNormalization(x, scale, bias, mean, var, **bn_out.producer().attributes)
 
 

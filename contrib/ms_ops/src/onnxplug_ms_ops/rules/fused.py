@@ -29,7 +29,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from onnxplug_cpu.rule_values import constant_array, fresh_initializer_names, static_shape
+from onnxplug_cpu.rule_values import FreshNames, constant_array, static_shape
 
 from .. import DOMAIN
 from . import BATCH_NORM_ACTIVATIONS, CONV_ACTIVATIONS
@@ -378,6 +378,7 @@ class FuseBatchNormClamp(pattern.RewriteRuleClassBase):
 
     def __init__(self, name: str, *, activation: str):
         super().__init__(name)
+        self._fresh_names = FreshNames()
         self._activation = activation
 
     def pattern(self, op, x, scale, bias, mean, var):
@@ -404,7 +405,7 @@ class FuseBatchNormClamp(pattern.RewriteRuleClassBase):
             return result.fail("the activation's parameters are not constants", act_out)
         self._arrays, self._epsilon = arrays, np.float32(attrs.get_float("epsilon", 1e-5))
         base = bn.name or "batch_norm"
-        self._names = fresh_initializer_names(context.graph_or_function, f"{base}_factors", f"{base}_shifts")
+        self._names = self._fresh_names(context.graph_or_function, f"{base}_factors", f"{base}_shifts")
         return result
 
     def rewrite(self, op, x, **_):
@@ -412,8 +413,8 @@ class FuseBatchNormClamp(pattern.RewriteRuleClassBase):
         factors = scale / np.sqrt(var + self._epsilon)  # float32, as kernels.normalization computes
         shifts = bias - mean * factors
         channels = factors.shape[0]
-        w = op.initializer(ir.tensor(factors.reshape(channels, 1, 1, 1), name=self._names[0]))
-        b = op.initializer(ir.tensor(shifts, name=self._names[1]))
+        w = op.initializer(ir.Tensor(factors.reshape(channels, 1, 1, 1), name=self._names[0]))
+        b = op.initializer(ir.Tensor(shifts, name=self._names[1]))
         attrs = dict(group=channels, kernel_shape=[1, 1], activation=self._activation)
         if self._activation_params:
             attrs["activation_params"] = self._activation_params
