@@ -6,7 +6,7 @@ from ._external_memory import InMemoryData
 from ._extract import extract_model
 from ._load import LoadedModel, load_model
 from ._own_data import release_tensors
-from ._scopes import execution_order, node_reads, order_units, outer_references, subgraphs
+from ._scopes import all_nodes, execution_order, graphs_of, node_reads, order_units, outer_references, subgraphs
 from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, type_string
 from ._view import GraphView, NodeView
 
@@ -16,11 +16,13 @@ __all__ = [
     "InMemoryData",
     "LoadedModel",
     "NodeView",
+    "all_nodes",
     "connected_parts",
     "convex_parts",
     "element_name",
     "execution_order",
     "extract_model",
+    "graphs_of",
     "load_model",
     "node_reads",
     "np_dtype",

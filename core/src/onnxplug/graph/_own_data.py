@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from ._scopes import graphs_of
+
 __all__ = ["own_tensor_data", "release_tensors"]
 
 
@@ -50,10 +52,10 @@ def release_tensors(model: ir.Model) -> None:
 
 
 def _graphs(model: ir.Model):
-    yield from model.graph.subgraphs()
+    yield from graphs_of(model.graph)[1:]
     yield model.graph
     for function in model.functions.values():
-        yield from function.subgraphs()
+        yield from graphs_of(function)[1:]
         yield function
 
 

@@ -6,23 +6,73 @@ values a node's subgraphs take from outside are the ones they read but do not de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import onnx_ir as ir
 
 from ..errors import Fail
 
-__all__ = ["subgraphs", "outer_references", "node_reads", "execution_order", "order_units"]
+__all__ = [
+    "all_nodes",
+    "execution_order",
+    "graphs_of",
+    "node_reads",
+    "order_units",
+    "outer_references",
+    "subgraphs",
+]
+
+_GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
 
 
 def subgraphs(node: ir.Node) -> list[tuple[str, ir.Graph]]:
     """``(attribute name, graph)`` for each graph attribute of ``node``."""
     found = []
-    for name, attr in node.attributes.items():
-        if attr.type is ir.AttributeType.GRAPH:
+    for name, attr in _attribute_table(node).items():
+        if attr.type is _GRAPH:
             found.append((name, attr.value))
-        elif attr.type is ir.AttributeType.GRAPHS:
+        elif attr.type is _GRAPHS:
             found.extend((name, g) for g in attr.value)
+    return found
+
+
+def _attribute_table(node: ir.Node):
+    """``node``'s attributes as a plain dict where onnx-ir keeps one (its ``Attributes`` is a
+    ``UserDict``): read through the mapping's views, every attribute of every node cost a
+    Python-level call, three times the dict's cost on the optimizer's walks."""
+    attributes = node.attributes
+    return getattr(attributes, "data", attributes)
+
+
+def _inner_graphs(node: ir.Node) -> list[ir.Graph]:
+    table = _attribute_table(node)
+    if not table:
+        return []
+    found = []
+    for attr in table.values():
+        kind = attr.type
+        if kind is _GRAPH:
+            found.append(attr.value)
+        elif kind is _GRAPHS:
+            found.extend(attr.value)
+    return found
+
+
+def all_nodes(graph: ir.Graph | ir.Function) -> Iterator[ir.Node]:
+    """Every node of ``graph`` and of the subgraphs below it, each graph's nodes in order, a
+    node's subgraphs right after it (``graph.all_nodes()``'s order, at about half its cost)."""
+    for node in graph:
+        yield node
+        for inner in _inner_graphs(node):
+            yield from all_nodes(inner)
+
+
+def graphs_of(graph: ir.Graph | ir.Function) -> list[ir.Graph | ir.Function]:
+    """``graph`` and every subgraph below it, outermost first (``[graph, *graph.subgraphs()]``)."""
+    found = [graph]
+    for node in graph:
+        for inner in _inner_graphs(node):
+            found.extend(graphs_of(inner))
     return found
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from ..graph import graphs_of
+
 __all__ = ["eliminate_common_subexpressions", "remove_dead_code", "remove_no_ops"]
 
 _SHAPE_OPS = frozenset({"Reshape", "Expand", "Squeeze", "Flatten"})
@@ -88,7 +90,7 @@ def _source_if_no_op(node: ir.Node) -> ir.Value | None:
 def remove_no_ops(model: ir.Model) -> dict[str, int]:
     """Remove no-op nodes everywhere (subgraphs included); returns the count per op type."""
     removed: dict[str, int] = {}
-    for graph in [model.graph, *model.graph.subgraphs()]:
+    for graph in graphs_of(model.graph):
         for node in list(graph):
             if node.graph is None:  # already removed with a pair
                 continue
@@ -104,7 +106,7 @@ def remove_no_ops(model: ir.Model) -> dict[str, int]:
 
 
 def _sizes(model: ir.Model) -> tuple[int, int]:
-    graphs = [model.graph, *model.graph.subgraphs()]
+    graphs = graphs_of(model.graph)
     return sum(len(g) for g in graphs), sum(len(g.initializers) for g in graphs)
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from ..graph import all_nodes, graphs_of
+
 __all__ = [
     "Evaluator",
     "FOLD_LIMIT_BYTES",
@@ -49,7 +51,7 @@ FOLD_LIMIT_BYTES = 1 << 30
 
 def _graphs(graph: ir.Graph) -> list[ir.Graph]:
     """``graph`` and every subgraph below it, outermost first."""
-    return [graph, *graph.subgraphs()]
+    return graphs_of(graph)
 
 
 def _constant_array(value: ir.Value | None, fed: set[int]) -> np.ndarray | None:
@@ -176,9 +178,9 @@ def lift_constant_nodes(model: ir.Model) -> int:
     """``Constant`` nodes become initializers (providers and folding see one kind of constant)."""
     from onnx_ir.passes.common import LiftConstantsToInitializersPass
 
-    before = sum(1 for n in model.graph.all_nodes() if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
+    before = sum(1 for n in all_nodes(model.graph) if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
     LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
-    after = sum(1 for n in model.graph.all_nodes() if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
+    after = sum(1 for n in all_nodes(model.graph) if n.op_type == "Constant" and n.domain in ("", "ai.onnx"))
     return before - after
 
 

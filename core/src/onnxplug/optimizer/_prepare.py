@@ -11,6 +11,7 @@ import onnx
 import onnx_ir as ir
 
 from ..errors import InvalidArgument
+from ..graph import all_nodes
 
 __all__ = ["fill_missing_opsets", "name_nodes", "override_initializers"]
 
@@ -47,7 +48,7 @@ def fill_missing_opsets(model: ir.Model) -> None:
     way.  Run after op-library schemas are registered.
     """
     imported = {("" if d == "ai.onnx" else d) for d in model.opset_imports}
-    used = {node.domain or "" for node in model.graph.all_nodes()} - imported
+    used = {node.domain or "" for node in all_nodes(model.graph)} - imported
     used.discard("ai.onnx")
     if not used:
         return

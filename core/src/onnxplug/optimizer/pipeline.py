@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from ..graph import all_nodes
 from ._cleanup import eliminate_common_subexpressions, remove_dead_code, remove_no_ops
 from ._fold import Evaluator, fold_constants, lift_constant_nodes, materialize_fills, simplify_shapes
 from ._prepare import fill_missing_opsets, name_nodes, override_initializers
@@ -167,15 +168,15 @@ def _since_version(op_type: str, domain: str, version: int | None) -> int | None
 
 
 def _count(model: ir.Model) -> int:
-    return sum(1 for _ in model.graph.all_nodes())
+    return sum(1 for _ in all_nodes(model.graph))
 
 
 def _op_types(model: ir.Model) -> set[str]:
     """Op types of every node: the graph, its subgraphs and the model's functions (onnxscript
     applies rules to functions too)."""
-    found = {node.op_type for node in model.graph.all_nodes()}
+    found = {node.op_type for node in all_nodes(model.graph)}
     for function in model.functions.values():
-        found.update(node.op_type for node in function.all_nodes())
+        found.update(node.op_type for node in all_nodes(function))
     return found
 
 
@@ -183,7 +184,7 @@ def _edges(model: ir.Model) -> set[tuple[str, str]]:
     """``(producer, consumer)`` op types of every value read by a node, in every graph and
     function (a read from inside a subgraph counts for the outer producer: that only adds)."""
     found = set()
-    nodes = [*model.graph.all_nodes(), *(n for f in model.functions.values() for n in f.all_nodes())]
+    nodes = [*all_nodes(model.graph), *(n for f in model.functions.values() for n in all_nodes(f))]
     for node in nodes:
         for output in node.outputs:
             found.update((node.op_type, user.op_type) for user, _ in output.uses())
