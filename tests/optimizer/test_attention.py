@@ -27,10 +27,9 @@ def _load(path: pathlib.Path) -> ir.Model:
     return ir.from_proto(onnx.shape_inference.infer_shapes(onnx.load(path)))
 
 
-def _fuse(model: ir.Model):
+def _fuse(model: ir.Model, names=("ms_ops.attention",)):
     """The attention rule set alone (the other ms_ops sets have their own tests)."""
-    attention = [rule_set for rule_set in rule_sets("extended") if rule_set.name == "ms_ops.attention"]
-    return apply_rule_sets(model, attention)
+    return apply_rule_sets(model, [rule_set for rule_set in rule_sets("extended") if rule_set.name in names])
 
 
 def _run(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -85,7 +84,7 @@ def test_plugin_hook_returns_the_attention_set_for_extended_only():
 B, S = 2, 3
 
 
-def _layer(hidden=8, head_size=2, scale=None, scale_op="Mul", mask_shape=(B, 1, S, S), heads_in_shape=-1):
+def _layer(hidden=8, head_size=2, scale=None, scale_op="Mul", mask_shape=(B, 1, S, S), heads_in_shape=-1, biases=False):
     rng = np.random.default_rng(0)
     scale = (1 / math.sqrt(head_size) if scale_op == "Mul" else math.sqrt(head_size)) if scale is None else scale
     inits = [
@@ -96,7 +95,14 @@ def _layer(hidden=8, head_size=2, scale=None, scale_op="Mul", mask_shape=(B, 1, 
     nodes = []
     for name in "qkv":
         inits.append(onnx.numpy_helper.from_array(rng.standard_normal((hidden, hidden)).astype(np.float32), f"w{name}"))
-        nodes.append(helper.make_node("MatMul", ["x", f"w{name}"], [name]))
+        projected = name
+        if biases:  # MatMul then Add of a bias vector, K's with the bias first
+            inits.append(onnx.numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), f"b{name}"))
+            nodes.append(helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}_mm"]))
+            terms = [f"b{name}", f"{name}_mm"] if name == "k" else [f"{name}_mm", f"b{name}"]
+            nodes.append(helper.make_node("Add", terms, [name]))
+        else:
+            nodes.append(helper.make_node("MatMul", ["x", f"w{name}"], [projected]))
         nodes.append(helper.make_node("Reshape", [name, "shape"], [f"{name}4"]))
     nodes += [
         helper.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
@@ -136,6 +142,30 @@ def test_hand_built_layer_fuses_and_matches(scale_op):
     fused = _fuse(model)
     assert fused.applied["ms_ops.attention"] == 1
     np.testing.assert_allclose(_run(fused.model, _feeds())["y"], _run(model, _feeds())["y"], rtol=0, atol=1e-5)
+
+
+def test_projection_biases_go_into_the_attention():
+    """ms_ops.attention_bias: the Q, K and V bias Adds become MultiHeadAttention's bias input; the
+    results are the unfused layer's, in onnxplug and in onnxruntime."""
+    model = _layer(biases=True)
+    fused = _fuse(model, ("ms_ops.attention", "ms_ops.attention_bias"))
+    assert fused.applied == {"ms_ops.attention": 1, "ms_ops.attention_bias": 1}
+    ops = _ops(fused.model)
+    assert ops[("", "Add")] == 0 and ops[("com.microsoft", "MultiHeadAttention")] == 1
+    attention = next(n for n in fused.model.graph if n.op_type == "MultiHeadAttention")
+    assert attention.inputs[3] is not None and attention.inputs[3].const_value.numpy().shape == (24,)
+    want = _run(model, _feeds())["y"]
+    np.testing.assert_allclose(_run(fused.model, _feeds())["y"], want, rtol=0, atol=1e-5)
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for the fused op's contract")
+    session = ort.InferenceSession(ir.to_proto(fused.model).SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, _feeds())[0], want, rtol=0, atol=1e-5)
+
+
+def test_a_projection_sum_read_elsewhere_keeps_its_add():
+    model = _layer(biases=True)
+    model.graph.outputs.append(next(n for n in model.graph if n.outputs[0].name == "v").outputs[0])
+    fused = _fuse(model, ("ms_ops.attention", "ms_ops.attention_bias"))
+    assert fused.applied == {"ms_ops.attention": 1, "ms_ops.attention_bias": 0}
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,13 @@ def rule_sets(stage: str) -> list[RuleSet]:
             description="scaled dot-product attention (torch exports) -> com.microsoft MultiHeadAttention",
         ),
         RuleSet(
+            "ms_ops.attention_bias",
+            _rules("attention", "attention_bias_rules"),
+            produces=[OpRef(DOMAIN, "MultiHeadAttention")],
+            anchors={"MultiHeadAttention"},
+            description="the Q, K and V projections' bias Adds → MultiHeadAttention's bias input",
+        ),
+        RuleSet(
             "ms_ops.rms_norm",
             _rules("normalization", "rms_norm_rules"),
             produces=[OpRef("", "SimplifiedLayerNormalization")],

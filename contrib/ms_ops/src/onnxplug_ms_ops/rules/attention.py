@@ -29,7 +29,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-__all__ = ["attention_rules"]
+from onnxplug_cpu.rule_values import FreshNames
+
+__all__ = ["attention_bias_rules", "attention_rules"]
 
 _MS = "com.microsoft"
 _FLOAT = ir.DataType.FLOAT.value
@@ -210,3 +212,68 @@ def attention_rules() -> list:
         _SdpaToMha.rule(masked=True, past=False),
         _SdpaToMha.rule(masked=False, past=False),
     ]
+
+
+def _split_bias(a: ir.Value, b: ir.Value, hidden: int) -> tuple[ir.Value, np.ndarray] | None:
+    """``(projection, bias)`` of the terms of ``Add(a, b)`` (either order) where one is a constant
+    float32 vector of ``hidden`` values and the other a (B, S, hidden) projection."""
+    for bias, projection in ((b, a), (a, b)):
+        if bias.const_value is None or bias.is_graph_input():  # (a feed may replace an input's default)
+            continue
+        array = bias.const_value.numpy()
+        if array.dtype != np.float32 or array.shape != (hidden,):
+            continue
+        if projection.shape is not None and projection.shape.rank() == 3 and projection.shape[-1] == hidden:
+            return projection, array
+    return None
+
+
+class _MhaBias(pattern.RewriteRuleClassBase):
+    """``MultiHeadAttention(q + bq, k + bk, v + bv, ...)`` without a bias of its own, the three
+    biases constant vectors (either term of their Add) and the sums read by nothing else →
+    ``MultiHeadAttention(q, k, v, bias=[bq, bk, bv], ...)``: the projections' bias Adds (BERT's
+    and ViT's, three a layer) become part of the attention, which adds them while it lays the heads
+    out (``kernels.attention``: one pass where the Add and the head copy made two each).
+    onnxruntime's MultiHeadAttention takes the same bias input."""
+
+    def __init__(self) -> None:
+        super().__init__("MultiHeadAttentionProjectionBias")
+        self._fresh_names = FreshNames()
+
+    def pattern(self, op, qa, qb, ka, kb, va, vb):
+        return op.MultiHeadAttention(
+            op.Add(qa, qb),
+            op.Add(ka, kb),
+            op.Add(va, vb),
+            _domain=_MS,
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=["out"],
+        )
+
+    def check(self, context, qa, qb, ka, kb, va, vb, out, **_):
+        result = pattern.MatchResult()
+        node = out.producer()
+        if len(node.outputs) != 1:
+            return result.fail("the attention has outputs besides its result (a cache)")
+        if len(node.inputs) > 3 and node.inputs[3] is not None:
+            return result.fail("the attention has a bias already")
+        hidden = _hidden_size(node.inputs[0])
+        if hidden is None:
+            return result.fail("the query's hidden size is not known", node.inputs[0])
+        found = [_split_bias(a, b, hidden) for a, b in ((qa, qb), (ka, kb), (va, vb))]
+        if any(f is None for f in found):
+            return result.fail("Q, K and V are not each a projection plus a constant bias vector of their width")
+        self._found = found
+        (self._name,) = self._fresh_names(context.graph_or_function, f"{node.name or 'attention'}_qkv_bias")
+        return result
+
+    def rewrite(self, op, out, **_):
+        node = out.producer()
+        (q, bq), (k, bk), (v, bv) = self._found
+        bias = op.initializer(ir.Tensor(np.concatenate([bq, bk, bv]), name=self._name))
+        return op.MultiHeadAttention(q, k, v, bias, *node.inputs[4:], _domain=_MS, **node.attributes)
+
+
+def attention_bias_rules() -> list:
+    return [_MhaBias.rule()]
