@@ -274,8 +274,8 @@ def _mha_inputs(query, key, value, bias, num_heads, op):
 def _biased_heads(x, bias, num_heads, op, name, keys_last=False):
     """``heads(x + bias)`` as a fresh C-contiguous array, the bias added while the heads are laid
     out: (B, N, S, H), or with ``keys_last`` (B, N, H, S).  The per-head products copy their
-    operands into that layout anyway (``numerics.batched_matmul``), so a projection's bias (the
-    Add of BERT's Q, K and V, taken in by the ``ms_ops.attention_bias`` rule) costs no pass of
+    operands into that layout anyway (``numerics.batched_matmul``), so the projections' bias
+    (BERT's Q, K and V Adds, taken in by the ``ms_ops.attention_bias`` rule) needs no array of
     its own; the sums are numpy's, ``x + bias``."""
     split = heads(x, num_heads, op, name)  # (B, N, S, H), a view
     batch, _, seq, head = split.shape
