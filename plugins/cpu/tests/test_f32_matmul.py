@@ -259,6 +259,21 @@ def test_batched_products_match_a_float64_product(lead, m, depth, width):
         np.testing.assert_array_equal(_f32_matmul.batched(a, b), got)
 
 
+@pytest.mark.parametrize("parts", [1, 2, 5])
+def test_strided_heads_are_laid_out_as_copies_of_themselves(parts):
+    """Attention's operands as views of the (B, S, N·H) projections (Q's heads, Kᵀ): the copy made
+    on the run's threads is the view's values in C order, however the heads are split."""
+    rng = np.random.default_rng(9)
+    projection = rng.standard_normal((1, 37, 8 * 16), dtype=np.float32)
+    heads = projection.reshape(1, 37, 8, 16).transpose(0, 2, 1, 3)  # (B, N, S, H); one batch: views
+    for view in (heads, heads.swapaxes(-1, -2)):
+        grouped = view.reshape(8, *view.shape[2:])
+        assert not grouped.flags.c_contiguous
+        copy = _f32_matmul._laid_out(grouped, parts)
+        assert copy.flags.c_contiguous
+        np.testing.assert_array_equal(copy, np.ascontiguousarray(grouped))
+
+
 def test_batched_products_leave_other_operands_to_numpy():
     a = np.ones((2, 16, 8), np.float32)
     assert _f32_matmul.batched(a, np.ones((1, 8, 4), np.float32)) is None  # broadcasting leading axes

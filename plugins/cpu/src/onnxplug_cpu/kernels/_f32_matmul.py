@@ -200,9 +200,21 @@ def batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     if b.shape[-2] != depth or m < MIN_ROWS or a.size == 0 or b.size == 0 or not available() or not parallel_ready():
         return None
     lead = a.shape[:-2]
-    left = np.ascontiguousarray(a).reshape(-1, m, depth)
-    right = np.ascontiguousarray(b).reshape(-1, depth, width)
-    y = np.empty((left.shape[0], m, width), dtype=np.float32)
+    groups = a.size // (m * depth)
+    parts = _team_parts(groups, m, width)
+    left = _laid_out(a.reshape(groups, m, depth), parts)
+    right = _laid_out(b.reshape(groups, depth, width), parts)
+    y = np.empty((groups, m, width), dtype=np.float32)
     offsets = np.arange(depth, dtype=np.int64) * width
-    loops().batched_parallel(left, right, offsets, y, _team_parts(left.shape[0], m, width))
+    loops().batched_parallel(left, right, offsets, y, parts)
     return y.reshape(*lead, m, width)
+
+
+def _laid_out(x: np.ndarray, parts: int) -> np.ndarray:
+    """``x`` ``(G, R, C)`` C-contiguous: itself, or a copy made on the run's threads
+    (``_f32_matmul_loops.gather_groups``: attention's per-head views)."""
+    if x.flags.c_contiguous:
+        return x
+    copy = np.empty(x.shape, dtype=np.float32)
+    loops().gather_groups(x, copy, parts)
+    return copy
