@@ -108,3 +108,36 @@ def test_a_kept_call_is_replanned_for_another_thread_budget():
     assert [settings.budget for settings in kept] == [1, 2, 1] and kept[0] is kept[2]
     for result in results[1:]:
         np.testing.assert_array_equal(result, results[0])
+
+
+def test_a_residual_layer_keeps_its_call_and_takes_each_run_s_residual(monkeypatch):
+    """A layer with a residual (a FusedConv's Z: a ResNet's or MobileNetV2's block end) keeps its
+    compiled call too; each call puts its own residual in, with the bits of a call worked out anew."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 16, 12, 12), dtype=np.float32)
+    w = rng.standard_normal((24, 16, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(24, dtype=np.float32)
+    clamp = (0.0, 6.0)
+
+    def layer():
+        return numerics.Convolution(w, 1, kernel_shape=(3, 3), pads=(1, 1, 1, 1))
+
+    token = enter_run(RunState(threads=2))
+    try:
+        residuals = [rng.standard_normal((1, 24, 12, 12), dtype=np.float32) for _ in range(3)]
+        want = [layer()(x, w, b, z, clamp) for z in residuals]  # each a first call
+        want_plain = layer()(x, w, b, None, clamp)
+        convolution = layer()
+        convolution(x, w, b, residuals[0], clamp)
+        worked_out = []
+        original = _f32_conv.BoundLayer._convolve
+        monkeypatch.setattr(
+            _f32_conv.BoundLayer, "_convolve", lambda *a, **k: worked_out.append(1) or original(*a, **k)
+        )
+        for z, expected in zip(residuals, want):
+            np.testing.assert_array_equal(convolution(x, w, b, z, clamp), expected)
+        assert worked_out == []  # every later call took the kept one, with its own residual
+        np.testing.assert_array_equal(convolution(x, w, b, None, clamp), want_plain)
+        assert worked_out == [1]  # without a residual the call is worked out again
+    finally:
+        leave_run(token)

@@ -344,7 +344,8 @@ class BoundLayer:
         self._stores: dict[tuple, tuple] = {}  # (clamp, silu) -> float32 (low, high, alpha)
         self._empty = math.prod(layer.shape) == 0
         # (bias, clamp, silu, settings, the compiled call, its arguments after the output,
-        # whether it runs on the team) of the last call without a residual that ran compiled
+        # whether it runs on the team, whether it took a residual) of the last call that ran
+        # compiled
         self._last: tuple | None = None
 
     def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None, settings=None) -> np.ndarray:
@@ -353,13 +354,19 @@ class BoundLayer:
         if settings is None:
             settings = run_settings()
         last = self._last
-        if residual is None and last is not None and last[0] is bias and last[1] is clamp and last[2] is silu:
-            if last[3] is settings:
+        if last is not None and last[0] is bias and last[1] is clamp and last[2] is silu and last[3] is settings:
+            arguments = last[5]
+            if residual is not None:  # kept for a residual of the output's shape: this one's goes in
+                fits = last[7] and residual.shape == self.out_shape and residual.dtype == np.float32
+                arguments = _with_residual(arguments, residual, self._rows) if fits else None
+            elif last[7]:
+                arguments = None
+            if arguments is not None:
                 y = np.empty(self._rows, dtype=np.float32)
                 if last[6]:
                     join_run()
                 planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
-                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y, *last[5])
+                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y, *arguments)
                 return y.reshape(self.out_shape)
         y = np.empty(self.out_shape, dtype=np.float32)
         if self._empty:
@@ -376,7 +383,8 @@ class BoundLayer:
             self._convolve(x, y, arguments, settings, (bias, clamp, silu) if b is bias or bias is None else None)
         elif residual.shape == y.shape and residual.dtype == np.float32:
             arguments = self._arguments(b, np.ascontiguousarray(residual).reshape(self._rows), clamp, silu)
-            self._convolve(x, y, arguments, settings)
+            kept = (bias, clamp, silu) if b is bias or bias is None else None
+            self._convolve(x, y, arguments, settings, kept, with_residual=True)
         else:  # added after the bias, then clamped, in a pass of its own
             self._convolve(x, y, self._arguments(b, self._no_residual, None, None), settings)
             y = finish(y, None, residual, clamp)
@@ -390,11 +398,14 @@ class BoundLayer:
         layer = self.layer
         low, high, alpha = self._store(clamp, silu)
         arguments = (layer.columns, layer.groups, layer.group_stride, b, z, low, high, layer.keep, layer.at)
-        return arguments + (layer.chunk, alpha, layer.masked, layer.tail)
+        return arguments + (layer.chunk, alpha, layer.masked, layer.tail)  # (z at _RESIDUAL_AT)
 
-    def _convolve(self, x: np.ndarray, y: np.ndarray, arguments: tuple, settings, kept: tuple | None = None) -> None:
+    def _convolve(
+        self, x: np.ndarray, y: np.ndarray, arguments: tuple, settings, kept: tuple | None = None, with_residual=False
+    ) -> None:
         """The compiled call (on the team, or one thread) or the Python threads' stages; where it
-        ran compiled, the call is kept for ``kept`` ``(bias, clamp, silu)`` at these settings."""
+        ran compiled, the call is kept for ``kept`` ``(bias, clamp, silu)`` at these settings (and
+        ``with_residual``: for calls with a residual, whose own goes in its place)."""
         layer = self.layer
         planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
         gather_parts, tile_parts = parts = layer.parts(settings.budget)
@@ -409,7 +420,7 @@ class BoundLayer:
         arguments = (*arguments, *layer.driver, gather_parts, tile_parts)
         compiled(*head, *arguments)
         if kept is not None:
-            self._last = (*kept, settings, compiled, arguments, on_team)
+            self._last = (*kept, settings, compiled, arguments, on_team, with_residual)
 
     def _store(self, clamp, silu) -> tuple:
         """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
@@ -420,6 +431,16 @@ class BoundLayer:
             alpha = _NO_SILU if silu is None else np.float32(silu)
             store = self._stores[key] = (np.float32(low), np.float32(high), alpha)
         return store
+
+
+#: Where :meth:`BoundLayer._arguments` puts the residual (``z``) among the compiled call's arguments.
+_RESIDUAL_AT = 4
+
+
+def _with_residual(arguments: tuple, residual: np.ndarray, rows: tuple) -> tuple:
+    """A kept call's arguments with ``residual`` (of the output's shape) as its ``z``."""
+    z = np.ascontiguousarray(residual).reshape(rows)
+    return (*arguments[:_RESIDUAL_AT], z, *arguments[_RESIDUAL_AT + 1 :])
 
 
 def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None, clamp=None, silu=None) -> np.ndarray:
@@ -450,28 +471,15 @@ def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     length = x.shape[1]
     y = np.empty((rows, length), dtype=np.float32)
     count = compiled.tile_count(rows, 1, length)
+    plain_store = (_NO_BIAS, _NO_RESIDUAL, *_NO_CLAMP, _NO_KEEP, _NO_AT)
+    geometry = (length, 1, 0)  # columns, groups, group stride
+    # then: column-major (1), no SiLU, not masked, no tail
     run_parts(
         compiled.tiles,
         compiled.tiles_parallel,
         count,
         _parts(count, _MIN_TILES_PER_PART),
-        w,
-        x.reshape(-1),
-        _row_offsets(depth, length),
-        y,
-        length,
-        1,
-        0,
-        _NO_BIAS,
-        _NO_RESIDUAL,
-        _NO_CLAMP[0],
-        _NO_CLAMP[1],
-        _NO_KEEP,
-        _NO_AT,
-        1,  # column-major
-        _NO_SILU,
-        False,  # not masked
-        0,  # no tail
+        *(w, x.reshape(-1), _row_offsets(depth, length), y, *geometry, *plain_store, 1, _NO_SILU, False, 0),
     )
     return y
 
