@@ -362,12 +362,14 @@ class BoundLayer:
             elif last[7]:
                 arguments = None
             if arguments is not None:
-                y = np.empty(self._rows, dtype=np.float32)
+                # the array itself is returned, not a view: a graph's output that is a view is
+                # copied on its way out (runtime._io.fresh_outputs)
+                y = np.empty(self.out_shape, dtype=np.float32)
                 if last[6]:
                     join_run()
                 planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
-                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y, *arguments)
-                return y.reshape(self.out_shape)
+                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y.reshape(self._rows), *arguments)
+                return y
         y = np.empty(self.out_shape, dtype=np.float32)
         if self._empty:
             return y
