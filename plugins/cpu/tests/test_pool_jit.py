@@ -250,3 +250,45 @@ def test_only_unpadded_stride_2_maxima_with_every_window_inside_take_the_one_pas
     pool._compiled_reduce(x, (12, 13), (0, 0), maximum=True, **geometry)  # ceil_mode's extra window
     pool._compiled_reduce(x, (11, 12), (0, 0), maximum=False, **geometry)  # AveragePool's sums
     assert calls == [(8, 11, 12)]
+
+
+@pytest.mark.parametrize("maximum", [True, False])
+@pytest.mark.parametrize("shape", [(3, 23, 26), (2, 26, 23), (64, 28, 28), (4, 2, 2), (2, 3, 5)])
+def test_unpadded_2x2_stride_2_pools_in_one_pass_give_the_row_loops_bits(shape, maximum):
+    """``kernels._pool_s2_loops``' 2×2 loops (VGG's, a UNet's, DenseNet's transitions) against the
+    general compiled loop: the same bits with NaN, infinities and signed zeros, odd sides
+    dropping their last row or column as the floor of the output size does."""
+    from onnxplug_cpu.kernels import _pool_jit, _pool_s2_loops
+
+    rng = np.random.default_rng(shape[1] * 17 + shape[2])
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[[1, 6, x.size - 1]] = [np.nan, np.inf, -np.inf]
+    x[:, :, 0] = np.where(rng.random(shape[:2]) < 0.5, -0.0, 0.0)
+    out = (shape[1] // 2, shape[2] // 2)
+    want = np.empty(shape[:1] + out, np.float32)
+    got = np.empty_like(want)
+    _pool_jit.compiled(2, 2, maximum)(x, want, 2, 2, 0, 0)
+    serial, parallel = _pool_s2_loops.inside_loops(2, maximum)
+    serial(x, got)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
+    split = np.empty_like(want)
+    parallel(x, split, 2)
+    np.testing.assert_array_equal(split, want)
+
+
+@pytest.mark.parametrize("maximum", [True, False])
+def test_only_unpadded_2x2_stride_2_pools_take_the_one_pass_loop(monkeypatch, maximum):
+    from onnxplug_cpu.kernels import _pool_s2_loops
+
+    name = "max_2x2_s2" if maximum else "sum_2x2_s2"
+    calls = []
+    original = getattr(_pool_s2_loops, name)
+    monkeypatch.setattr(_pool_s2_loops, name, lambda x, y: calls.append(y.shape) or original(x, y))
+    x = np.random.default_rng(3).standard_normal((1, 8, 23, 26)).astype(np.float32)
+    geometry = dict(kernel_shape=(2, 2), strides=(2, 2), dilations=None)
+    got, _ = pool._compiled_reduce(x, (11, 13), (0, 0), maximum=maximum, **geometry)
+    assert calls == [(8, 11, 13)] and got is not None
+    pool._compiled_reduce(x, (12, 14), (1, 1), maximum=maximum, **geometry)  # padded: the row loops
+    pool._compiled_reduce(x, (12, 13), (0, 0), maximum=maximum, **geometry)  # ceil_mode's extra row
+    assert calls == [(8, 11, 13)]

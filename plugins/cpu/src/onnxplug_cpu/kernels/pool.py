@@ -203,11 +203,13 @@ def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum, c
         divisors = _NO_COUNTS if counts is None else np.ascontiguousarray(counts, np.float32).reshape(-1)
         _pool_3x3(source, planes, maximum, divisors)
         return y, counts is not None
-    if maximum and _inside_3x3_stride_2(x.shape[2:], out, begin, kernel_shape, strides):
-        from . import _pool_s2_loops  # one pass per output row (SqueezeNet's pools)
+    if _inside_stride_2(x.shape[2:], out, begin, kernel_shape, strides):
+        from . import _pool_s2_loops  # one pass per output row (SqueezeNet's, VGG's, a UNet's pools)
 
-        _over_planes(_pool_s2_loops.max_3x3_s2, _pool_s2_loops.max_3x3_s2_parallel, source, planes)
-        return y, False
+        loops = _pool_s2_loops.inside_loops(int(kernel_shape[0]), maximum)
+        if loops is not None:
+            _over_planes(*loops, source, planes)
+            return y, False
     parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
     geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
     _over_planes(pool, parallel, source, planes, *geometry)
@@ -245,10 +247,11 @@ def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
     )
 
 
-def _inside_3x3_stride_2(shape, out, begin, kernel_shape, strides) -> bool:
-    """3×3 windows at stride 2, every one inside the map: ``kernels._pool_s2_loops``'s case."""
-    inside = tuple(out) == ((shape[0] - 3) // 2 + 1, (shape[1] - 3) // 2 + 1) and not any(begin)
-    return inside and tuple(kernel_shape) == (3, 3) and tuple(strides) == (2, 2)
+def _inside_stride_2(shape, out, begin, kernel_shape, strides) -> bool:
+    """Square windows at stride 2, every one inside the map: ``kernels._pool_s2_loops``'s case."""
+    k = kernel_shape[0]
+    inside = tuple(out) == ((shape[0] - k) // 2 + 1, (shape[1] - k) // 2 + 1) and not any(begin)
+    return inside and tuple(kernel_shape) == (k, k) and tuple(strides) == (2, 2)
 
 
 def _pool_3x3(source, planes, maximum: bool, counts: np.ndarray) -> None:
