@@ -70,7 +70,8 @@ def _tiles(a, right, panel_values, k0, offsets, y, t0, t1, accumulate, ahead, mo
     row for row, the panel this range reads next: the next column tile's, or, after the range's
     last one and where ``more`` blocks of depth follow, the range's first column tile's rows of
     the next block.  Without it each panel's first row tile waited on memory for its 768 rows
-    (see :data:`PREFETCHING_ROW_TILES`)."""
+    (see :data:`PREFETCHING_ROW_TILES`).  Where the next block is shorter, the last rows'
+    prefetches point past its panel (at most past the array): a prefetch never faults."""
     m, depth = a.shape
     n = y.shape[1]
     row_tiles = (m + ROWS - 1) // ROWS
@@ -207,7 +208,7 @@ def gather_groups(source, target, parts):  # pragma: no cover - compiled
     of :func:`batched_parallel` laid out as it reads them.  Rows whose values are apart
     (attention's ``Kᵀ``: each value 3 KiB from the next, BERT-base's 768 features) are copied
     16 columns at a time down the rows, so the lines read are used again before they leave L1:
-    12 heads of 64 × 128 at two threads 28 µs, row by row 40, numpy's copy 81 on one thread."""
+    12 heads of 64 × 128 at two threads 28-34 µs, row by row 40, numpy's copy 81 on one thread."""
     groups = source.shape[0]
     for part in prange(parts):
         for g in range(groups * part // parts, groups * (part + 1) // parts):
