@@ -27,34 +27,19 @@ _GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
 
 def subgraphs(node: ir.Node) -> list[tuple[str, ir.Graph]]:
     """``(attribute name, graph)`` for each graph attribute of ``node``."""
-    found = []
-    for name, attr in _attribute_table(node).items():
-        if attr.type is _GRAPH:
-            found.append((name, attr.value))
-        elif attr.type is _GRAPHS:
-            found.extend((name, g) for g in attr.value)
-    return found
-
-
-def _attribute_table(node: ir.Node):
-    """``node``'s attributes as a plain dict where onnx-ir keeps one (its ``Attributes`` is a
-    ``UserDict``): read through the mapping's views, every attribute of every node cost a
-    Python-level call, three times the dict's cost on the optimizer's walks."""
+    # onnx-ir's Attributes is a UserDict: read through its own dict, not the mapping's views,
+    # which cost a Python-level call per attribute of every node on the optimizer's walks
     attributes = node.attributes
-    return getattr(attributes, "data", attributes)
-
-
-def _inner_graphs(node: ir.Node) -> list[ir.Graph]:
-    table = _attribute_table(node)
+    table = getattr(attributes, "data", attributes)
     if not table:
         return []
     found = []
-    for attr in table.values():
+    for name, attr in table.items():
         kind = attr.type
         if kind is _GRAPH:
-            found.append(attr.value)
+            found.append((name, attr.value))
         elif kind is _GRAPHS:
-            found.extend(attr.value)
+            found.extend((name, g) for g in attr.value)
     return found
 
 
@@ -63,7 +48,7 @@ def all_nodes(graph: ir.Graph | ir.Function) -> Iterator[ir.Node]:
     node's subgraphs right after it (``graph.all_nodes()``'s order, at about half its cost)."""
     for node in graph:
         yield node
-        for inner in _inner_graphs(node):
+        for _, inner in subgraphs(node):
             yield from all_nodes(inner)
 
 
@@ -71,7 +56,7 @@ def graphs_of(graph: ir.Graph | ir.Function) -> list[ir.Graph | ir.Function]:
     """``graph`` and every subgraph below it, outermost first (``[graph, *graph.subgraphs()]``)."""
     found = [graph]
     for node in graph:
-        for inner in _inner_graphs(node):
+        for _, inner in subgraphs(node):
             found.extend(graphs_of(inner))
     return found
 

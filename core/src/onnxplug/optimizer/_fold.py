@@ -49,11 +49,6 @@ NOT_FOLDABLE = frozenset(
 FOLD_LIMIT_BYTES = 1 << 30
 
 
-def _graphs(graph: ir.Graph) -> list[ir.Graph]:
-    """``graph`` and every subgraph below it, outermost first."""
-    return graphs_of(graph)
-
-
 def _constant_array(value: ir.Value | None, fed: set[int]) -> np.ndarray | None:
     if value is None or id(value) in fed or value.const_value is None or not value.is_initializer():
         return None
@@ -101,7 +96,7 @@ def fold_constants(
     standard-domain nodes of the op types in ``keep`` are left (rules consume them later)."""
     folded = 0
     fed = {id(v) for v in model.graph.inputs}
-    for graph in _graphs(model.graph):
+    for graph in graphs_of(model.graph):
         for node in list(graph):
             if node.op_type in NOT_FOLDABLE or not node.inputs or node.domain not in ("", "ai.onnx", "com.microsoft"):
                 continue
@@ -164,7 +159,7 @@ def materialize_fills(model: ir.Model) -> int:
     an array of its own, so later stages, kernels and vendor compilers see ordinary contiguous
     constants; returns how many were written."""
     written = 0
-    for graph in _graphs(model.graph):
+    for graph in graphs_of(model.graph):
         for value in graph.initializers.values():
             tensor = value.const_value
             array = tensor.raw if isinstance(tensor, ir.Tensor) else None
@@ -197,7 +192,7 @@ def simplify_shapes(model: ir.Model) -> int:
     """``Shape``/``Size`` of values with fully static shapes replaced by constants; returns the
     number of nodes replaced."""
     replaced = 0
-    for graph in _graphs(model.graph):
+    for graph in graphs_of(model.graph):
         for node in list(graph):
             if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Size") or not node.inputs:
                 continue

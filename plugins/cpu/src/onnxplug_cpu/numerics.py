@@ -56,7 +56,7 @@ from .kernels._sigmoid_jit import logistic, silu
 from .kernels._softmax_jit import softmax_last_axis
 from .kernels._team import run_settings
 from .kernels._winograd import winograd_conv, winograd_weights
-from .kernels.math import gemm_product
+from .kernels.math import Gemm
 from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
 
@@ -272,29 +272,6 @@ def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, cla
     if residual is None and silu_alpha is None:
         return bound(x, b, clamp)  # a depthwise layer or a channel affine
     return None
-
-
-class Gemm:
-    """One Gemm node's product (``Gemm``, ``FusedGemm``): ``alpha · op(A) · op(B) + beta · C`` as
-    the provider's ``Gemm`` computes it, its attributes fixed and a constant float32 ``B`` stored
-    as ``op(B)`` prepared for the tiles once (``kernels._f32_matmul``).  Called as
-    ``gemm(a, b, c)``.
-
-    Why: com.microsoft FusedGemm (a Gemm and its activation) computed ``a @ b`` with numpy, whose
-    BLAS a run on the convolutions' team has pinned to one thread: VGG-19's 411 MB classifier was
-    read by one core (12.8 ms against onnxruntime's 8.9), where the provider's Gemm splits a single
-    row over the team."""
-
-    __slots__ = ("alpha", "beta", "trans_a", "trans_b", "weights")
-
-    def __init__(self, b: np.ndarray | None, alpha: float = 1.0, beta: float = 1.0, trans_a=0, trans_b=0) -> None:
-        self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
-        self.weights = None if trans_b or b is None else _f32_matmul.prepare(b)
-
-    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
-        """:raises InvalidArgument: operands that are not 2-D, of different types, or whose
-        inner dimensions or ``C`` do not fit."""
-        return gemm_product(a, b, c, self.alpha, self.beta, self.trans_a, self.trans_b, self.weights)
 
 
 class Convolution:

@@ -379,13 +379,11 @@ class BoundLayer:
             b = bias
         else:
             b = np.ascontiguousarray(bias, dtype=np.float32).reshape(self.layer.shape[1])
+        kept = (bias, clamp, silu) if b is bias or bias is None else None  # (not a converted copy)
         if residual is None:
-            arguments = self._arguments(b, self._no_residual, clamp, silu)
-            # (a converted bias is not kept: its copy would not follow the array's values)
-            self._convolve(x, y, arguments, settings, (bias, clamp, silu) if b is bias or bias is None else None)
+            self._convolve(x, y, self._arguments(b, self._no_residual, clamp, silu), settings, kept)
         elif residual.shape == y.shape and residual.dtype == np.float32:
             arguments = self._arguments(b, np.ascontiguousarray(residual).reshape(self._rows), clamp, silu)
-            kept = (bias, clamp, silu) if b is bias or bias is None else None
             self._convolve(x, y, arguments, settings, kept, with_residual=True)
         else:  # added after the bias, then clamped, in a pass of its own
             self._convolve(x, y, self._arguments(b, self._no_residual, None, None), settings)

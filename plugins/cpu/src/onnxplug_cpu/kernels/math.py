@@ -74,16 +74,32 @@ def _broadcast_c(c, shape):
         raise InvalidArgument(f"Gemm: C of shape {c.shape} does not broadcast to {shape}") from None
 
 
+class Gemm:
+    """One Gemm node's product (``Gemm``, com.microsoft ``FusedGemm``; public as
+    ``numerics.Gemm``): ``alpha · op(A) · op(B) + beta · C`` by :func:`gemm_product`, its
+    attributes fixed and a constant float32 ``B`` stored as ``op(B)`` (``transB=0``) prepared for
+    the tiles once (``kernels._f32_matmul``); a transposed one stays numpy's (the tiles would
+    need a copy).  Called as ``gemm(a, b, c)``.
+
+    Why one class for both: FusedGemm computed ``a @ b`` with numpy, whose BLAS a run on the
+    convolutions' team has pinned to one thread: VGG-19's 411 MB classifier was read by one core
+    (12.8 ms against onnxruntime's 8.9), where this Gemm splits a single row over the team."""
+
+    __slots__ = ("alpha", "beta", "trans_a", "trans_b", "weights")
+
+    def __init__(self, b: np.ndarray | None, alpha: float = 1.0, beta: float = 1.0, trans_a=0, trans_b=0) -> None:
+        self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
+        self.weights = None if trans_b or b is None else _f32_matmul.prepare(b)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+        """:raises InvalidArgument: operands that are not 2-D, of different types, or whose
+        inner dimensions or ``C`` do not fit."""
+        return gemm_product(a, b, c, self.alpha, self.beta, self.trans_a, self.trans_b, self.weights)
+
+
 @kernel("Gemm", since=(11, 13), factory=True)
 def gemm(ctx, *, alpha, beta, transA, transB):
-    """A constant float32 ``B`` stored as ``op(B)`` (``transB=0``) is multiplied on the tiles
-    (``kernels._f32_matmul``); a transposed one stays numpy's (the tiles would need a copy)."""
-    weights = None if transB else _f32_matmul.prepare(ctx.constant(1))
-
-    def run(a, b, c=None):
-        return gemm_product(a, b, c, alpha, beta, transA, transB, weights)
-
-    return run
+    return Gemm(ctx.constant(1), alpha, beta, transA, transB)
 
 
 @kernel("Gemm", since=(7, 9))
