@@ -156,3 +156,49 @@ def test_a_kept_call_returns_its_own_array(monkeypatch):
     for _ in range(3):  # the later runs take the kept calls
         session.run(None, {"x": x})
     assert all(y.base is None for y in handed)
+
+
+def _pointwise_convolution(rng):
+    w = rng.standard_normal((24, 16, 1, 1), dtype=np.float32)
+    convolution = numerics.Convolution(w, 1, kernel_shape=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0,) * 4)
+    return convolution, w
+
+
+def test_out_receives_the_kept_layer():
+    """A Concat written in place hands its view as ``out`` (``onnxplug.runtime._concat_in_place``):
+    the kept layer's tiles store there, the same values as without; the first call (the full
+    route, which plans the layer) returns its own array, which the Concat copies."""
+    rng = np.random.default_rng(8)
+    reference, w = _pointwise_convolution(rng)
+    convolution = numerics.Convolution(w, 1, kernel_shape=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0,) * 4)
+    x = rng.standard_normal((1, 16, 12, 12), dtype=np.float32)
+    expected = reference(x, w)
+    joined = np.zeros((1, 40, 12, 12), np.float32)
+    view = joined[:, 8:32]
+    np.testing.assert_array_equal(convolution(x, w, out=view), expected)
+    view[...] = 0
+    assert convolution(x, w, out=view) is view
+    np.testing.assert_array_equal(view, expected)
+    np.testing.assert_array_equal(joined[:, :8], 0)
+    np.testing.assert_array_equal(joined[:, 32:], 0)
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        np.zeros((1, 24, 12, 13), np.float32),
+        np.zeros((1, 24, 12, 12), np.float64),
+        np.zeros((1, 48, 12, 12), np.float32)[:, ::2],
+    ],
+    ids=["other-shape", "other-type", "strided"],
+)
+def test_out_that_does_not_fit_is_left_alone(out):
+    rng = np.random.default_rng(8)
+    convolution, w = _pointwise_convolution(rng)
+    x = rng.standard_normal((1, 16, 12, 12), dtype=np.float32)
+    expected = convolution(x, w)
+    untouched = out.copy()
+    y = convolution(x, w, out=out)
+    assert y is not out
+    np.testing.assert_array_equal(y, expected)
+    np.testing.assert_array_equal(out, untouched)

@@ -23,6 +23,7 @@ from ..errors import EPFail, Fail
 from ..graph import GraphView, execution_order, node_reads, order_units, subgraphs
 from ..kernels import current_run
 from ..partition import Assignment, PartitionedModel, PartitionResult, ProviderSlot, build_partition, node_opsets
+from ._concat_in_place import write_concats_in_place
 from ._loop import StraightLine, load_values, run_sequential
 from ._placement import Copy, place
 from ._slots import SlotTable
@@ -165,8 +166,10 @@ def build_plan(
 
         return compile_attribute
 
+    node_of: dict[int, ir.Node] = {}  # id(step) -> its node, for kernel steps
+
     def node_step(node: ir.Node, assignment: Assignment, index: int) -> Step:
-        return kernel_step(
+        step = kernel_step(
             node,
             assignment.kernel,
             assignment.provider,
@@ -177,6 +180,8 @@ def build_plan(
             opsets,
             compile_subgraph,
         )
+        node_of[id(step)] = node
+        return step
 
     nodes = execution_order(graph)
     readers = _outside_readers(nodes, partition)
@@ -211,6 +216,7 @@ def build_plan(
                 steps.append(node_step(node, partition.assignments[node.name], index))
                 order.append((node, provider.ort_name, None))
 
+    steps = write_concats_in_place(steps, node_of, table.add_internal, graph_outputs)
     output_slots = tuple(table.slot(v) for v in graph.outputs)
     devices = tuple(slot.provider for slot in slots if slot.provider.transfer() is not None)
     steps, output_slots, copies, sources, tail = place(

@@ -42,6 +42,13 @@ class SlotTable:
         self.template.append(None)
         return slot
 
+    def add_internal(self, name: str) -> int:
+        """A new slot for a value of the plan's own (no graph value), named ``name`` in reports."""
+        slot = len(self.template)
+        self.names[slot] = name
+        self.template.append(None)
+        return slot
+
     def slot(self, value: ir.Value) -> int:
         return self._slot_of[id(value)]
 

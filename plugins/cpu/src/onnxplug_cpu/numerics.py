@@ -258,17 +258,18 @@ _REMEMBERED_SHAPES = 16
 _FLOAT32 = np.dtype(np.float32)  # (an identity test: a native float32 array's dtype is this object)
 
 
-def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, clamp, silu_alpha):
+def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, clamp, silu_alpha, out):
     """The convolution of float32 ``x`` by the compiled layer ``packed`` kept for its shape and
     these attributes (:meth:`PackedConv.remember`), or ``None`` where none was kept or it cannot
     take this call (another bias length, the tiles switched off, a residual or a SiLU for a
-    depthwise layer): :func:`convolve`'s full path then decides."""
+    depthwise layer): :func:`convolve`'s full path then decides.  The tiles store into ``out``
+    where it is given and fits (:class:`Convolution`)."""
     bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
     if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
         return None
     if isinstance(bound, _f32_conv.BoundLayer):
         settings = run_settings()
-        return bound(x, b, residual, clamp, silu_alpha, settings) if settings.tiles else None
+        return bound(x, b, residual, clamp, silu_alpha, settings, out) if settings.tiles else None
     if residual is None and silu_alpha is None:
         return bound(x, b, clamp)  # a depthwise layer or a channel affine
     return None
@@ -281,9 +282,15 @@ class Convolution:
 
     Why: a call with an input shape seen before goes straight to the compiled layer kept for it;
     through :func:`convolve`'s keyword arguments the same call cost ~1 µs more, a tenth of a
-    small layer (an OCR model's, a ShuffleNet's)."""
+    small layer (an OCR model's, a ShuffleNet's).
+
+    ``out``: where the plan hands a view of a Concat's output (``onnxplug.runtime``'s Concat in
+    place, ``accepts_out``), the compiled tiles store the layer there and return it; any other
+    path returns its own array, which the Concat copies."""
 
     __slots__ = ("packed", "op", "geometry", "attributes")
+    #: The plan may pass ``out=`` (see above).
+    accepts_out = True
 
     def __init__(
         self,
@@ -304,10 +311,10 @@ class Convolution:
         )
         self.attributes = (kernel_shape, strides, dilations, pads, auto_pad)
 
-    def __call__(self, x, w, b=None, residual=None, clamp=None, silu_alpha=None) -> np.ndarray:
+    def __call__(self, x, w, b=None, residual=None, clamp=None, silu_alpha=None, out=None) -> np.ndarray:
         packed = self.packed
         if packed is not None and x.dtype is _FLOAT32:
-            y = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha)
+            y = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha, out)
             if y is not None:
                 return y
         return convolve(
@@ -348,7 +355,7 @@ def convolve(
     """
     attributes = (kernel_shape, strides, dilations, pads, auto_pad)
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype is _FLOAT32:
-        y = _remembered_layer(packed, attributes, x, b, residual, clamp, silu_alpha)
+        y = _remembered_layer(packed, attributes, x, b, residual, clamp, silu_alpha, None)
         if y is not None:
             return y
     if x.ndim < 3 or w.ndim != x.ndim:

@@ -165,19 +165,19 @@ def fused_conv(
 
     clamps: dict = {}  # per input dtype: the same tuple each call (the layer keeps its arguments for it)
 
-    def run(x, w, b=None, z=None):
+    def run(x, w, b=None, z=None, *, out=None):
         clamp = clamps.get(x.dtype, False)
         if clamp is False:
             clamp = clamps[x.dtype] = _clamp(activation, params, x.dtype)
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
-            return convolution(x, w, b, z, clamp)
+            return convolution(x, w, b, z, clamp, out=out)
         if not activation and z is not None and z.dtype == x.dtype:
             # a residual with no activation (ms_ops.fused_conv's FuseConvAdd): added in the store
-            return convolution(x, w, b, z)
+            return convolution(x, w, b, z, out=out)
         if activation == "QuickGelu" and (z is None or z.dtype == x.dtype):
             # SiLU in the convolution tiles' store (onnxplug's own activation: see _activation)
-            return convolution(x, w, b, z, None, silu_alpha)
+            return convolution(x, w, b, z, None, silu_alpha, out=out)
         y = convolution(x, w, b)  # a fresh array
         if z is not None:
             if np.broadcast_shapes(y.shape, z.shape) == y.shape and np.can_cast(z.dtype, y.dtype, "same_kind"):
@@ -186,4 +186,7 @@ def fused_conv(
                 y = y + z
         return in_place(y) if in_place is not None else act(y)
 
+    # The plan may pass a view of a Concat's output as ``out`` (``Convolution``'s ``out``): the
+    # compiled tiles store there; the other paths return their own array.
+    run.accepts_out = True
     return run

@@ -348,11 +348,14 @@ class BoundLayer:
         # compiled
         self._last: tuple | None = None
 
-    def __call__(self, x: np.ndarray, bias=None, residual=None, clamp=None, silu=None, settings=None) -> np.ndarray:
+    def __call__(self, x, bias=None, residual=None, clamp=None, silu=None, settings=None, out=None) -> np.ndarray:
         """The layer of ``x``; ``settings``: the run's (``kernels._team.run_settings``), where the
-        caller has read them already."""
+        caller has read them already; ``out``: where to store it, used where it is a C-contiguous
+        float32 array of the output's shape (a view of a Concat's output), else a new array."""
         if settings is None:
             settings = run_settings()
+        if out is not None and not (out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous):
+            out = None
         last = self._last
         if last is not None and last[0] is bias and last[1] is clamp and last[2] is silu and last[3] is settings:
             arguments = last[5]
@@ -362,15 +365,15 @@ class BoundLayer:
             elif last[7]:
                 arguments = None
             if arguments is not None:
-                # the array itself is returned, not a view: a graph's output that is a view is
-                # copied on its way out (runtime._io.fresh_outputs)
-                y = np.empty(self.out_shape, dtype=np.float32)
+                # an array of its own (or the plan's view of a Concat's output, never a graph
+                # output): a graph's output that is a view is copied on its way out (fresh_outputs)
+                y = np.empty(self.out_shape, dtype=np.float32) if out is None else out
                 if last[6]:
                     join_run()
                 planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
                 last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y.reshape(self._rows), *arguments)
                 return y
-        y = np.empty(self.out_shape, dtype=np.float32)
+        y = np.empty(self.out_shape, dtype=np.float32) if out is None else out
         if self._empty:
             return y
         if bias is None:
