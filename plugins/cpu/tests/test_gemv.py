@@ -14,12 +14,12 @@ if _gemv.compiled() is None:
     pytest.skip("the compiled kernels are disabled by ONNXPLUG_CPU_JIT=0", allow_module_level=True)
 
 
-@pytest.mark.parametrize("rows, depth", [(1000, 544), (7, 1), (33, 17), (1, 2048)])
+@pytest.mark.parametrize("rows, depth", [(1000, 544), (7, 1), (33, 17), (1, 2048), (1001, 1280), (6, 40)])
 def test_rows_dot_matches_numpy_on_any_split(rows, depth):
     rng = np.random.default_rng(rows + depth)
     w = rng.standard_normal((rows, depth), dtype=np.float32)
     x = rng.standard_normal(depth, dtype=np.float32)
-    results = [_gemv.row_times_matrix(x, w, parts) for parts in (1, 2, 3)]
+    results = [_gemv.row_times_matrix(x, w, parts) for parts in (1, 2, 3, 5)]
     np.testing.assert_allclose(results[0], w.astype(np.float64) @ x.astype(np.float64), rtol=1e-5, atol=1e-4)
     for other in results[1:]:
         np.testing.assert_array_equal(results[0], other)
