@@ -53,11 +53,15 @@ class ConcatTarget:
         self.array = array
         self.views = views
 
+    @classmethod
+    def cut(cls, array: np.ndarray, regions: Sequence[tuple | None]) -> ConcatTarget:
+        """``array`` with a view per region (``None`` for none)."""
+        return cls(array, [None if region is None else array[region] for region in regions])
+
 
 def _allocate(shape: tuple[int, ...], dtype: np.dtype, regions: Sequence[tuple | None]) -> Callable[[], ConcatTarget]:
     def allocate() -> ConcatTarget:
-        array = np.empty(shape, dtype)
-        return ConcatTarget(array, [None if region is None else array[region] for region in regions])
+        return ConcatTarget.cut(np.empty(shape, dtype), regions)
 
     return allocate
 
@@ -66,8 +70,7 @@ def _allocate_within(index: int, regions: Sequence[tuple | None]) -> Callable[[C
     """A nested Concat's target: its output is view ``index`` of the enclosing Concat's target."""
 
     def allocate(outer: ConcatTarget) -> ConcatTarget:
-        array = outer.views[index]
-        return ConcatTarget(array, [None if region is None else array[region] for region in regions])
+        return ConcatTarget.cut(outer.views[index], regions)
 
     return allocate
 
