@@ -7,7 +7,7 @@ from ._extract import extract_model
 from ._load import LoadedModel, load_model
 from ._own_data import release_tensors
 from ._scopes import all_nodes, execution_order, graphs_of, node_reads, order_units, outer_references, subgraphs
-from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, type_string
+from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, static_shape, type_string
 from ._view import GraphView, NodeView
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "outer_references",
     "release_tensors",
     "shape_list",
+    "static_shape",
     "subgraphs",
     "successor_map",
     "type_string",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 __all__ = [
     "ELEMENT_NAMES",
@@ -16,6 +17,7 @@ __all__ = [
     "onnx_element_type",
     "type_string",
     "shape_list",
+    "static_shape",
 ]
 
 # onnxruntime's spelling of each TensorProto element type.
@@ -155,3 +157,14 @@ def ir_type_string(value_type: object) -> str | None:
     if kind == "OptionalType":
         return f"optional({inner})"
     return None
+
+
+def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """A tensor value's shape where every dimension is a known non-negative int, else ``None``
+    (what constant folding and the plan may compute with or allocate from)."""
+    if value is None or value.shape is None or not isinstance(value.type, ir.TensorType):
+        return None
+    dims = tuple(value.shape)
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        return None
+    return dims  # type: ignore[return-value]

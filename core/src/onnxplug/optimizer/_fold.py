@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from ..graph import all_nodes, graphs_of
+from ..graph import all_nodes, graphs_of, static_shape
 
 __all__ = [
     "Evaluator",
@@ -179,15 +179,6 @@ def lift_constant_nodes(model: ir.Model) -> int:
     return before - after
 
 
-def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not isinstance(value.type, ir.TensorType):
-        return None
-    dims = tuple(value.shape)
-    if not all(isinstance(d, int) and d >= 0 for d in dims):
-        return None
-    return dims  # type: ignore[return-value]
-
-
 def simplify_shapes(model: ir.Model) -> int:
     """``Shape``/``Size`` of values with fully static shapes replaced by constants; returns the
     number of nodes replaced."""
@@ -196,7 +187,7 @@ def simplify_shapes(model: ir.Model) -> int:
         for node in list(graph):
             if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Size") or not node.inputs:
                 continue
-            shape = _static_shape(node.inputs[0])
+            shape = static_shape(node.inputs[0])
             if shape is None or not node.outputs[0].name:
                 continue
             if node.op_type == "Size":

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from ..graph import static_shape
 from ._steps import Step
 
 __all__ = ["ConcatTarget", "MIN_BYTES", "write_concats_in_place"]
@@ -88,7 +89,7 @@ def _joining(concat: Callable[..., Any], regions: Sequence[tuple], shapes: Seque
     """The Concat's call with the target as its last argument: the output array, with the inputs
     that are not their own view copied in (an input of another shape or type falls back to the
     Concat itself, so that its error or result is the kernel's)."""
-    places = tuple(zip(range(len(regions)), regions, shapes))
+    places = tuple((index, region, shape) for index, (region, shape) in enumerate(zip(regions, shapes)))
 
     def join(*args: Any) -> Any:
         target = args[-1]
@@ -105,18 +106,11 @@ def _joining(concat: Callable[..., Any], regions: Sequence[tuple], shapes: Seque
     return join
 
 
-def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not isinstance(value.type, ir.TensorType):
-        return None
-    dims = tuple(value.shape)
-    return dims if all(isinstance(d, int) for d in dims) else None
-
-
 def _concat_layout(node: ir.Node) -> tuple[tuple[int, ...], np.dtype, list[tuple], list[tuple]] | None:
     """``(output shape, element type, region per input, shape per input)`` where ``node`` is a
     Concat whose inputs are contiguous runs of its static output, else ``None``."""
     output = node.outputs[0]
-    shape = _static_shape(output)
+    shape = static_shape(output)
     axis_attr = node.attributes.get("axis")
     if shape is None or axis_attr is None or not node.inputs or output.dtype is None:
         return None
@@ -133,7 +127,7 @@ def _concat_layout(node: ir.Node) -> tuple[tuple[int, ...], np.dtype, list[tuple
         return None
     regions, shapes, start = [], [], 0
     for value in node.inputs:
-        part = _static_shape(value)
+        part = static_shape(value)
         if part is None or len(part) != rank or part[:axis] + part[axis + 1 :] != shape[:axis] + shape[axis + 1 :]:
             return None
         region = tuple(slice(None) for _ in range(axis)) + (slice(start, start + part[axis]),)
