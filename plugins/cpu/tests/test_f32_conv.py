@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxplug
 from onnxplug.testing import make_model
-from onnxplug_cpu.kernels import _f32_conv, _team
+from onnxplug_cpu.kernels import _f32_conv, _f32_products, _team
 from onnxplug_cpu.numerics import PackedConv, convolve
 
 pytest.importorskip("numba")
@@ -270,10 +270,13 @@ def test_matmul_matches_numpy(left, right):
     rng = np.random.default_rng(7)
     a = rng.standard_normal(left, dtype=np.float32)
     b = rng.standard_normal(right, dtype=np.float32)
-    np.testing.assert_allclose(_f32_conv.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(_f32_products.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
     # non-contiguous operands (a transposed view) are copied, not misread
     np.testing.assert_allclose(
-        _f32_conv.matmul(a, np.swapaxes(np.swapaxes(b, -1, -2).copy(), -1, -2)), np.matmul(a, b), rtol=1e-5, atol=1e-4
+        _f32_products.matmul(a, np.swapaxes(np.swapaxes(b, -1, -2).copy(), -1, -2)),
+        np.matmul(a, b),
+        rtol=1e-5,
+        atol=1e-4,
     )
 
 
@@ -448,7 +451,7 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     rng = np.random.default_rng(41)
     a = rng.standard_normal((7, 30), dtype=np.float32)
     b = rng.standard_normal((30, columns), dtype=np.float32)
-    np.testing.assert_allclose(_f32_conv.matrix_product(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_f32_products.matrix_product(a, b), a @ b, rtol=1e-5, atol=1e-5)
     loops = _f32_conv.loops()
     guarded = np.full((7, columns + 64), 7.0, dtype=np.float32)  # 64 sentinel columns a row
     offsets = np.arange(30, dtype=np.int64) * columns
@@ -669,7 +672,7 @@ def test_read_only_and_writable_arrays_share_one_compiled_loop(layer, monkeypatc
     for other in results[1:]:
         np.testing.assert_array_equal(results[0], other)
     # and the products on the same tiles
-    product = _f32_conv.matrix_product(
+    product = _f32_products.matrix_product(
         _read_only(weights.reshape(weights.shape[0], -1)), _read_only(np.ones((weights[0].size, 5), np.float32))
     )
     np.testing.assert_allclose(

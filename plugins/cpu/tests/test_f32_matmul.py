@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.testing import make_model
 from onnxplug_cpu import numerics
-from onnxplug_cpu.kernels import _f32_conv, _f32_matmul
+from onnxplug_cpu.kernels import _f32_conv, _f32_matmul, _f32_products
 
 pytest.importorskip("numba")
 if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
@@ -66,7 +66,7 @@ def test_one_block_gives_the_bits_of_the_convolution_tiles(rows, depth, width):
     convolution tiles' product (``matrix_product``): prefetching changes no value."""
     assert depth <= _f32_matmul.loops().BLOCK
     a, b = _operands(rows, depth, width, seed=5)
-    np.testing.assert_array_equal(_f32_matmul.ConstantRight(b).times(a), _f32_conv.matrix_product(a, b))
+    np.testing.assert_array_equal(_f32_matmul.ConstantRight(b).times(a), _f32_products.matrix_product(a, b))
 
 
 def test_the_split_over_threads_keeps_the_bits(monkeypatch):

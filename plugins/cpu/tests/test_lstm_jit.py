@@ -152,7 +152,7 @@ def test_nan_propagates_as_in_the_numpy_loop(monkeypatch, clip):
 def test_both_directions_at_once_on_the_team_match_the_numpy_loop(name, monkeypatch):
     """Inside a run on numba's team a bidirectional layer runs both directions in one parallel
     call, and its input projection on the convolution tiles; the same results as the numpy loop."""
-    from onnxplug_cpu.kernels import _f32_conv, _team
+    from onnxplug_cpu.kernels import _f32_conv, _f32_products, _team
 
     if rnn._compiled_lstm() is None or not _team.parallel_ready():
         pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
@@ -162,10 +162,10 @@ def test_both_directions_at_once_on_the_team_match_the_numpy_loop(name, monkeypa
     numpy_loop = _call(feeds, names, case)
     monkeypatch.undo()
     products, both = [], []
-    real_product, real_both = _f32_conv.matrix_product, rnn._compiled_both
+    real_product, real_both = _f32_products.matrix_product, rnn._compiled_both
     monkeypatch.setattr(rnn, "team_joined", lambda: True)
     monkeypatch.setattr(rnn, "thread_budget", lambda: 2)
-    monkeypatch.setattr(_f32_conv, "matrix_product", lambda *a: products.append(1) or real_product(*a))
+    monkeypatch.setattr(_f32_products, "matrix_product", lambda *a: products.append(1) or real_product(*a))
     monkeypatch.setattr(rnn, "_compiled_both", lambda: both.append(1) or real_both())
     on_team = _call(feeds, names, case)
     assert both == [1] and products == ([1, 1] if _f32_conv.available() else [])

@@ -171,7 +171,7 @@ def fused_conv(
             clamp = clamps[x.dtype] = _clamp(activation, params, x.dtype)
         if clamp is not None and (z is None or z.dtype == x.dtype):
             # bias, Z and the clamp in the convolution's epilogue (a residual block's end)
-            return convolution(x, w, b, z, clamp, out=out)
+            return convolution(x, w, b, z, clamp, None, out)  # (positional: ~0.1 µs less)
         if not activation and z is not None and z.dtype == x.dtype:
             # a residual with no activation (ms_ops.fused_conv's FuseConvAdd): added in the store
             return convolution(x, w, b, z, out=out)

@@ -45,24 +45,22 @@ import numpy as np
 from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
 from ._f32_conv_threads import on_python_threads
-from ._jit import compiler, cpu_has
+from ._jit import compiler, cpu_has, direct_call
 from ._scratch import scratch
 from ._sigmoid_jit import silu as silu_pass
 from ._split_rows import thread_budget
-from ._team import join_run, run_parts, run_settings, tiles_enabled
+from ._team import join_run, run_settings, tiles_enabled
 
-__all__ = ["BoundLayer", "ConvPlan", "available", "matmul", "matrix_product", "plan", "run"]
+__all__ = ["BoundLayer", "ConvPlan", "available", "plan", "thread_parts", "run"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
-_NO_RESIDUAL = np.zeros((0, 0), dtype=np.float32)
 _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
 _NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
 _NO_KEEP = np.zeros(0, dtype=np.uint16)
 _NO_AT = np.zeros(0, dtype=np.int64)
 _NO_SILU = np.float32(np.nan)
-_NO_CLAMP = (np.float32(-np.inf), np.float32(np.inf))
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
-_MIN_TILES_PER_PART = 4
+MIN_TILES_PER_PART = 4
 #: Values per thread below which one thread gathers alone.
 _MIN_VALUES_PER_PART = 1 << 14
 #: Column tiles up to which a layer's tiles are split by their rows (weights first).
@@ -195,7 +193,7 @@ def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations,
     return offsets, taps, lane_masks
 
 
-def _parts(work: int, minimum: int, budget: int | None = None) -> int:
+def thread_parts(work: int, minimum: int, budget: int | None = None) -> int:
     """Threads for ``work`` units: the run's budget, at most one per ``minimum`` units."""
     budget = thread_budget() if budget is None else budget
     return max(1, min(budget, work // minimum)) if budget > 1 else 1
@@ -286,10 +284,10 @@ class ConvPlan:
             geometry = self.geometry
             gathered = len(geometry.phases) * self.channels * geometry.length
             parts = (
-                1 if self.in_place else _parts(gathered, _MIN_VALUES_PER_PART, budget),
-                _parts(
+                1 if self.in_place else thread_parts(gathered, _MIN_VALUES_PER_PART, budget),
+                thread_parts(
                     loops().tile_count(self.shape[1], self.groups, self.columns - self.tail),
-                    _MIN_TILES_PER_PART,
+                    MIN_TILES_PER_PART,
                     budget,
                 ),
             )
@@ -354,25 +352,11 @@ class BoundLayer:
         float32 array of the output's shape (a view of a Concat's output), else a new array."""
         if settings is None:
             settings = run_settings()
-        if out is not None and not (out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous):
+        y = self.again(x, bias, residual, clamp, silu, settings, out)
+        if y is not None:
+            return y
+        if out is not None and not self._fits(out):
             out = None
-        last = self._last
-        if last is not None and last[0] is bias and last[1] is clamp and last[2] is silu and last[3] is settings:
-            arguments = last[5]
-            if residual is not None:  # kept for a residual of the output's shape: this one's goes in
-                fits = last[7] and residual.shape == self.out_shape and residual.dtype == np.float32
-                arguments = _with_residual(arguments, residual, self._rows) if fits else None
-            elif last[7]:
-                arguments = None
-            if arguments is not None:
-                # an array of its own (or the plan's view of a Concat's output, never a graph
-                # output): a graph's output that is a view is copied on its way out (fresh_outputs)
-                y = np.empty(self.out_shape, dtype=np.float32) if out is None else out
-                if last[6]:
-                    join_run()
-                planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
-                last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y.reshape(self._rows), *arguments)
-                return y
         y = np.empty(self.out_shape, dtype=np.float32) if out is None else out
         if self._empty:
             return y
@@ -394,6 +378,35 @@ class BoundLayer:
             if silu is not None:  # a rare layout: the separate pass
                 y = silu_pass(y, silu, out=y)
         return y
+
+    def again(self, x, bias, residual, clamp, silu, settings, out) -> np.ndarray | None:
+        """The kept call (:meth:`__call__`'s, with the run's ``settings``) where the last compiled
+        call had these ``bias``, ``clamp``, ``silu`` and ``settings`` objects and a residual
+        exactly where this one has one, else ``None``: ``numerics.Convolution`` calls it first
+        for the input shape it saw last, skipping the lookups in between (~0.3 µs a layer)."""
+        last = self._last
+        if last is None or last[0] is not bias or last[1] is not clamp or last[2] is not silu:
+            return None
+        if last[3] is not settings:
+            return None
+        arguments = last[5]
+        if residual is not None:  # kept for a residual of the output's shape: this one's goes in
+            if not (last[7] and residual.shape == self.out_shape and residual.dtype == np.float32):
+                return None
+            arguments = _with_residual(arguments, residual, self._rows)
+        elif last[7]:
+            return None
+        # an array of its own (or the plan's view of a Concat's output, never a graph output): a
+        # graph's output that is a view is copied on its way out (fresh_outputs)
+        y = np.empty(self.out_shape, dtype=np.float32) if out is None or not self._fits(out) else out
+        if last[6]:
+            join_run()
+        planes = _NO_PLANES if self._planes is None else scratch("planes", self._planes, np.float32)
+        last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y.reshape(self._rows), *arguments)
+        return y
+
+    def _fits(self, out: np.ndarray) -> bool:
+        return out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous
 
     def _arguments(self, b: np.ndarray, z: np.ndarray, clamp, silu) -> tuple:
         """``convolve_images``' arguments between the output and the driver's, for this bias,
@@ -423,7 +436,9 @@ class BoundLayer:
         arguments = (*arguments, *layer.driver, gather_parts, tile_parts)
         compiled(*head, *arguments)
         if kept is not None:
-            self._last = (*kept, settings, compiled, arguments, on_team, with_residual)
+            # the kept call goes straight to the compiled entry point (the same arguments, and
+            # x, y and the residual made C-contiguous float32 of these shapes: _jit.direct_call)
+            self._last = (*kept, settings, direct_call(compiled), arguments, on_team, with_residual)
 
     def _store(self, clamp, silu) -> tuple:
         """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
@@ -456,48 +471,3 @@ def run(layer: ConvPlan, x: np.ndarray, w: np.ndarray, bias=None, residual=None,
     shapes and the attributes (``numerics.convolve``); a caller that convolves the same weights
     again keeps a :class:`BoundLayer` instead."""
     return BoundLayer(layer, w)(x, bias, residual, clamp, silu)
-
-
-@functools.lru_cache(maxsize=64)
-def _row_offsets(rows: int, length: int) -> np.ndarray:
-    offsets = np.arange(rows, dtype=np.int64) * length
-    offsets.flags.writeable = False
-    return offsets
-
-
-def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``w @ x`` for float32 C-contiguous ``w`` ``(R, C)`` and ``x`` ``(C, P)`` on the same tiles
-    (a pointwise convolution's product), as a fresh ``(R, P)`` array: ConvTranspose's ``Wᵀ @ x``,
-    so that a CNN's products all run on one thread team (``kernels._team``)."""
-    compiled = loops()
-    rows, depth = w.shape
-    length = x.shape[1]
-    y = np.empty((rows, length), dtype=np.float32)
-    count = compiled.tile_count(rows, 1, length)
-    plain_store = (_NO_BIAS, _NO_RESIDUAL, *_NO_CLAMP, _NO_KEEP, _NO_AT)
-    geometry = (length, 1, 0)  # columns, groups, group stride
-    # then: column-major (1), no SiLU, not masked, no tail
-    run_parts(
-        compiled.tiles,
-        compiled.tiles_parallel,
-        count,
-        _parts(count, _MIN_TILES_PER_PART),
-        *(w, x.reshape(-1), _row_offsets(depth, length), y, *geometry, *plain_store, 1, _NO_SILU, False, 0),
-    )
-    return y
-
-
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)`` for float32 operands, on the tiles when :func:`available` (the products
-    of the Winograd, grouped and transposed convolutions, so that a CNN's run keeps to one thread
-    team: OpenBLAS's polling worker beside numba's team stalled both), else numpy's.  ``a`` is
-    ``(..., R, C)`` and ``b`` ``(..., C, P)``; leading dimensions broadcast."""
-    if not available() or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
-        return np.matmul(a, b)
-    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = np.broadcast_to(a, lead + a.shape[-2:]).reshape(-1, *a.shape[-2:])
-    b = np.broadcast_to(b, lead + b.shape[-2:]).reshape(-1, *b.shape[-2:])
-    out = np.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=np.float32)
-    for i in range(a.shape[0]):
-        out[i] = matrix_product(np.ascontiguousarray(a[i]), np.ascontiguousarray(b[i]))
-    return out.reshape(lead + out.shape[1:])

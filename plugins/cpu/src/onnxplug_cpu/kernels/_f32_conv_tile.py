@@ -11,7 +11,7 @@ split over numba's threading layer (``prange``) when its caller asks for more th
 which it does only where :func:`kernels._team.parallel_ready` says that layer is safe.  The
 stages also have serial forms over a range (``nogil``), which ``kernels._f32_conv`` runs on
 Python threads where the layer is not safe; :func:`tiles_parallel` serves the plain products
-(``kernels._f32_conv.matrix_product``).
+(``kernels._f32_products.matrix_product``).
 """
 
 from __future__ import annotations

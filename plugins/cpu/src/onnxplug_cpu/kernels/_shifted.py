@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._f32_conv import matmul
+from ._f32_products import matmul
 from ._jit import numba_loaded
 from ._shifted_jit import compiled as _compiled_shift_add
 from ._winograd import copy_plus_bias

@@ -4,7 +4,7 @@ Why: im2col multiplies every input cell 9 times per output channel and copies th
 Winograd's minimal filtering computes an m×m output tile from an (m+2)×(m+2) input tile with
 (m+2)² products per channel pair instead of 9m², so F(4×4) needs 36 where the direct method needs
 144 (4×), F(2×2) 16 where it needs 36 (2.25×).  Every step is a matrix product on contiguous data
-(``kernels._f32_conv.matmul``: the compiled tiles where available, else numpy's BLAS), in an order
+(``kernels._f32_products.matmul``: the compiled tiles where available, else numpy's BLAS), in an order
 that needs no transposing copy between them:
 
 1. the input tiles (overlapping by 2) are gathered once, tile-cell major: ``d`` ``(α, α, C, N·T)``;
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._f32_conv import matmul
+from ._f32_products import matmul
 
 __all__ = ["copy_plus_bias", "winograd_weights", "winograd_conv"]
 

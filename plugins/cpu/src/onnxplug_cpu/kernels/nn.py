@@ -21,7 +21,7 @@ from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
 from ..numerics import Convolution, conv_compute_dtype, pack_conv_weights
-from . import _f32_conv
+from . import _f32_products
 from ._conv_transpose_jit import compiled as _compiled_interleave
 from ._registry import kernel
 from .pool import pool_geometry
@@ -122,13 +122,13 @@ def conv_transpose(
                 else:
                     wt = transposed[0]
                 # (N, M·K, H·W), on the convolutions' tiles and team where available
-                cols = _f32_conv.matmul(wt, x.astype(ct, copy=False).reshape(n, c, -1))
+                cols = _f32_products.matmul(wt, x.astype(ct, copy=False).reshape(n, c, -1))
                 y = np.empty((n, m) + out, dtype=ct)
                 bias = np.zeros(m, ct) if b is None else np.ascontiguousarray(b, dtype=ct).reshape(m)
                 interleave(cols.reshape((n, m) + ks + x.shape[2:]), bias, b is not None, y)
                 return y.astype(x.dtype, copy=False)
         xs = x.astype(ct, copy=False).reshape(n, group, c // group, math.prod(x.shape[2:])).transpose(0, 1, 3, 2)
-        cols = _f32_conv.matmul(xs, weights)  # (N, g, P, M/g*K)
+        cols = _f32_products.matmul(xs, weights)  # (N, g, P, M/g*K)
         k = math.prod(ks)
         # The scatter buffer covers both the natural extent and the requested window.
         lead = tuple(max(0, -bg) for bg in begin)

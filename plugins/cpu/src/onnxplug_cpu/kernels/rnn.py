@@ -16,7 +16,7 @@ import numpy as np
 from onnxplug.errors import InvalidArgument
 from onnxplug.kernels import check_terminate
 
-from . import _f32_conv
+from . import _f32_conv, _f32_products
 from ._lstm_jit import compiled as _compiled_lstm
 from ._lstm_jit import compiled_both as _compiled_both
 from ._registry import kernel
@@ -120,7 +120,7 @@ class _Inputs:
         x = self.x.reshape(steps * batch, width)
         w = self.w[d]
         if x.dtype == np.float32 and w.flags.c_contiguous and team_joined() and _f32_conv.available():
-            flat = _f32_conv.matrix_product(w, np.ascontiguousarray(x.T)).T
+            flat = _f32_products.matrix_product(w, np.ascontiguousarray(x.T)).T
         else:
             flat = x @ w.T
         flat = flat + self.b[d, : gates * self.hidden]
