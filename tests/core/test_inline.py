@@ -265,3 +265,33 @@ def test_recursive_functions_are_invalid(environment, cycle):
         )
     with pytest.raises(onnxplug.InvalidGraph, match="calls itself"):
         session(environment, local_model(functions))
+
+
+def test_the_optimized_model_is_copied_only_where_a_node_is_inlined(environment, monkeypatch):
+    """The partition stage partitions the optimized model as it is, read-only, and copies it only
+    where a node nobody claims is to be replaced by its function body (``partition._model``)."""
+    from onnxplug.runtime import session as session_module
+
+    made = []
+    real = session_module.partition_model
+
+    def spy(model, *rest):
+        partitioned = real(model, *rest)
+        made.append((model, partitioned))
+        return partitioned
+
+    monkeypatch.setattr(session_module, "partition_model", spy)
+    sess = session(environment, one_op_model("Neg", 18))
+    model, partitioned = made[-1]
+    assert partitioned.model is model and not partitioned.own_copy
+    np.testing.assert_array_equal(sess.run(None, {"x": X})[0], -X)
+
+    function = oh.make_function(
+        "local", "F", ["a", "b"], ["y"], [oh.make_node("Add", ["a", "b"], ["y"])], [oh.make_opsetid("", 18)]
+    )
+    sess = session(environment, local_model([function]))
+    model, partitioned = made[-1]
+    assert partitioned.own_copy and partitioned.model is not model
+    assert [node.op_type for node in model.graph] == ["F"]  # the optimizer's model is not edited
+    assert [node.op_type for node in partitioned.model.graph] == ["Add"]
+    np.testing.assert_array_equal(sess.run(None, {"x": A, "z": B})[0], A + B)

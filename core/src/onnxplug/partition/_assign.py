@@ -23,7 +23,7 @@ from ..graph import GraphView, NodeView, convex_parts, node_reads, successor_map
 from ..kernels import STANDARD_DOMAINS, KernelDef
 from ._inline import CHAIN_KEY, FunctionInliner, FunctionKey, node_opsets
 
-__all__ = ["Assignment", "PartitionResult", "ProviderSlot", "partition_graph"]
+__all__ = ["Assignment", "InliningNeeded", "PartitionResult", "ProviderSlot", "partition_graph"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,15 @@ class PartitionResult:
         return totals
 
 
+class InliningNeeded(Exception):
+    """Raised by :func:`partition_graph` called with ``may_edit=False`` where a node nobody
+    claims has a function body to inline: the caller partitions an editable copy instead."""
+
+    def __init__(self, node: ir.Node) -> None:
+        super().__init__(f"node '{node.name}' ({node.op_type}) is to be replaced by its function body")
+        self.node = node
+
+
 def _warn(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=4)
 
@@ -74,6 +83,7 @@ def partition_graph(
     slots: Sequence[ProviderSlot],
     *,
     functions: Mapping[FunctionKey, ir.Function] | None = None,
+    may_edit: bool = True,
 ) -> PartitionResult:
     """Assign every node of ``graph`` (given in execution order) to a provider.
 
@@ -82,6 +92,8 @@ def partition_graph(
     graph may have changed when this returns (``PartitionResult.inlined``).
 
     :param functions: the model's local functions by ``(domain, name, overload)``.
+    :param may_edit: ``False``: raise :class:`InliningNeeded` instead of inlining (``graph`` is
+        left as it is; the providers have been asked about its nodes).
     :raises NotImplemented: a node no provider claims (with each provider's reason).
     :raises InvalidGraph: an op unknown in a standard domain; a recursive function.
     :raises Fail: an op of a custom domain no installed library provides.
@@ -96,6 +108,8 @@ def partition_graph(
         for node in pending:
             if node.name in assignments:
                 continue
+            if not may_edit and inliner.body(node) is not None:
+                raise InliningNeeded(node)
             body = inliner.expand(node)
             if body is None:
                 view = GraphView(graph, node_opsets(node, opsets), [node])
