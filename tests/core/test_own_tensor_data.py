@@ -191,3 +191,25 @@ def test_a_session_from_bytes_keeps_its_loaded_model_for_set_providers():
     for _ in range(2):
         session.set_providers(["CPUExecutionProvider"])
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_from_a_path_is_optimized_without_a_copy(tmp_path, monkeypatch):
+    """A path is read again for each build, so the optimizer takes the loaded model for its own
+    instead of copying it (``runtime._source``); the partition stage shares the optimized model
+    (``partition._model``).  A model from bytes, kept for ``set_providers``, is copied once."""
+    path = tmp_path / "conv_bn.onnx"
+    data = _conv_batchnorm_model(16)
+    path.write_bytes(data)
+    x = np.random.default_rng(6).standard_normal((1, 16, 4, 4)).astype(np.float32)
+    want = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})[0]
+    copies = []
+    real_clone = ir.Model.clone
+    monkeypatch.setattr(ir.Model, "clone", lambda model: copies.append(1) or real_clone(model))
+    session = onnxplug.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert copies == []
+    for _ in range(2):  # each build reads the path again and takes that model
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+        session.set_providers(["CPUExecutionProvider"])
+    assert copies == []
+    onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert copies == [1]

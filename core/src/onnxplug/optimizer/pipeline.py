@@ -266,8 +266,12 @@ def optimize(
     evaluate: Evaluator | None = None,
     node_opsets: Callable[[ir.Node, Mapping[str, int]], Mapping[str, int]] | None = None,
     initializers: Mapping[str, np.ndarray] | None = None,
+    handed_over: bool = False,
 ) -> OptimizedModel:
-    """Optimize a copy of ``model`` at ``level`` (0, 1, 2 or 99, as GraphOptimizationLevel).
+    """Optimize a copy of ``model`` at ``level`` (0, 1, 2 or 99, as GraphOptimizationLevel), or,
+    ``handed_over``, ``model`` itself: its caller gives it up (nobody reads it afterwards), and
+    the copy would cost a share of the session's creation for nothing (ResNet-50 as loaded,
+    415 nodes: 9 ms of ~100).
 
     :param rule_sets: stage → the rule sets plugins contributed for it.
     :param gate: which rule sets the session can run (all of them when ``None``).
@@ -277,7 +281,7 @@ def optimize(
     :raises InvalidArgument: an override that does not fit its initializer.
     """
     nodes_before = _count(model)
-    copy = model.clone()
+    copy = model if handed_over else model.clone()
     override_initializers(copy, initializers or {})
     fill_missing_opsets(copy)
     name_nodes(copy)

@@ -5,9 +5,10 @@ Why a separate holder: the session builds from the loaded model at creation and 
 optimizer replaced weights (a convolution with its normalization folded in: ResNet-50 with its
 weights in the file held 188 MiB, 99 without the loaded copy).  So:
 
-* a model from a path is let go after each build (its tensors detached at once with
-  ``graph.release_tensors``, not left to the cycle collector) and read again for the next, as
-  onnxruntime reads its path again;
+* a model from a path is read again for each build, as onnxruntime reads its path again, so a
+  build may take the loaded model for its own (the optimizer then edits it rather than a copy:
+  :meth:`ModelSource.taken`); where the build did not take it, it is let go after the build, its
+  tensors detached at once with ``graph.release_tensors``, not left to the cycle collector;
 * a model from bytes has nothing to be read again from, so its loaded form is kept rather than
   the bytes (onnxruntime keeps the bytes): the weights the optimizer did not replace are shared
   with the optimized model, so it costs at most the replaced ones (BERT-base from bytes: 417 MiB
@@ -55,6 +56,18 @@ class ModelSource:
             self._loaded = self._load(self.path)
             self.proto = self._loaded.proto
         return self._loaded
+
+    @property
+    def reads_again(self) -> bool:
+        """Whether the next build reads the model again (a path's): a build may then take the
+        loaded model for its own (:meth:`taken`), the optimizer editing it instead of a copy."""
+        return self.path is not None
+
+    def taken(self) -> None:
+        """The build took the loaded model for its own (only where :attr:`reads_again`): it is
+        forgotten here, its tensors left to its new owner."""
+        if self.path is not None:
+            self._loaded = None
 
     def built(self) -> None:
         """A build is over (done or failed): a path's loaded model goes until the next one."""
