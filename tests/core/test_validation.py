@@ -66,6 +66,35 @@ def test_unknown_attribute_in_a_standard_domain():
     assert _ort_class(model) == "InvalidGraph"
 
 
+@pytest.mark.parametrize(
+    ("node", "opset", "message"),
+    [
+        (helper.make_node("Gemm", ["x", "w"], ["y"], name="g"), 9, r"'g' \(Gemm\) has 2 inputs; .*opset 9\) takes 3"),
+        (helper.make_node("Relu", ["x", "x"], ["y"], name="r"), 14, r"node 'r' \(Relu\) has 2 inputs; .* takes 1"),
+        (helper.make_node("Relu", ["x"], ["y", "z"], name="r"), 14, r"node 'r' \(Relu\) has 2 outputs; .* takes 1"),
+        (helper.make_node("Concat", [], ["y"], name="c", axis=0), 13, r"'c' \(Concat\) has 0 inputs; .* at least 1"),
+    ],
+    ids=["too-few", "too-many", "outputs", "variadic-empty"],
+)
+def test_input_and_output_counts_outside_the_schema(node, opset, message):
+    """A node with more or fewer inputs or outputs than its schema allows is refused at session
+    creation, as onnxruntime refuses it, not at its first run."""
+    inputs = [("x", F, [2, 2]), ("w", F, [2, 2])]
+    model = make_model([node], inputs, [("y", F, None)], opset=opset)
+    with pytest.raises(onnxplug.InvalidGraph, match=message):
+        _session(model)
+    assert _ort_class(model) in ("InvalidGraph", "Fail")
+
+
+def test_optional_inputs_left_empty_count_as_given():
+    """An omitted optional input written as an empty name counts, as onnxruntime counts it: a
+    Clip with ``["x", "", "hi"]`` has three inputs, within its schema's one to three."""
+    node = helper.make_node("Clip", ["x", "", "hi"], ["y"])
+    model = make_model([node], [("x", F, [3])], [("y", F, [3])], {"hi": np.array(1.0, np.float32)})
+    got = _session(model).run(None, {"x": np.array([-2.0, 0.5, 3.0], np.float32)})[0]
+    np.testing.assert_array_equal(got, [-2.0, 0.5, 1.0])
+
+
 def test_attribute_checked_inside_a_subgraph():
     then = helper.make_graph(
         [helper.make_node("Softmax", ["x"], ["t"], name="inner", axis=1.5)],

@@ -1,8 +1,11 @@
-"""Node attributes checked against the op's schema, as onnxruntime does when it loads a model.
+"""Node attributes and input and output counts checked against the op's schema, as onnxruntime
+does when it loads a model.
 
 onnxruntime refuses, with ``InvalidGraph``, a node whose attribute has the wrong type, lacks a
-required attribute, or (in the standard domains) carries an attribute its schema does not know.
-A kernel would otherwise meet the fault at its first run, or worse, read a float as an int.
+required attribute, or (in the standard domains) carries an attribute its schema does not know
+or more or fewer inputs or outputs than the schema allows (a Gemm of opset 9, whose ``C`` is
+required, given two inputs).  A kernel would otherwise meet the fault at its first run, or
+worse, read a float as an int.
 
 Only ops with a schema are checked: the ``onnx.defs`` ones, plus the custom-domain schemas op
 libraries registered (``onnxplug_op_schemas``).  Unknown ops are the partitioner's to report, and
@@ -85,3 +88,17 @@ class SchemaChecker:
         missing = sorted(name for name, spec in declared.items() if spec.required and name not in present)
         if missing:
             raise InvalidGraph(f"This is an invalid model. {where}: Required attribute '{missing[0]}' is missing.")
+        if domain in _STRICT_DOMAINS:
+            _check_count(where, "input", len(node.input), schema.min_input, schema.max_input, schema.since_version)
+            _check_count(where, "output", len(node.output), schema.min_output, schema.max_output, schema.since_version)
+
+
+def _check_count(where: str, kind: str, count: int, least: int, most: int, since: int) -> None:
+    """:raises InvalidGraph: ``count`` (a node's inputs or outputs, empty names included, as
+    onnxruntime counts them) outside the schema's ``[least, most]``."""
+    if not least <= count <= most:
+        allowed = f"at least {least}" if most >= 1 << 30 else (f"{least}" if least == most else f"{least} to {most}")
+        raise InvalidGraph(
+            f"This is an invalid model. {where} has {count} {kind}s; the operator's schema "
+            f"(opset {since}) takes {allowed}"
+        )
