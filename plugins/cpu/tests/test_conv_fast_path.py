@@ -234,3 +234,36 @@ def test_the_last_shape_s_kept_call_follows_every_change_of_its_inputs():
     calls += [(small, other_b, residual), (small, other_b, residual), (small, other_b, None), (strided, other_b, None)]
     for x, bias, z in calls * 2:
         np.testing.assert_array_equal(node(x, w, bias, z, clamp), fresh(x, bias, z))
+
+
+def test_a_depthwise_node_s_last_shape_goes_straight_to_its_layer_too(monkeypatch):
+    """A 3×3 depthwise node (``_depthwise.BoundDepthwise``) is tried first for its last input
+    shape as the tiles' layers are; a residual (which that layer does not take), another bias or
+    another shape go the full route, each with the values a fresh node computes."""
+    from onnxplug_cpu.kernels import _depthwise
+
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((16, 1, 3, 3), dtype=np.float32)
+    b, other_b = rng.standard_normal(16, dtype=np.float32), rng.standard_normal(16, dtype=np.float32)
+    clamp = (np.float32(0), np.float32(6))
+    small = rng.standard_normal((1, 16, 14, 14), dtype=np.float32)
+    large = rng.standard_normal((1, 16, 20, 20), dtype=np.float32)
+    residual = rng.standard_normal((1, 16, 14, 14), dtype=np.float32)
+    geometry = dict(kernel_shape=(3, 3), strides=(1, 1), dilations=(1, 1), pads=(1,) * 4)
+
+    def fresh(x, bias, z=None):
+        return numerics.Convolution(w, 16, **geometry)(x, w, bias, z, clamp)
+
+    kept = []
+    real_again = _depthwise.BoundDepthwise.again
+    monkeypatch.setattr(
+        _depthwise.BoundDepthwise, "again", lambda *a: (lambda y: kept.append(y is not None) or y)(real_again(*a))
+    )
+    node = numerics.Convolution(w, 16, **geometry)
+    calls = [(small, b, None), (small, b, None), (large, b, None), (small, b, None), (small, other_b, None)]
+    calls += [(small, other_b, residual), (small, other_b, None), (small, other_b, None)]
+    for x, bias, z in calls:
+        np.testing.assert_array_equal(node(x, w, bias, z, clamp), fresh(x, bias, z))
+    assert any(kept) and not all(kept)  # the repeated calls took the kept layer, the changes did not
+    with pytest.raises(onnxplug.Fail, match="B shape"):  # checked on the full route, never reshaped
+        node(small, w, np.zeros(5, np.float32), None, clamp)

@@ -310,8 +310,8 @@ class Convolution:
             group=group, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad
         )
         self.attributes = (kernel_shape, strides, dilations, pads, auto_pad)
-        # (input shape, BoundLayer) of the last call that ran on the tiles: a call of that shape
-        # tries its kept call first (BoundLayer.again)
+        # (input shape, bound layer) of the last call that ran compiled: a call of that shape
+        # tries its kept call first (_f32_conv.BoundLayer.again, _depthwise.BoundDepthwise.again)
         self._hot: tuple | None = None
 
     def __call__(self, x, w, b=None, residual=None, clamp=None, silu_alpha=None, out=None) -> np.ndarray:
@@ -325,7 +325,7 @@ class Convolution:
             y = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha, out)
             if y is not None:
                 bound = packed.remembered(x.shape, self.attributes)
-                if isinstance(bound, _f32_conv.BoundLayer):
+                if hasattr(bound, "again"):  # the tiles' BoundLayer, a BoundDepthwise
                     self._hot = (x.shape, bound)
                 return y
         return convolve(

@@ -201,6 +201,17 @@ class BoundDepthwise:
             _depthwise_jit.compiled()[self._form](planes, *arguments, y.reshape(self._cells))
         return y
 
+    def again(self, x, bias, residual, clamp, silu, settings, out) -> np.ndarray | None:
+        """The layer, where the last call passed these ``bias`` and ``clamp`` objects and there is
+        no residual or SiLU (which this layer does not take), else ``None``: ``_f32_conv.BoundLayer.again``'s
+        form, which ``numerics.Convolution`` tries first for the input shape it saw last (its
+        ``settings`` and ``out`` are not used: this layer reads the run's settings itself and
+        returns its own array)."""
+        last = self._last
+        if last is None or last[0] is not bias or last[1] is not clamp or residual is not None or silu is not None:
+            return None
+        return self(x, bias, clamp)
+
     def _arguments(self, bias, clamp) -> tuple:
         kind = self.dtype.type
         if bias is None:
