@@ -44,3 +44,35 @@ def test_gemm_rows_take_it_inside_a_team_run_only(monkeypatch):
     np.testing.assert_allclose(inside, a.astype(np.float64) @ b.T.astype(np.float64) + c, rtol=1e-5, atol=1e-4)
     linear.gemm_product(a, b.T.copy(), c, 1.0, 1.0, 0, 0)  # B not stored transposed
     assert calls == [1]
+
+
+@pytest.mark.parametrize("c_shape", [(120,), (1, 120)])
+def test_a_classifier_s_product_and_c_in_one_call_keep_numpy_s_bits(monkeypatch, c_shape):
+    """``Gemm`` with ``transB`` on one float32 row inside a team run adds ``C`` in the product's
+    compiled call (``_gemv.row_times_matrix_plus``): the same bits as the product, then numpy's
+    add; a ``C`` that only broadcasts, another ``alpha`` or a row outside a team run take the
+    general path."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((1, 300), dtype=np.float32)
+    b = rng.standard_normal((120, 300), dtype=np.float32)
+    c = rng.standard_normal(c_shape, dtype=np.float32)
+    monkeypatch.setattr(linear, "team_joined", lambda: True)
+    calls = []
+    real = _gemv.row_times_matrix_plus
+    monkeypatch.setattr(_gemv, "row_times_matrix_plus", lambda *args: calls.append(args[-1]) or real(*args))
+    gemm = linear.Gemm(b, trans_b=1)
+    got = gemm(a, b, c)
+    assert len(calls) == 1 and got.shape == (1, 120) and got.dtype == np.float32
+    expected = _gemv.row_times_matrix(a[0], b, calls[0])[None, :] + c.reshape(1, 120)
+    np.testing.assert_array_equal(got, expected)
+    for parts in (1, 2, 3):
+        np.testing.assert_array_equal(real(a[0], b, c.reshape(120), parts), expected)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.T.astype(np.float64) + c, rtol=1e-5, atol=1e-4)
+    scalar_c = np.float32([0.5])
+    np.testing.assert_array_equal(gemm(a, b, scalar_c), linear.gemm_product(a, b, scalar_c, 1.0, 1.0, 0, 1))
+    np.testing.assert_array_equal(
+        linear.Gemm(b, alpha=2.0, trans_b=1)(a, b, c), linear.gemm_product(a, b, c, 2.0, 1.0, 0, 1)
+    )
+    monkeypatch.setattr(linear, "team_joined", lambda: False)
+    gemm(a, b, c)
+    assert len(calls) == 1

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._jit import compiler
 
-__all__ = ["compiled"]
+__all__ = ["compiled", "row_times_matrix", "row_times_matrix_plus"]
 
 
 @functools.cache
@@ -38,4 +38,28 @@ def row_times_matrix(x: np.ndarray, w: np.ndarray, parts: int) -> np.ndarray:
     """``x @ w.T`` for float32 ``x`` ``(K,)`` and C-contiguous ``w`` ``(N, K)``: an ``(N,)`` array."""
     y = np.empty(w.shape[0], dtype=np.float32)
     compiled()(w, np.ascontiguousarray(x), y, parts)
+    return y
+
+
+@functools.cache
+def _compiled_plus() -> Any | None:
+    if compiler() is None:
+        return None
+    from ._gemv_loops import rows_dot_plus
+
+    return rows_dot_plus
+
+
+def row_times_matrix_plus(x: np.ndarray, w: np.ndarray, c: np.ndarray, parts: int) -> np.ndarray | None:
+    """``(x @ w.T + c)[None, :]`` for float32 ``x`` ``(K,)``, C-contiguous ``w`` ``(N, K)`` and
+    ``c`` ``(N,)``, in one compiled call (the sums as :func:`row_times_matrix`'s, then ``C``
+    added as numpy adds it), or ``None`` without numba.  Why: after a CNN's convolutions every
+    numpy step costs several µs while its code comes back into the caches, and the classifier's
+    ``C`` took three (broadcast, add, cast: MobileNetV2's Gemm node 88 µs in its run, 54 of them
+    the product)."""
+    loop = _compiled_plus()
+    if loop is None:
+        return None
+    y = np.empty((1, w.shape[0]), dtype=np.float32)
+    loop(w, np.ascontiguousarray(x), c, y[0], parts)
     return y

@@ -54,3 +54,17 @@ def rows_dot(w, x, y, parts):  # pragma: no cover - compiled
         lo = blocks * part // parts * BLOCK
         hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
         _rows(w, x, y, lo, hi)
+
+
+@_split
+def rows_dot_plus(w, x, c, y, parts):  # pragma: no cover - compiled
+    """:func:`rows_dot`, then ``y[i] += c[i]`` in each part: a classifier's Gemm with its ``C`` in
+    the one call (the add compiled without reassociation: numpy's float32 add, bit for bit)."""
+    rows = w.shape[0]
+    blocks = rows // BLOCK
+    for part in numba.prange(parts):
+        lo = blocks * part // parts * BLOCK
+        hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+        _rows(w, x, y, lo, hi)
+        for i in range(lo, hi):
+            y[i] = y[i] + c[i]

@@ -94,7 +94,28 @@ class Gemm:
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
         """:raises InvalidArgument: operands that are not 2-D, of different types, or whose
         inner dimensions or ``C`` do not fit."""
+        if self.trans_b and not self.trans_a and c is not None and self.alpha == 1 and self.beta == 1:
+            y = _classifier(a, b, c)
+            if y is not None:
+                return y
         return gemm_product(a, b, c, self.alpha, self.beta, self.trans_a, self.trans_b, self.weights)
+
+
+def _classifier(a, b, c):
+    """A CNN's classifier, ``a @ b.T + c`` for one float32 row ``a`` ``(1, K)``, ``b`` ``(N, K)``
+    stored C-contiguous and ``c`` of ``N`` values, inside a run on numba's team, in one compiled
+    call (``_gemv.row_times_matrix_plus``: the same bits as :func:`gemm_product`'s product then
+    add); ``None`` for anything else, which :func:`gemm_product` computes."""
+    f32 = np.float32
+    if a.dtype != f32 or b.dtype != f32 or c.dtype != f32 or a.ndim != 2 or b.ndim != 2 or a.shape[0] != 1:
+        return None
+    rows = b.shape[0]
+    if a.shape[1] != b.shape[1] or not b.flags.c_contiguous or c.size != rows or c.shape not in ((rows,), (1, rows)):
+        return None
+    if not team_joined():
+        return None
+    parts = max(1, min(thread_budget(), rows // 64))
+    return _gemv.row_times_matrix_plus(a[0], b, np.ascontiguousarray(c).reshape(rows), parts)
 
 
 @kernel("Gemm", since=(11, 13), factory=True)
