@@ -92,16 +92,18 @@ def test_fused_gemm_with_constant_weights(run_both, close, rng, trans_b):
 
 def test_fused_gemm_splits_a_single_row_over_the_team_as_gemm_does(monkeypatch, run_both, close, rng):
     """A classifier's FusedGemm (one row times a matrix stored transposed) inside a run on the
-    convolutions' team is split over it, as the provider's Gemm is: numpy's product there ran on
-    the one BLAS thread such a run leaves (VGG-19's 411 MB classifier on one core)."""
+    convolutions' team is split over it, as the provider's Gemm is (its ``C`` in the same call):
+    numpy's product there ran on the one BLAS thread such a run leaves (VGG-19's 411 MB
+    classifier on one core)."""
     from onnxplug_cpu.kernels import _gemv, _team
     from onnxplug_cpu.kernels import math as linear
 
     if _gemv.compiled() is None or not _team.parallel_ready():
         pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
     calls = []
-    real = _gemv.row_times_matrix
+    real, real_plus = _gemv.row_times_matrix, _gemv.row_times_matrix_plus
     monkeypatch.setattr(_gemv, "row_times_matrix", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(_gemv, "row_times_matrix_plus", lambda *args: calls.append(1) or real_plus(*args))
     monkeypatch.setattr(linear, "team_joined", lambda: True)
     a = rng.standard_normal((1, 300)).astype(np.float32)
     b = rng.standard_normal((120, 300)).astype(np.float32)
