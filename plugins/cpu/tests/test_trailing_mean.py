@@ -41,7 +41,8 @@ def test_global_average_pool_takes_it():
 
 def test_a_team_run_splits_the_rows_over_the_team(monkeypatch):
     """Inside a run on numba's team the rows are summed by ``kernels._gemv`` split over it (each
-    thread reading what its share of the last convolution left in its cache): the same values."""
+    thread reading what its share of the last convolution left in its cache) and divided in the
+    same call: the same values."""
     from onnxplug_cpu.kernels import _gemv, _team
 
     if _gemv.compiled() is None or not _team.parallel_ready():
@@ -50,14 +51,21 @@ def test_a_team_run_splits_the_rows_over_the_team(monkeypatch):
     x[0, 700, 3, 3] = np.nan
     outside = reduce.trailing_mean(x, (2, 3), False)
     calls = []
-    real = _gemv.row_times_matrix
-    monkeypatch.setattr(_gemv, "row_times_matrix", lambda *args: calls.append(args[2]) or real(*args))
+    real = _gemv.row_means
+    monkeypatch.setattr(_gemv, "row_means", lambda *args: calls.append(args[2]) or real(*args))
     monkeypatch.setattr(reduce, "team_joined", lambda: True)
     monkeypatch.setattr(reduce, "thread_budget", lambda: 2)
     inside = reduce.trailing_mean(x, (2, 3), False)
     assert calls == [2]
     np.testing.assert_allclose(inside, outside, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(inside), np.isnan(outside))
+    # the sums as the row product's, then numpy's float32 division: the same bits, on any split
+    rows = x.reshape(1280, 49)
+    ones = np.ones(49, np.float32)
+    divided = np.divide(_gemv.row_times_matrix(ones, rows, 2), np.float32(49))
+    np.testing.assert_array_equal(inside.reshape(-1), divided)
+    for parts in (1, 3, 5):
+        np.testing.assert_array_equal(real(rows, ones, parts), divided)
 
 
 @pytest.mark.parametrize("include_pad", [0, 1])

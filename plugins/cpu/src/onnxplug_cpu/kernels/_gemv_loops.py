@@ -68,3 +68,17 @@ def rows_dot_plus(w, x, c, y, parts):  # pragma: no cover - compiled
         _rows(w, x, y, lo, hi)
         for i in range(lo, hi):
             y[i] = y[i] + c[i]
+
+
+@_split
+def rows_dot_over(w, x, divisor, y, parts):  # pragma: no cover - compiled
+    """:func:`rows_dot`, then ``y[i] /= divisor`` in each part (a global average: ``x`` ones, the
+    division numpy's float32 one, bit for bit)."""
+    rows = w.shape[0]
+    blocks = rows // BLOCK
+    for part in numba.prange(parts):
+        lo = blocks * part // parts * BLOCK
+        hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+        _rows(w, x, y, lo, hi)
+        for i in range(lo, hi):
+            y[i] = y[i] / divisor
