@@ -7,6 +7,8 @@ Shrink) compute those exactly.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import TensorProto
 
@@ -130,7 +132,7 @@ def _normalizer(op, fn, *, narrow=float_unary):
         axis = _axis(x, axis, op)
         if x.size == 0:
             return x.copy()
-        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        rows = math.prod(x.shape[:axis])
         return fn(x.reshape(rows, -1), 1).reshape(x.shape)
 
     def single(x, *, axis):

@@ -8,6 +8,8 @@ raise IndexError for the rest, and neither may reach the caller.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
@@ -119,8 +121,8 @@ def _gather_nd(x, indices, batch_dims):
         raise InvalidArgument(
             f"GatherND: index tuples of length {k} address more than the {x.ndim - b} non-batch axes of data"
         )
-    batch = int(np.prod(x.shape[:b], dtype=np.int64))
-    count = int(np.prod(indices.shape[b:-1], dtype=np.int64))
+    batch = math.prod(x.shape[:b])
+    count = math.prod(indices.shape[b:-1])
     data = x.reshape((batch,) + x.shape[b:])
     idx = indices.reshape(batch, count, k)
     coords = tuple(checked_indices(idx[..., j], x.shape[b + j], "GatherND", b + j) for j in range(k))

@@ -120,7 +120,7 @@ def _mean(x, axes, keepdims):
         return np.divide(total, x.dtype.type(math.prod(x.shape[a] for a in axes)), out=total)
     if x.dtype.kind in "iu":
         # Integer mean truncates toward zero, computed without a float round trip.
-        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64)) if axes != () else 1
+        count = math.prod(x.shape[a] for a in axes) if axes != () else 1
         total = np.sum(x, axis=axes, keepdims=keepdims, dtype=np.int64)
         if count == 0:
             return total.astype(x.dtype)

@@ -8,6 +8,8 @@ indexing and reduction modules so that every kernel reports a bad axis the same 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
@@ -87,8 +89,8 @@ def flatten(x, *, axis):
     if not -x.ndim <= axis <= x.ndim:
         raise InvalidArgument(f"Flatten: axis {axis} is out of range [{-x.ndim}, {x.ndim}]")
     axis = axis + x.ndim if axis < 0 else axis
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    columns = int(np.prod(x.shape[axis:], dtype=np.int64))
+    rows = math.prod(x.shape[:axis])
+    columns = math.prod(x.shape[axis:])
     return x.reshape(rows, columns)
 
 
