@@ -216,3 +216,29 @@ def test_geometry_kept_per_input_values_not_per_array():
     np.testing.assert_array_equal(second, x.repeat(3, axis=2).repeat(3, axis=3))
     with pytest.raises(InvalidArgument, match="positive"):
         resize.resize_11(x, None, -scales, None, **attrs)
+
+
+def test_a_node_keeps_its_geometry_only_for_inputs_that_cannot_change(monkeypatch):
+    """A Resize node (``resize._ResizeNode``) reuses the output geometry of its last call where the
+    input has the same shape and ``roi``/``scales``/``sizes`` are the same read-only arrays (a
+    model's constants); a writable array, which may have been changed in place, another array or
+    another shape work it out again."""
+    opts = resize._options("nearest", "asymmetric", "floor")
+    node = resize._ResizeNode(opts)
+    worked_out = []
+    real = resize._geometry
+    monkeypatch.setattr(resize, "_geometry", lambda *a: worked_out.append(1) or real(*a))
+    x = np.random.default_rng(3).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    constant = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    constant.flags.writeable = False
+    for _ in range(3):
+        assert node(x, None, constant).shape == (1, 4, 20, 20)
+    assert worked_out == [1]
+    fed = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    assert node(x, None, fed).shape == (1, 4, 20, 20)
+    fed[2:] = 3.0  # the same object, changed in place: its new values are read
+    y = node(x, None, fed)
+    assert y.shape == (1, 4, 30, 30) and len(worked_out) == 3
+    np.testing.assert_array_equal(y, resize._resize(x, None, fed, None, opts))  # (works it out: 4)
+    other = np.random.default_rng(4).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    assert node(other, None, constant).shape == (1, 4, 12, 12) and len(worked_out) == 5

@@ -288,6 +288,35 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
     return resize_nd(x, out_shape, full_scales, opts, full_roi, extrapolation_value)
 
 
+class _ResizeNode:
+    """One Resize node's calls: :func:`_resize`, with the output's geometry kept for the last
+    input shape and the last ``roi``/``scales``/``sizes`` objects where those are read-only
+    arrays (a model's constants: their values cannot change under the kept geometry).
+
+    Why: working the geometry out again, even from :func:`_geometry`'s cache, turned each of the
+    three inputs into a key (an array, a copy, its bytes): nine numpy calls a Resize, each several
+    µs right after a convolution has filled the caches (YOLO's two 2× upsamplings 48-67 µs each
+    inside its runs, 16 alone)."""
+
+    __slots__ = ("_opts", "_axes", "_policy", "_extrapolation", "_last")
+
+    def __init__(self, opts: dict, *, axes=None, policy="stretch", extrapolation_value=0.0) -> None:
+        self._opts, self._policy, self._extrapolation = opts, policy, extrapolation_value
+        self._axes = None if axes is None else tuple(axes)
+        # (input shape, roi, scales, sizes, out_shape, full_scales, full_roi) of the last call
+        self._last: tuple | None = None
+
+    def __call__(self, x, roi=None, scales=None, sizes=None):
+        last = self._last
+        if last is not None and last[0] == x.shape and last[1] is roi and last[2] is scales and last[3] is sizes:
+            return resize_nd(x, last[4], last[5], self._opts, last[6], self._extrapolation)
+        key = (x.shape, _raw(roi), _raw(scales), _raw(sizes), self._axes, self._policy)
+        out_shape, full_scales, full_roi = _geometry(*key, _options_key(self._opts))
+        if all(t is None or (isinstance(t, np.ndarray) and not t.flags.writeable) for t in (roi, scales, sizes)):
+            self._last = (x.shape, roi, scales, sizes, out_shape, full_scales, full_roi)
+        return resize_nd(x, out_shape, full_scales, self._opts, full_roi, self._extrapolation)
+
+
 def _array(raw):
     return None if raw is None else np.frombuffer(raw[2], dtype=np.dtype(raw[0])).reshape(raw[1])
 
@@ -380,7 +409,6 @@ def resize_10(x, scales, *, mode):
     return _resize(x, None, scales, None, _options(mode, "asymmetric", "simple"))
 
 
-@kernel("Resize", since=(11, 13), host_inputs=(1, 2, 3))
 def resize_11(
     x,
     roi=None,
@@ -394,16 +422,30 @@ def resize_11(
     mode,
     nearest_mode,
 ):
+    """One Resize-11/13 call (the node's kernel is :func:`resize_11_node`, which keeps its
+    geometry from call to call)."""
     opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside)
     return _resize(x, roi, scales, sizes, opts, extrapolation_value=extrapolation_value)
 
 
-@kernel("Resize", since=(18, 19), host_inputs=(1, 2, 3))
-def resize_18(
-    x,
-    roi=None,
-    scales=None,
-    sizes=None,
+@kernel("Resize", since=(11, 13), factory=True, host_inputs=(1, 2, 3))
+def resize_11_node(
+    ctx,
+    *,
+    coordinate_transformation_mode,
+    cubic_coeff_a,
+    exclude_outside,
+    extrapolation_value,
+    mode,
+    nearest_mode,
+):
+    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside)
+    return _ResizeNode(opts, extrapolation_value=extrapolation_value)
+
+
+@kernel("Resize", since=(18, 19), factory=True, host_inputs=(1, 2, 3))
+def resize_18_node(
+    ctx,
     *,
     antialias,
     axes=None,
@@ -416,9 +458,7 @@ def resize_18(
     nearest_mode,
 ):
     opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias)
-    return _resize(
-        x, roi, scales, sizes, opts, axes=axes, policy=keep_aspect_ratio_policy, extrapolation_value=extrapolation_value
-    )
+    return _ResizeNode(opts, axes=axes, policy=keep_aspect_ratio_policy, extrapolation_value=extrapolation_value)
 
 
 def _upsample(x, scales, mode):
