@@ -242,3 +242,22 @@ def test_a_node_keeps_its_geometry_only_for_inputs_that_cannot_change(monkeypatc
     np.testing.assert_array_equal(y, resize._resize(x, None, fed, None, opts))  # (works it out: 4)
     other = np.random.default_rng(4).standard_normal((1, 4, 6, 6)).astype(np.float32)
     assert node(other, None, constant).shape == (1, 4, 12, 12) and len(worked_out) == 5
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel"])
+@pytest.mark.parametrize("width", [3, 4, 7, 81])
+def test_a_bilinear_doubling_takes_the_pairwise_loop_with_the_numpy_path_s_bits(monkeypatch, ctm, width):
+    """A bilinear 2× upsampling's columns repeat two taps (``resize._doubles_columns``): its loop
+    blends each pair of neighbours into both outputs between them (``linear_doubled_columns``),
+    with the numpy path's bits, infinities and NaN included; a tripled width keeps the gather."""
+    x = np.random.default_rng(7).standard_normal((1, 128, 6, width)).astype(np.float32)
+    x[0, 1, 2, width // 2] = np.inf
+    x[0, 2, 0, 0] = np.nan
+    options = resize._options_key(resize._options("linear", ctm))
+    plan = resize._plan_2d(x.shape, (1, 128, 12, 2 * width), (1.0, 1.0, 2.0, 2.0), options)
+    assert plan[0] == "linear_doubled"
+    assert resize._plan_2d(x.shape, (1, 128, 12, 3 * width), (1.0, 1.0, 2.0, 3.0), options)[0] == "linear"
+    fast, slow, calls = _both(monkeypatch, x, (2.0, 2.0), "linear", ctm)
+    assert calls == [True]
+    np.testing.assert_array_equal(fast, slow)

@@ -13,7 +13,10 @@ each output row is written once:
   one flat run and stores each doubled row twice (``double_both_axes``): rows of 10-40 values
   left the gather mostly to its scalar remainder (128 planes of 10×10: 22 → 8 µs);
 * linear: the two source rows are blended into a scratch row (``r0·wy0 + r1·wy1``, vectorised),
-  which is then gathered and blended through the column taps (``t[i0]·wx0 + t[i1]·wx1``).
+  which is then gathered and blended through the column taps (``t[i0]·wx0 + t[i1]·wx1``); a
+  doubled width whose interior columns repeat two taps (a bilinear 2× upsampling: UNet's
+  decoder, FPNs) blends each pair of neighbours into both outputs between them in one
+  vectorised loop instead (``linear_doubled_columns``).
 
 The tap tables are ``resize.axis_taps``' (every coordinate mode and nearest rounding), and the
 linear path multiplies and adds in the numpy path's order (rows first, then columns; no fused
@@ -31,7 +34,7 @@ from typing import Any
 
 from ._jit import compiler
 
-__all__ = ["compiled", "compiled_doubling", "compiled_parallel"]
+__all__ = ["compiled", "compiled_doubled_columns", "compiled_doubling", "compiled_parallel"]
 
 
 @functools.cache
@@ -69,3 +72,15 @@ def compiled_parallel() -> tuple[Any, Any] | None:
     from . import _resize_loops
 
     return _resize_loops.nearest_parallel, _resize_loops.linear_parallel
+
+
+@functools.cache
+def compiled_doubled_columns() -> tuple[Any, Any] | None:
+    """``(linear_doubled_columns(x, iy, wy, ix, wx, y), its parallel form with parts)``: the
+    linear loop for a doubled width with repeating interior taps (``resize._doubles_columns``),
+    the same arguments and bits as :func:`compiled`'s; or ``None``."""
+    if compiler() is None:
+        return None
+    from . import _resize_loops
+
+    return _resize_loops.linear_doubled_columns, _resize_loops.linear_doubled_columns_parallel

@@ -64,6 +64,33 @@ def linear(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
                 out[ox] = blend[ix[ox, 0]] * wx[ox, 0] + blend[ix[ox, 1]] * wx[ox, 1]
 
 
+@jit
+def linear_doubled_columns(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
+    """:func:`linear` for a doubled width whose interior columns repeat two taps (``resize._doubles_columns``:
+    output ``2j + 1`` blends ``t[j]`` and ``t[j + 1]`` with column 1's weights, ``2j + 2``
+    the same two with column 2's): one loop over ``j`` storing both, where the gather through
+    the tables kept each output scalar (32 planes of 32×32 → 64×64 on one thread: 89 → 28 µs).
+    The edge columns read the tables.  The same products and sums as :func:`linear`."""
+    width = x.shape[2]
+    blend = np.empty(width, np.float32)
+    odd0, odd1 = wx[1, 0], wx[1, 1]
+    even0, even1 = wx[2, 0], wx[2, 1]
+    last = 2 * width - 1
+    for b in range(y.shape[0]):
+        for oy in range(y.shape[1]):
+            r0, r1 = x[b, iy[oy, 0]], x[b, iy[oy, 1]]
+            w0, w1 = wy[oy, 0], wy[oy, 1]
+            for j in range(width):
+                blend[j] = r0[j] * w0 + r1[j] * w1
+            out = y[b, oy]
+            out[0] = blend[ix[0, 0]] * wx[0, 0] + blend[ix[0, 1]] * wx[0, 1]
+            out[last] = blend[ix[last, 0]] * wx[last, 0] + blend[ix[last, 1]] * wx[last, 1]
+            ahead = blend[1:]
+            for j in range(width - 1):
+                out[2 * j + 1] = blend[j] * odd0 + ahead[j] * odd1
+                out[2 * j + 2] = blend[j] * even0 + ahead[j] * even1
+
+
 @_parallel_jit
 def nearest_parallel(x, iy, ix, y, parts):  # pragma: no cover - compiled
     planes = y.shape[0]
@@ -86,3 +113,11 @@ def double_both_axes_parallel(x, doubled, y, parts):  # pragma: no cover - compi
     for part in numba.prange(parts):
         lo, hi = rows * part // parts, rows * (part + 1) // parts
         double_both_axes(x[lo:hi], doubled[lo * width : hi * width], y[lo:hi])
+
+
+@_parallel_jit
+def linear_doubled_columns_parallel(x, iy, wy, ix, wx, y, parts):  # pragma: no cover - compiled
+    planes = y.shape[0]
+    for part in numba.prange(parts):
+        lo, hi = planes * part // parts, planes * (part + 1) // parts
+        linear_doubled_columns(x[lo:hi], iy, wy, ix, wx, y[lo:hi])

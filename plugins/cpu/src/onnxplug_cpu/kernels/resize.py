@@ -23,6 +23,7 @@ from onnxplug.kernels import check_allocation
 
 from ._registry import kernel
 from ._resize_jit import compiled as _compiled_2d
+from ._resize_jit import compiled_doubled_columns as _compiled_doubled_columns
 from ._resize_jit import compiled_doubling as _compiled_doubling
 from ._resize_jit import compiled_parallel as _compiled_2d_parallel
 from ._split_rows import thread_budget
@@ -168,8 +169,9 @@ def _double_both_axes(source, target, parts: int = 1) -> None:
 def _plan_2d(shape: tuple, out_shape: tuple, scales: tuple, options: tuple):
     """What :func:`_resize_2d` runs for this geometry, worked out once: ``None`` where the
     compiled pass does not apply, else ``(form, tables)``: ``"double"`` (an exact 2× nearest
-    upsampling of both axes), ``"nearest"`` (each axis' source index) or ``"linear"`` (each axis'
-    two taps and weights)."""
+    upsampling of both axes), ``"nearest"`` (each axis' source index), ``"linear"`` (each axis'
+    two taps and weights) or ``"linear_doubled"`` (those, the columns a bilinear 2×
+    upsampling's: :func:`_doubles_columns`)."""
     opts = dict(options)
     if len(shape) < 3 or opts["ctm"] == "tf_crop_and_resize" or opts["antialias"]:
         return None
@@ -188,10 +190,27 @@ def _plan_2d(shape: tuple, out_shape: tuple, scales: tuple, options: tuple):
             tables.append(_cached_taps(in_size, out_size, scale, options))
     (iy, wy), (ix, wx) = tables
     if opts["mode"] == "linear":
-        return "linear", (iy, wy, ix, wx)
+        form = "linear_doubled" if _doubles_columns(shape[-1], out_shape[-1], ix, wx) else "linear"
+        return form, (iy, wy, ix, wx)
     if all(_doubled(shape[axis], out_shape[axis], float(scales[axis]), options) for axis in (-2, -1)):
         return "double", ()
     return "nearest", (np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]))
+
+
+def _doubles_columns(width: int, out_width: int, ix: np.ndarray, wx: np.ndarray) -> bool:
+    """Whether a linear column table doubles a width of at least 3 with repeating interior taps:
+    output ``2j + 1`` reads ``(j, j + 1)`` with output 1's weights and ``2j + 2`` the same two
+    with output 2's (a bilinear 2× upsampling), for ``_resize_loops.linear_doubled_columns``."""
+    if out_width != 2 * width or width < 3:
+        return False
+    j = np.arange(width - 1)
+    pairs = np.stack([j, j + 1], axis=1)
+    return (
+        np.array_equal(ix[1:-1:2], pairs)
+        and np.array_equal(ix[2:-1:2], pairs)
+        and bool((wx[1:-1:2] == wx[1]).all())
+        and bool((wx[2:-1:2] == wx[2]).all())
+    )
 
 
 def _resize_2d(x, out_shape, scales, opts):
@@ -218,10 +237,14 @@ def _resize_2d(x, out_shape, scales, opts):
         arguments = (source, *tables, target)
     else:
         arguments = (source, tables[0], tables[1], tables[2], tables[3], target)
-    if team:
-        _compiled_2d_parallel()[form == "linear"](*arguments, parts)
+    if form == "linear_doubled":
+        serial, parallel = _compiled_doubled_columns()
     else:
-        kernels[form == "linear"](*arguments)
+        serial, parallel = kernels[form == "linear"], _compiled_2d_parallel()[form == "linear"]
+    if team:
+        parallel(*arguments, parts)
+    else:
+        serial(*arguments)
     return y
 
 
