@@ -16,6 +16,7 @@ from onnxplug_cpu.kernels import nn
 CASES = [
     # x shape, w shape, attributes, bias, whether the compiled path applies
     ((1, 16, 10, 12), (16, 8, 2, 2), dict(strides=[2, 2]), True, True),
+    ((1, 6, 5, 7), (6, 4, 2, 2), dict(strides=[2, 2]), False, True),  # two columns, no bias
     ((2, 5, 7, 6), (5, 3, 3, 3), dict(strides=[3, 3]), False, True),
     ((1, 4, 5, 9), (4, 6, 2, 3), dict(strides=[2, 3]), True, True),
     ((1, 8, 6, 6), (8, 1, 2, 2), dict(strides=[2, 2]), True, True),
