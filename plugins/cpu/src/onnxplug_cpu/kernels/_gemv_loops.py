@@ -12,6 +12,7 @@ from ._jit import compiler
 # one fixed order, so the bits do not depend on how the rows are split.
 _row = compiler(fastmath={"reassoc", "contract"})
 _split = compiler(parallel=True)
+_plain = compiler()
 
 #: Rows summed together: each ``x[k]`` loaded once for four rows, four streams of weights in
 #: flight (a 1000 × 1280 classifier from memory: 60 → 52 µs at two threads).
@@ -46,13 +47,20 @@ def _rows(w, x, y, lo, hi):  # pragma: no cover - compiled
         y[j] = _dot(w[j], x)
 
 
+@_plain
+def _part(rows, part, parts):  # pragma: no cover - compiled
+    """Rows ``[lo, hi)`` of ``part`` of ``parts``: whole blocks of :data:`BLOCK`, the last part to
+    the end."""
+    blocks = rows // BLOCK
+    lo = blocks * part // parts * BLOCK
+    hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+    return lo, hi
+
+
 @_split
 def rows_dot(w, x, y, parts):  # pragma: no cover - compiled
-    rows = w.shape[0]
-    blocks = rows // BLOCK
     for part in numba.prange(parts):
-        lo = blocks * part // parts * BLOCK
-        hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+        lo, hi = _part(w.shape[0], part, parts)
         _rows(w, x, y, lo, hi)
 
 
@@ -60,11 +68,8 @@ def rows_dot(w, x, y, parts):  # pragma: no cover - compiled
 def rows_dot_plus(w, x, c, y, parts):  # pragma: no cover - compiled
     """:func:`rows_dot`, then ``y[i] += c[i]`` in each part: a classifier's Gemm with its ``C`` in
     the one call (the add compiled without reassociation: numpy's float32 add, bit for bit)."""
-    rows = w.shape[0]
-    blocks = rows // BLOCK
     for part in numba.prange(parts):
-        lo = blocks * part // parts * BLOCK
-        hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+        lo, hi = _part(w.shape[0], part, parts)
         _rows(w, x, y, lo, hi)
         for i in range(lo, hi):
             y[i] = y[i] + c[i]
@@ -74,11 +79,8 @@ def rows_dot_plus(w, x, c, y, parts):  # pragma: no cover - compiled
 def rows_dot_over(w, x, divisor, y, parts):  # pragma: no cover - compiled
     """:func:`rows_dot`, then ``y[i] /= divisor`` in each part (a global average: ``x`` ones, the
     division numpy's float32 one, bit for bit)."""
-    rows = w.shape[0]
-    blocks = rows // BLOCK
     for part in numba.prange(parts):
-        lo = blocks * part // parts * BLOCK
-        hi = rows if part == parts - 1 else blocks * (part + 1) // parts * BLOCK
+        lo, hi = _part(w.shape[0], part, parts)
         _rows(w, x, y, lo, hi)
         for i in range(lo, hi):
             y[i] = y[i] / divisor

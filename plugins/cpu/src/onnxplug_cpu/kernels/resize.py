@@ -432,23 +432,10 @@ def resize_10(x, scales, *, mode):
     return _resize(x, None, scales, None, _options(mode, "asymmetric", "simple"))
 
 
-def resize_11(
-    x,
-    roi=None,
-    scales=None,
-    sizes=None,
-    *,
-    coordinate_transformation_mode,
-    cubic_coeff_a,
-    exclude_outside,
-    extrapolation_value,
-    mode,
-    nearest_mode,
-):
-    """One Resize-11/13 call (the node's kernel is :func:`resize_11_node`, which keeps its
-    geometry from call to call)."""
-    opts = _options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside)
-    return _resize(x, roi, scales, sizes, opts, extrapolation_value=extrapolation_value)
+def resize_11(x, roi=None, scales=None, sizes=None, **attributes):
+    """One Resize-11/13 call with the node's ``attributes`` (its kernel is
+    :func:`resize_11_node`, which keeps its geometry from call to call)."""
+    return resize_11_node(None, **attributes)(x, roi, scales, sizes)
 
 
 @kernel("Resize", since=(11, 13), factory=True, host_inputs=(1, 2, 3))
