@@ -160,9 +160,8 @@ class InferenceSession:
         try:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             start = time.perf_counter()
-            self._optimized = self._optimize(loaded, slots, handed_over=self._source.reads_again)
-            if self._source.reads_again:
-                self._source.taken()
+            self._optimized = self._optimize(loaded, slots)
+            self._source.taken()  # a path's loaded model is now the optimized one (bytes: kept)
             fusions = self._optimized.fusions()
             self._logger.info(
                 "optimized in %.2f s: %d -> %d nodes%s",
@@ -216,10 +215,9 @@ class InferenceSession:
             cache=default_compile_cache(options._entries().get(COMPILE_CACHE_KEY) or None),
         )
 
-    def _optimize(self, loaded: LoadedModel, slots: list[ProviderSlot], *, handed_over: bool) -> OptimizedModel:
+    def _optimize(self, loaded: LoadedModel, slots: list[ProviderSlot]) -> OptimizedModel:
         """The optimizer stage for these providers (their kernels decide which rule sets apply);
-        ``handed_over``: the loaded model is the optimizer's to edit (a path's, read again for
-        the next build)."""
+        a path's loaded model, read again for the next build, is the optimizer's to edit."""
         level = int(self._sess_options.graph_optimization_level)
         names = {slot.provider.name for slot in slots}
 
@@ -245,7 +243,7 @@ class InferenceSession:
             evaluate=KernelEvaluator(slots),
             node_opsets=node_opsets,
             initializers=initializers,
-            handed_over=handed_over,
+            handed_over=self._source.reads_again,
         )
 
     def _session_logger(self) -> logging.Logger:

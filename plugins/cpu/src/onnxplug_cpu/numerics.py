@@ -259,20 +259,20 @@ _FLOAT32 = np.dtype(np.float32)  # (an identity test: a native float32 array's d
 
 
 def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, clamp, silu_alpha, out):
-    """The convolution of float32 ``x`` by the compiled layer ``packed`` kept for its shape and
-    these attributes (:meth:`PackedConv.remember`), or ``None`` where none was kept or it cannot
-    take this call (another bias length, the tiles switched off, a residual or a SiLU for a
-    depthwise layer): :func:`convolve`'s full path then decides.  The tiles store into ``out``
-    where it is given and fits (:class:`Convolution`)."""
+    """``(y, layer)``: the convolution of float32 ``x`` by the compiled layer ``packed`` kept for
+    its shape and these attributes (:meth:`PackedConv.remember`), and that layer; or ``(None,
+    None)`` where none was kept or it cannot take this call (another bias length, the tiles
+    switched off, a residual or a SiLU for a depthwise layer): :func:`convolve`'s full path then
+    decides.  The tiles store into ``out`` where it is given and fits (:class:`Convolution`)."""
     bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
     if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
-        return None
+        return None, None
     if isinstance(bound, _f32_conv.BoundLayer):
         settings = run_settings()
-        return bound(x, b, residual, clamp, silu_alpha, settings, out) if settings.tiles else None
+        return (bound(x, b, residual, clamp, silu_alpha, settings, out), bound) if settings.tiles else (None, None)
     if residual is None and silu_alpha is None:
-        return bound(x, b, clamp)  # a depthwise layer or a channel affine
-    return None
+        return bound(x, b, clamp), bound  # a depthwise layer or a channel affine
+    return None, None
 
 
 class Convolution:
@@ -322,10 +322,9 @@ class Convolution:
                 y = hot[1].again(x, b, residual, clamp, silu_alpha, run_settings(), out)
                 if y is not None:
                     return y
-            y = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha, out)
+            y, bound = _remembered_layer(packed, self.attributes, x, b, residual, clamp, silu_alpha, out)
             if y is not None:
-                bound = packed.remembered(x.shape, self.attributes)
-                if hasattr(bound, "again"):  # the tiles' BoundLayer, a BoundDepthwise
+                if hasattr(bound, "again"):  # the tiles' BoundLayer, a BoundDepthwise (not a channel affine)
                     self._hot = (x.shape, bound)
                 return y
         return convolve(
@@ -366,7 +365,7 @@ def convolve(
     """
     attributes = (kernel_shape, strides, dilations, pads, auto_pad)
     if isinstance(packed, PackedConv) and packed.group == group and x.dtype is _FLOAT32:
-        y = _remembered_layer(packed, attributes, x, b, residual, clamp, silu_alpha, None)
+        y, _ = _remembered_layer(packed, attributes, x, b, residual, clamp, silu_alpha, None)
         if y is not None:
             return y
     if x.ndim < 3 or w.ndim != x.ndim:

@@ -181,9 +181,9 @@ class BoundDepthwise:
         # call: a node passes the same objects each call (see kernels._f32_conv.BoundLayer)
         self._last: tuple | None = None
 
-    def __call__(self, x: np.ndarray, bias=None, clamp=None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, bias=None, clamp=None, settings=None) -> np.ndarray:
         """The layer of ``x`` (this shape and dtype) plus ``bias`` ``(C,)``, clamped to ``clamp``
-        ``(low, high)``, as a fresh array."""
+        ``(low, high)``, as a fresh array; ``settings``: the run's, where the caller has read them."""
         last = self._last
         if last is not None and last[0] is bias and last[1] is clamp:
             arguments = last[2]
@@ -192,7 +192,8 @@ class BoundDepthwise:
         planes = np.ascontiguousarray(x).reshape(self._planes)
         y = np.empty(self.out_shape, dtype=self.dtype)
         n, c = self.shape[:2]
-        settings = run_settings()
+        if settings is None:
+            settings = run_settings()
         parts = min(settings.budget, c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
         if parts > 1 and settings.tiles and settings.team:  # (team_runs_convolutions)
             join_run()
@@ -204,13 +205,12 @@ class BoundDepthwise:
     def again(self, x, bias, residual, clamp, silu, settings, out) -> np.ndarray | None:
         """The layer, where the last call passed these ``bias`` and ``clamp`` objects and there is
         no residual or SiLU (which this layer does not take), else ``None``: ``_f32_conv.BoundLayer.again``'s
-        form, which ``numerics.Convolution`` tries first for the input shape it saw last (its
-        ``settings`` and ``out`` are not used: this layer reads the run's settings itself and
-        returns its own array)."""
+        form, which ``numerics.Convolution`` tries first for the input shape it saw last (``out``
+        is not used: this layer returns its own array)."""
         last = self._last
         if last is None or last[0] is not bias or last[1] is not clamp or residual is not None or silu is not None:
             return None
-        return self(x, bias, clamp)
+        return self(x, bias, clamp, settings)
 
     def _arguments(self, bias, clamp) -> tuple:
         kind = self.dtype.type

@@ -24,14 +24,20 @@ __all__ = ["compiled", "row_means", "row_times_matrix", "row_times_matrix_plus"]
 
 
 @functools.cache
+def _loops() -> Any | None:
+    """``kernels._gemv_loops`` (it imports numba), or ``None`` without numba."""
+    if compiler() is None:
+        return None
+    from . import _gemv_loops
+
+    return _gemv_loops
+
+
 def compiled() -> Any | None:
     """``rows_dot(w, x, y, parts)``: ``y[i] = w[i] · x`` for float32 ``w`` ``(N, K)`` C-contiguous
     and ``x`` ``(K,)``, rows split into ``parts`` on numba's threading layer; or ``None``."""
-    if compiler() is None:
-        return None
-    from ._gemv_loops import rows_dot
-
-    return rows_dot
+    loops = _loops()
+    return None if loops is None else loops.rows_dot
 
 
 def row_times_matrix(x: np.ndarray, w: np.ndarray, parts: int) -> np.ndarray:
@@ -41,15 +47,6 @@ def row_times_matrix(x: np.ndarray, w: np.ndarray, parts: int) -> np.ndarray:
     return y
 
 
-@functools.cache
-def _compiled_plus() -> Any | None:
-    if compiler() is None:
-        return None
-    from ._gemv_loops import rows_dot_plus
-
-    return rows_dot_plus
-
-
 def row_times_matrix_plus(x: np.ndarray, w: np.ndarray, c: np.ndarray, parts: int) -> np.ndarray | None:
     """``(x @ w.T + c)[None, :]`` for float32 ``x`` ``(K,)``, C-contiguous ``w`` ``(N, K)`` and
     ``c`` ``(N,)``, in one compiled call (the sums as :func:`row_times_matrix`'s, then ``C``
@@ -57,21 +54,12 @@ def row_times_matrix_plus(x: np.ndarray, w: np.ndarray, c: np.ndarray, parts: in
     numpy step costs several µs while its code comes back into the caches, and the classifier's
     ``C`` took three (broadcast, add, cast: MobileNetV2's Gemm node 88 µs in its run, 54 of them
     the product)."""
-    loop = _compiled_plus()
-    if loop is None:
+    loops = _loops()
+    if loops is None:
         return None
     y = np.empty((1, w.shape[0]), dtype=np.float32)
-    loop(w, np.ascontiguousarray(x), c, y[0], parts)
+    loops.rows_dot_plus(w, np.ascontiguousarray(x), c, y[0], parts)
     return y
-
-
-@functools.cache
-def _compiled_over() -> Any | None:
-    if compiler() is None:
-        return None
-    from ._gemv_loops import rows_dot_over
-
-    return rows_dot_over
 
 
 def row_means(w: np.ndarray, ones: np.ndarray, parts: int) -> np.ndarray | None:
@@ -79,9 +67,9 @@ def row_means(w: np.ndarray, ones: np.ndarray, parts: int) -> np.ndarray | None:
     sums as :func:`row_times_matrix`'s, divided by ``K`` in the same call (a global average
     pool's, ``kernels.reduce.trailing_mean``: its division and reshape were 19 µs of ResNet-50's
     59 right after the convolutions); ``None`` without numba."""
-    loop = _compiled_over()
-    if loop is None:
+    loops = _loops()
+    if loops is None:
         return None
     y = np.empty(w.shape[0], dtype=np.float32)
-    loop(w, ones, np.float32(w.shape[1]), y, parts)
+    loops.rows_dot_over(w, ones, np.float32(w.shape[1]), y, parts)
     return y
