@@ -1,7 +1,9 @@
-"""The compiled 2-D MaxPool and AveragePool (``kernels._pool_jit``): the numpy path's values over
-pads, strides, ceil_mode, auto_pad and count_include_pad, NaN and infinities, onnx's reference
-evaluator on nodes, and the calls that keep the numpy path (Indices, dilations, other dtypes,
-small inputs)."""
+"""The compiled 2-D MaxPool and AveragePool loops of ``kernels._pool_compiled.compiled_reduce``
+(``kernels._pool_jit``, ``_pool_s2_loops``, ``_pool3_loops``: CPUs without AVX-512F, and windows
+the AVX-512 planes leave out; ``test_pool_planes.py`` has the planes): the numpy path's values
+over pads, strides, ceil_mode, auto_pad and count_include_pad, NaN and infinities, onnx's
+reference evaluator on nodes, and the calls that keep the numpy path (Indices, dilations, other
+dtypes, small inputs)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxplug
 from onnxplug.testing import make_model
-from onnxplug_cpu.kernels import pool
+from onnxplug_cpu.kernels import _pool_compiled
 
 # The compiled pools run where numba is loaded (a float32 convolution loads it: kernels._jit).
 numba = pytest.importorskip("numba")
@@ -50,6 +52,12 @@ def _run(model, x):
     return session.run(None, {"x": x})
 
 
+@pytest.fixture(autouse=True)
+def _without_the_planes(monkeypatch):
+    """The loops this module tests, not the AVX-512 planes that take their common windows."""
+    monkeypatch.setattr(_pool_compiled, "plan", lambda *args, **kwargs: None)
+
+
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 def test_matches_the_numpy_path_and_the_reference(monkeypatch, op, geometry):
@@ -64,7 +72,7 @@ def test_matches_the_numpy_path_and_the_reference(monkeypatch, op, geometry):
     x[1, 3] = -np.inf
     compiled = _run(model, x)[0]
     calls = []
-    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: calls.append(args))
+    monkeypatch.setattr(_pool_compiled, "_compiled_pool", lambda *args: calls.append(args))
     numpy_path = _run(model, x)[0]
     assert len(calls) == 1  # asked, and made to decline
     np.testing.assert_array_equal(compiled, numpy_path)
@@ -72,7 +80,7 @@ def test_matches_the_numpy_path_and_the_reference(monkeypatch, op, geometry):
 
 def test_other_calls_keep_the_numpy_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: calls.append(args))
+    monkeypatch.setattr(_pool_compiled, "_compiled_pool", lambda *args: calls.append(args))
     x = np.random.default_rng(0).standard_normal((1, 8, 24, 24)).astype(np.float32)
     model = _model("MaxPool", list(x.shape), GEOMETRIES[0], ("y", "i"))
     y, indices = _run(model, x)
@@ -107,17 +115,17 @@ def test_blocks_of_planes_on_two_threads_match_the_numpy_path(monkeypatch, op):
 
     monkeypatch.setenv("ONNXPLUG_CPU_TEAM", "0")
     monkeypatch.setattr(_split_rows, "thread_budget", lambda: 2)
-    monkeypatch.setattr(pool, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_pool_compiled, "thread_budget", lambda: 2)
     blocks = []
-    real = pool.run_in_row_blocks
+    real = _pool_compiled.run_in_row_blocks
     monkeypatch.setattr(
-        pool, "run_in_row_blocks", lambda work, rows, **kw: blocks.append(rows) or real(work, rows, **kw)
+        _pool_compiled, "run_in_row_blocks", lambda work, rows, **kw: blocks.append(rows) or real(work, rows, **kw)
     )
     x = np.random.default_rng(3).standard_normal((2, 32, 48, 48)).astype(np.float32)
     model = _model(op, list(x.shape), GEOMETRIES[0])
     compiled = _run(model, x)[0]
     assert blocks == [64]
-    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: None)
+    monkeypatch.setattr(_pool_compiled, "_compiled_pool", lambda *args: None)
     np.testing.assert_array_equal(compiled, _run(model, x)[0])
 
 
@@ -139,8 +147,8 @@ def test_small_maps_pool_all_planes_at_once(monkeypatch, op, include_pad, shape)
     x[0, 3, 0, -1] = np.nan
     model = _model(op, list(x.shape), geometry)
     calls = []
-    real = pool._pool_3x3
-    monkeypatch.setattr(pool, "_pool_3x3", lambda *args: calls.append(1) or real(*args))
+    real = _pool_compiled._pool_3x3
+    monkeypatch.setattr(_pool_compiled, "_pool_3x3", lambda *args: calls.append(1) or real(*args))
     framed = _run(model, x)[0]
     assert calls == [1]
     finite = x.copy()
@@ -149,9 +157,9 @@ def test_small_maps_pool_all_planes_at_once(monkeypatch, op, include_pad, shape)
         _run(model, finite)[0], ReferenceEvaluator(model).run(None, {"x": finite})[0], rtol=1e-6, atol=1e-6
     )
     assert np.isfinite(framed[0, 0]).all() and np.isfinite(framed[0, 4:]).all()
-    monkeypatch.setattr(pool, "_small_3x3", lambda *args: False)
+    monkeypatch.setattr(_pool_compiled, "_small_3x3", lambda *args: False)
     np.testing.assert_array_equal(framed, _run(model, x)[0])  # the row loops
-    monkeypatch.setattr(pool, "_compiled_pool", lambda *args: None)
+    monkeypatch.setattr(_pool_compiled, "_compiled_pool", lambda *args: None)
     np.testing.assert_array_equal(framed, _run(model, x)[0])  # the numpy path
 
 
@@ -211,7 +219,7 @@ def test_pools_on_the_team_match_python_threads(maximum, form, monkeypatch):
     for team in ("1", "0"):
         monkeypatch.setenv("ONNXPLUG_CPU_TEAM", team)
         with threadpoolctl.threadpool_limits(2, user_api="blas"):
-            results.append(pool._compiled_reduce(x, out, **geometry)[0])
+            results.append(_pool_compiled.compiled_reduce(x, out, **geometry)[0])
     assert results[0] is not None
     np.testing.assert_array_equal(results[0], results[1])
 
@@ -244,11 +252,11 @@ def test_only_unpadded_stride_2_maxima_with_every_window_inside_take_the_one_pas
     monkeypatch.setattr(_pool_s2_loops, "max_3x3_s2", lambda x, y: calls.append(y.shape) or original(x, y))
     x = np.random.default_rng(2).standard_normal((1, 8, 23, 26)).astype(np.float32)
     geometry = dict(kernel_shape=(3, 3), strides=(2, 2), dilations=None)
-    got, _ = pool._compiled_reduce(x, (11, 12), (0, 0), maximum=True, **geometry)
+    got, _ = _pool_compiled.compiled_reduce(x, (11, 12), (0, 0), maximum=True, **geometry)
     assert calls == [(8, 11, 12)] and got is not None
-    pool._compiled_reduce(x, (12, 13), (1, 1), maximum=True, **geometry)  # padded: the row loops
-    pool._compiled_reduce(x, (12, 13), (0, 0), maximum=True, **geometry)  # ceil_mode's extra window
-    pool._compiled_reduce(x, (11, 12), (0, 0), maximum=False, **geometry)  # AveragePool's sums
+    _pool_compiled.compiled_reduce(x, (12, 13), (1, 1), maximum=True, **geometry)  # padded: the row loops
+    _pool_compiled.compiled_reduce(x, (12, 13), (0, 0), maximum=True, **geometry)  # ceil_mode's extra window
+    _pool_compiled.compiled_reduce(x, (11, 12), (0, 0), maximum=False, **geometry)  # AveragePool's sums
     assert calls == [(8, 11, 12)]
 
 
@@ -287,8 +295,8 @@ def test_only_unpadded_2x2_stride_2_pools_take_the_one_pass_loop(monkeypatch, ma
     monkeypatch.setattr(_pool_s2_loops, name, lambda x, y: calls.append(y.shape) or original(x, y))
     x = np.random.default_rng(3).standard_normal((1, 8, 23, 26)).astype(np.float32)
     geometry = dict(kernel_shape=(2, 2), strides=(2, 2), dilations=None)
-    got, _ = pool._compiled_reduce(x, (11, 13), (0, 0), maximum=maximum, **geometry)
+    got, _ = _pool_compiled.compiled_reduce(x, (11, 13), (0, 0), maximum=maximum, **geometry)
     assert calls == [(8, 11, 13)] and got is not None
-    pool._compiled_reduce(x, (12, 14), (1, 1), maximum=maximum, **geometry)  # padded: the row loops
-    pool._compiled_reduce(x, (12, 13), (0, 0), maximum=maximum, **geometry)  # ceil_mode's extra row
+    _pool_compiled.compiled_reduce(x, (12, 14), (1, 1), maximum=maximum, **geometry)  # padded: the row loops
+    _pool_compiled.compiled_reduce(x, (12, 13), (0, 0), maximum=maximum, **geometry)  # ceil_mode's extra row
     assert calls == [(8, 11, 13)]

@@ -81,3 +81,20 @@ def test_an_average_pool_whose_window_is_the_whole_map_takes_it(monkeypatch, inc
     pool.average_pool(x, kernel_shape=[7, 7], auto_pad="NOTSET", pads=[1, 1, 1, 1], count_include_pad=include_pad)
     pool.average_pool(x, kernel_shape=[6, 6], auto_pad="NOTSET", strides=[2, 2], count_include_pad=include_pad)
     assert calls == [1]
+
+
+def test_a_window_padded_past_the_map_whose_padding_is_not_counted_is_a_global_average(monkeypatch):
+    """Inception-v1's head: a 7×7 window with pads [0, 0, 1, 1] over a 6×6 map (one output)."""
+    x = np.random.default_rng(10).standard_normal((1, 64, 6, 6)).astype(np.float32)
+    calls = []
+    real = pool.trailing_mean
+    monkeypatch.setattr(pool, "trailing_mean", lambda *args: calls.append(1) or real(*args))
+    geometry = dict(kernel_shape=[7, 7], auto_pad="NOTSET", pads=[0, 0, 1, 1])
+    got = pool.average_pool(x, **geometry)
+    assert calls == [1] and got.shape == (1, 64, 1, 1)
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    counted = pool.average_pool(x, count_include_pad=1, **geometry)  # the padding counted: 49 cells
+    assert calls == [1]
+    np.testing.assert_allclose(counted, x.astype(np.float64).sum(axis=(2, 3), keepdims=True) / 49, rtol=1e-5, atol=1e-6)
+    pool.average_pool(x, dilations=[2, 2], kernel_shape=[4, 4], auto_pad="NOTSET", pads=[1, 1, 1, 1])  # dilated
+    assert calls == [1]

@@ -172,7 +172,7 @@ class BoundDepthwise:
             # fused multiply-adds of masked loads, straight from the input (kernels._depthwise_ir)
             form = f"{form}_fma"
             if form == "flat_fma":
-                from ._depthwise_loops import flat_masks
+                from ._simd_ir import flat_masks
 
                 self._masks = flat_masks(h, wd)
         self._form = form

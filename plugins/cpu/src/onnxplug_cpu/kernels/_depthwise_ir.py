@@ -11,7 +11,7 @@ reads zero, the padding's value, and touches no memory), so there is no copy.
 
 - :func:`plane_s1` (padding 1 all round, the output the input's size): the plane as one flat run
   of ``H·W`` cells, 16 at a time; tap ``(dy, dx)`` of cell ``n`` reads ``n + dy·W + dx``, masked
-  by the vector's row and column masks (:func:`kernels._depthwise_loops.flat_masks`).
+  by the vector's row and column masks (:func:`kernels._simd_ir.flat_masks`).
 - :func:`plane_s2` (padding 1 before each axis, ``ceil(H/2) × ceil(W/2)`` outputs: PyTorch's
   ``padding=1``): output row by output row, 16 outputs at a time; each of the three input rows
   is loaded as 32 columns from ``2·ox0`` and split into its even columns (the centre taps) and

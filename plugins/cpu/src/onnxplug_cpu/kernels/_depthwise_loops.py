@@ -348,25 +348,10 @@ def stride_2_phases(x, t, bias, has_bias, low, high, top, left, y):  # pragma: n
             out[n] = finish(s, b, has_bias, low, high)
 
 
-def flat_masks(height: int, width: int) -> np.ndarray:
-    """:func:`._depthwise_ir.plane_s1`'s masks of a ``height × width`` plane: five uint16 per
-    16-cell vector (bit ``i`` for cell ``16·j + i``): inside the plane, with a row above it, with
-    a row below, with a column left of it, with a column right of it.  Read-only."""
-    cells = height * width
-    n = np.arange(-(-cells // 16) * 16)
-    column = n % width
-    inside = n < cells
-    rows = [inside, inside & (n >= width), inside & (n + width < cells), column >= 1, column <= width - 2]
-    bits = np.stack([np.packbits(r.reshape(-1, 16), axis=1, bitorder="little").view("<u2")[:, 0] for r in rows], 1)
-    masks = np.ascontiguousarray(bits.reshape(-1))
-    masks.flags.writeable = False
-    return masks
-
-
 @jit
 def stride_1_fma(x, t, bias, has_bias, low, high, masks, y):  # pragma: no cover - compiled
     """float32 3×3 with padding 1 all round (the ``"flat"`` form's layers) through
-    :func:`._depthwise_ir.plane_s1`, plane by plane; ``masks`` from :func:`flat_masks`."""
+    :func:`._depthwise_ir.plane_s1`, plane by plane; ``masks`` from :func:`._simd_ir.flat_masks`."""
     planes, height, width = x.shape
     channels = t.shape[0]
     cells = height * width

@@ -1,10 +1,13 @@
 """LLVM IR pieces shared by the AVX-512 kernels written as numba intrinsics
-(``kernels._f32_tile_ir``, ``kernels._depthwise_ir``, ``kernels._f32_conv_tail``): the vector types,
-a splat, a lane-count mask, and the masked loads and stores (a masked-off lane touches no
-memory, which is what lets those kernels read a map's edges without a padded copy)."""
+(``kernels._f32_tile_ir``, ``kernels._depthwise_ir``, ``kernels._f32_conv_tail``,
+``kernels._pool_ir``): the vector types, a splat, a lane-count mask, and the masked loads and
+stores (a masked-off lane touches no memory, which is what lets those kernels read a map's edges
+without a padded copy); and :func:`flat_masks`, the lane masks of the kernels that run a plane as
+one flat run of cells."""
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
 
@@ -57,3 +60,19 @@ class Intrinsics:
     def masked_store(self, builder, value, base, offset, mask):
         address = builder.bitcast(builder.gep(base, [offset]), self.pointer)
         builder.call(self.store, [value, address, ir.Constant(I32, 4), mask])
+
+
+def flat_masks(height: int, width: int) -> np.ndarray:
+    """The lane masks of a ``height × width`` plane run as one flat run of cells
+    (``kernels._depthwise_ir.plane_s1``, ``kernels._pool_ir.flat_plane``): five uint16 per
+    16-cell vector (bit ``i`` for cell ``16·j + i``): inside the plane, with a row above it, with
+    a row below, with a column left of it, with a column right of it.  Read-only."""
+    cells = height * width
+    n = np.arange(-(-cells // 16) * 16)
+    column = n % width
+    inside = n < cells
+    rows = [inside, inside & (n >= width), inside & (n + width < cells), column >= 1, column <= width - 2]
+    bits = np.stack([np.packbits(r.reshape(-1, 16), axis=1, bitorder="little").view("<u2")[:, 0] for r in rows], 1)
+    masks = np.ascontiguousarray(bits.reshape(-1))
+    masks.flags.writeable = False
+    return masks

@@ -5,9 +5,10 @@ Windowed pools pad the input once and take a strided, dilated
 indices) and AveragePool reduce one axis at a time (:func:`separable_reduce`); the geometry
 (output size, begin/end pads, the extra cells ``ceil_mode`` needs) is worked out by
 :func:`pool_geometry`, which the convolution kernels share.  float32 2-D MaxPool (without
-Indices) and AveragePool with dilation 1 reduce in one compiled pass (``kernels._pool_jit``),
-blocks of planes on the session's threads, when numba is loaded (``kernels._jit.numba_loaded``:
-a session with a float32 convolution loads it; a pool alone does not).
+Indices) and AveragePool with dilation 1 run compiled (``kernels._pool_compiled``: AVX-512 planes
+planned once per input shape, numba loops otherwise), blocks of planes on the session's threads,
+when numba is loaded (``kernels._jit.numba_loaded``: a session with a float32 convolution loads
+it; a pool alone does not).
 """
 
 from __future__ import annotations
@@ -21,12 +22,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
-from ._jit import numba_loaded
-from ._pool_jit import compiled as _compiled_pool
-from ._pool_jit import compiled_parallel as _compiled_pool_parallel
+from . import _pool_compiled
 from ._registry import kernel
-from ._split_rows import run_in_row_blocks, thread_budget
-from ._team import join_run, team_runs_convolutions
 from .reduce import trailing_mean
 
 
@@ -169,102 +166,6 @@ def offset_views(x, out, begin, end, kernel_shape, strides, dilations, fill):
         )
 
 
-#: Smaller inputs keep the numpy path: the first compiled call loads numba (once per process).
-COMPILED_MIN_ELEMENTS = 4096
-#: Input elements per thread below which a compiled pool keeps to the calling thread.
-PLANE_BLOCK_ELEMENTS = 1 << 15
-#: Maps of at most this many cells (64×64) pool a 3×3 stride-1 window all planes at once
-#: (:func:`_pool_3x3`): faster than the row loops on every map measured up to 56×56 (AveragePool
-#: on the team, 64 planes of 56×56: 100 against 76 µs; 192 of 28×28: 98 against 57).
-_POOL3_MAX_CELLS = 4096
-_NO_COUNTS = np.zeros(0, dtype=np.float32)
-_NO_COUNTS.flags.writeable = False
-
-
-def _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, maximum, counts=None):
-    """Each window's maximum or sum over a float32 ``(N, C, H, W)`` ``x`` in one compiled pass
-    (``kernels._pool_jit``), or ``None`` when it does not apply.  With ``counts`` (AveragePool's
-    window counts, ``out``-shaped) the sums may come back divided by them already: the second
-    value says whether they were."""
-    if x.dtype != np.float32 or x.ndim != 4 or x.size < COMPILED_MIN_ELEMENTS or 0 in out or not numba_loaded():
-        return None, False  # numba only where loaded (a float32 convolution loads it; a pool alone does not)
-    if dilations and any(d != 1 for d in dilations):
-        return None, False
-    strides = tuple(strides) if strides else (1, 1)
-    if kernel_shape[1] > 16 or strides[1] > 16:
-        return None, False
-    pool = _compiled_pool(int(kernel_shape[1]), int(strides[1]), maximum)  # None: numba is off
-    if pool is None:
-        return None, False
-    y = np.empty(x.shape[:2] + tuple(out), np.float32)
-    source = np.ascontiguousarray(x).reshape(-1, *x.shape[2:])
-    planes = y.reshape(-1, *out)
-    if _small_3x3(x.shape[2:], out, begin, kernel_shape, strides):
-        divisors = _NO_COUNTS if counts is None else np.ascontiguousarray(counts, np.float32).reshape(-1)
-        _pool_3x3(source, planes, maximum, divisors)
-        return y, counts is not None
-    if _inside_stride_2(x.shape[2:], out, begin, kernel_shape, strides):
-        from . import _pool_s2_loops  # one pass per output row (SqueezeNet's, VGG's, a UNet's pools)
-
-        loops = _pool_s2_loops.inside_loops(int(kernel_shape[0]), maximum)
-        if loops is not None:
-            _over_planes(*loops, source, planes)
-            return y, False
-    parallel = _compiled_pool_parallel(int(kernel_shape[1]), int(strides[1]), maximum)
-    geometry = (int(kernel_shape[0]), int(strides[0]), int(begin[0]), int(begin[1]))
-    _over_planes(pool, parallel, source, planes, *geometry)
-    return y, False
-
-
-def _over_planes(serial, parallel, source, planes, *args) -> None:
-    """``serial(source, planes, *args)`` of ``(P, H, W)`` planes in blocks on the run's threads:
-    ``parallel(source, planes, *args, parts)`` on numba's team where the convolutions use it,
-    else blocks on Python threads (the compiled loops release the GIL); inputs of under
-    ``PLANE_BLOCK_ELEMENTS`` per thread on the calling thread."""
-    plane = source.shape[1] * source.shape[2]  # > 0: x.size >= COMPILED_MIN_ELEMENTS
-    min_rows = max(1, PLANE_BLOCK_ELEMENTS // plane)
-    parts = min(thread_budget(), source.shape[0] // min_rows) if source.shape[0] >= 2 * min_rows else 1
-    if parts > 1 and parallel is not None and team_runs_convolutions():
-        join_run()
-        parallel(source, planes, *args, parts)
-        return
-
-    def block(start, stop):
-        serial(source[start:stop], planes[start:stop], *args)
-
-    run_in_row_blocks(block, source.shape[0], min_rows=min_rows)
-
-
-def _small_3x3(shape, out, begin, kernel_shape, strides) -> bool:
-    """A 3×3 stride-1 window with one cell of padding all round on a map of at most
-    ``_POOL3_MAX_CELLS`` cells (Inception's branch pools): :func:`_pool_3x3`'s case."""
-    return (
-        tuple(kernel_shape) == (3, 3)
-        and tuple(strides) == (1, 1)
-        and tuple(begin) == (1, 1)
-        and tuple(out) == tuple(shape)
-        and math.prod(shape) <= _POOL3_MAX_CELLS
-    )
-
-
-def _inside_stride_2(shape, out, begin, kernel_shape, strides) -> bool:
-    """Square windows at stride 2, every one inside the map: ``kernels._pool_s2_loops``'s case."""
-    k = kernel_shape[0]
-    inside = tuple(out) == ((shape[0] - k) // 2 + 1, (shape[1] - k) // 2 + 1) and not any(begin)
-    return inside and tuple(kernel_shape) == (k, k) and tuple(strides) == (2, 2)
-
-
-def _pool_3x3(source, planes, maximum: bool, counts: np.ndarray) -> None:
-    """All the planes of a map in one flat run (``kernels._pool3_loops``), AveragePool's division
-    in the same pass: short rows cost the row-by-row loops more in setup than in arithmetic (on
-    the team, with the division: 576 channels of 14×14 113 → 51 µs, 1024 of 7×7 145 → 50).  The
-    planes split over the run's threads as the row loops'."""
-    from . import _pool3_loops
-
-    fill = np.float32(-np.inf) if maximum else np.float32(0.0)
-    _over_planes(_pool3_loops.pool_3x3, _pool3_loops.pool_3x3_parallel, source, planes, maximum, fill, counts)
-
-
 def _window_counts(in_shape, out, begin, end, declared, kernel_shape, strides, dilations, include_pad, dtype):
     """How many cells each window averages over, as a read-only ``dtype`` array broadcastable to
     ``out``; kept per geometry (working it out took 30 µs, as long as a small pool)."""
@@ -310,16 +211,69 @@ def _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mod
     return pool_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
 
 
-@kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
+class _PlannedPool:
+    """A MaxPool (without Indices) or AveragePool node's calls: a float32 input through the
+    compiled plan (``kernels._pool_compiled.plan``) kept for the last input shape, anything else
+    (and a shape no plan serves) through ``generic``.
+
+    Why: working the geometry, the loop and the thread split out again on every call cost 4-6 µs
+    of Python, as much as a small pool's arithmetic (an OCR recognizer's 2×1 pools: 5 µs)."""
+
+    __slots__ = ("_generic", "_plan_for", "_shape", "_plan")
+
+    def __init__(self, generic, plan_for) -> None:
+        self._generic, self._plan_for = generic, plan_for
+        self._shape = self._plan = None
+
+    def __call__(self, x):
+        if x.dtype == np.float32:
+            if x.shape != self._shape:
+                self._plan, self._shape = self._plan_for(x), x.shape
+            if self._plan is not None:
+                return self._plan(x)
+        return self._generic(x)
+
+
+@kernel("AveragePool", since=(1, 7, 10, 11, 19, 22), factory=True)
+def average_pool_node(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
+    dilations = attrs.get("dilations")
+    geometry = (kernel_shape, strides, dilations, pads, auto_pad, attrs.get("ceil_mode", 0), "AveragePool")
+
+    def plan_for(x):
+        out, begin, end, declared = _spatial_setup(x, *geometry)
+        include_pad = attrs.get("count_include_pad", 0)
+        counts = _window_counts(
+            x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, include_pad, np.float32
+        )
+        return _pool_compiled.plan(x.shape, out, begin, kernel_shape, strides, dilations, False, counts)
+
+    def generic(x):
+        return average_pool(x, kernel_shape=kernel_shape, auto_pad=auto_pad, pads=pads, strides=strides, **attrs)
+
+    return _PlannedPool(generic, plan_for)
+
+
+def _one_window_over_the_map(shape, out, begin, end, kernel_shape, dilations, attrs) -> bool:
+    """Whether an AveragePool's only window covers the whole map and averages exactly its cells:
+    unpadded, or its padding not counted (``count_include_pad`` 0)."""
+    if any(o != 1 for o in out) or (dilations and any(d != 1 for d in dilations)):
+        return False
+    if not any(begin) and not any(end):
+        return tuple(kernel_shape) == tuple(shape)
+    return not attrs.get("count_include_pad", 0) and all(k - b >= n for k, b, n in zip(kernel_shape, begin, shape))
+
+
 def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **attrs):
+    """AveragePool of any input (the node's path where no compiled plan serves it)."""
     dilations = attrs.get("dilations")
     ceil_mode = attrs.get("ceil_mode", 0)
     out, begin, end, declared = _spatial_setup(
         x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "AveragePool"
     )
-    if all(o == 1 for o in out) and not any(begin) and not any(end) and tuple(kernel_shape) == x.shape[2:]:
-        # One window that is the whole map (Inception's 7×7 head on a 7×7 map): a global
-        # average, one matrix-vector product (1024 channels: 70 against ~20 µs).
+    if _one_window_over_the_map(x.shape[2:], out, begin, end, kernel_shape, dilations, attrs):
+        # One window that is the whole map (Inception's 7×7 head on a 7×7 map; a 7×7 window
+        # padded past a 6×6 map, its padding not counted): a global average, one matrix-vector
+        # product (1024 channels: 70 against ~20 µs; Inception-v1's 6×6 head in its run 131 → 66-72).
         fast = trailing_mean(x, tuple(range(2, x.ndim)), True)
         if fast is not None:
             return fast
@@ -327,7 +281,7 @@ def average_pool(x, *, kernel_shape=None, auto_pad, pads=None, strides=None, **a
     counts = _window_counts(
         x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, attrs.get("count_include_pad", 0), acc
     )
-    sums, divided = _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, False, counts)
+    sums, divided = _pool_compiled.compiled_reduce(x, out, begin, kernel_shape, strides, dilations, False, counts)
     if divided:
         return sums
     if sums is None:
@@ -365,10 +319,17 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
     want_indices = ctx.num_outputs > 1 and ctx.outputs_used[1]
     multi_output = ctx.since_version >= 8  # the schema declares Indices from opset 8
 
+    def plan_for(x):
+        out, begin, _, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
+        plan = _pool_compiled.plan(x.shape, out, begin, kernel_shape, strides, dilations, True)
+        if plan is None or not multi_output:
+            return plan
+        return lambda x: (plan(x), None)  # (Indices not asked for)
+
     def run(x):
         out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
         if not want_indices:
-            best, _ = _compiled_reduce(x, out, begin, kernel_shape, strides, dilations, True)
+            best, _ = _pool_compiled.compiled_reduce(x, out, begin, kernel_shape, strides, dilations, True)
             if best is not None:
                 return (best, None) if multi_output else best
             lowest = _lowest(x.dtype)
@@ -389,7 +350,7 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
             return (best, None) if multi_output else best
         return best, _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order)
 
-    return run
+    return run if want_indices else _PlannedPool(run, plan_for)
 
 
 def _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order):
