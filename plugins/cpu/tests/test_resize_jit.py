@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 import onnxplug
 from onnxplug.errors import InvalidArgument
 from onnxplug.testing import make_model
-from onnxplug_cpu.kernels import resize
+from onnxplug_cpu.kernels import _resize_2d, resize
 
 MODES = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"]
 SCALES = [(2.0, 2.0), (4.0, 3.0), (1.5, 0.6), (0.5, 0.5), (1.0, 2.0), (2.0, 1.0)]
@@ -35,17 +35,17 @@ def _run(x, scales, mode, ctm, nearest_mode="round_prefer_floor"):
 
 def _both(monkeypatch, *args):
     calls = []
-    real = resize._compiled_2d
+    real = _resize_2d._compiled_2d
 
     def spy():
         kernels = real()
         calls.append(kernels is not None)
         return kernels
 
-    monkeypatch.setattr(resize, "_compiled_2d", spy)
+    monkeypatch.setattr(_resize_2d, "_compiled_2d", spy)
     with np.errstate(invalid="ignore"):  # inf * 0 taps (sessions run kernels so)
         fast = _run(*args)
-        monkeypatch.setattr(resize, "_compiled_2d", lambda: None)
+        monkeypatch.setattr(_resize_2d, "_compiled_2d", lambda: None)
         slow = _run(*args)
     return fast, slow, calls
 
@@ -86,7 +86,7 @@ _NEAREST = dict(
 
 def test_other_calls_keep_the_numpy_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(resize, "_compiled_2d", lambda: calls.append(1))
+    monkeypatch.setattr(_resize_2d, "_compiled_2d", lambda: calls.append(1))
     rng = np.random.default_rng(3)
     _run(rng.standard_normal((1, 2, 4, 4)).astype(np.float32), (2.0, 2.0), "nearest", "asymmetric")  # small
     _run(rng.standard_normal((1, 8, 40, 40)), (2.0, 2.0), "linear", "half_pixel")  # float64
@@ -131,23 +131,20 @@ def test_a_run_on_the_team_splits_the_planes_with_the_same_bits(monkeypatch, mod
     it: the one-thread pass's bits."""
     from onnxplug_cpu.kernels import _team
 
-    if resize._compiled_2d() is None or not _team.parallel_ready():
+    if _resize_2d._compiled_2d() is None or not _team.parallel_ready():
         pytest.skip("needs numba with a thread-safe threading layer (omp or tbb)")
     x = np.random.default_rng(3).standard_normal((1, 16, 64, 64)).astype(np.float32)
     scales = (2.0, 3.0)  # not an exact 2× of both axes: the gather (test_doubling_... below)
     alone = _run(x, scales, mode, "half_pixel")
-    monkeypatch.setattr(resize, "team_joined", lambda: True)
-    monkeypatch.setattr(resize, "thread_budget", lambda: 2)
+    monkeypatch.setattr(_resize_2d, "team_joined", lambda: True)
+    monkeypatch.setattr(_resize_2d, "thread_budget", lambda: 2)
+    real = _resize_2d._compiled_2d_parallel
     split = []
-    real = resize._compiled_2d_parallel
-
-    def spy():
-        split.append(1)
-        return real()
-
-    monkeypatch.setattr(resize, "_compiled_2d_parallel", spy)
+    monkeypatch.setattr(
+        _resize_2d, "_compiled_2d_parallel", lambda: tuple(lambda *a, f=f: split.append(a[-1]) or f(*a) for f in real())
+    )
     np.testing.assert_array_equal(_run(x, scales, mode, "half_pixel"), alone)
-    assert split == [1]
+    assert split == [2]
 
 
 @pytest.mark.numba
@@ -160,15 +157,15 @@ def test_an_exact_doubling_takes_the_doubling_loop(monkeypatch, shape, team):
     gather."""
     from onnxplug_cpu.kernels import _team
 
-    if resize._compiled_2d() is None or (team and not _team.parallel_ready()):
+    if _resize_2d._compiled_2d() is None or (team and not _team.parallel_ready()):
         pytest.skip("needs numba (and, on the team, a thread-safe threading layer)")
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     if team:
-        monkeypatch.setattr(resize, "team_joined", lambda: True)
-        monkeypatch.setattr(resize, "thread_budget", lambda: 2)
+        monkeypatch.setattr(_resize_2d, "team_joined", lambda: True)
+        monkeypatch.setattr(_resize_2d, "thread_budget", lambda: 2)
     doubling = []
-    real = resize._compiled_doubling
-    monkeypatch.setattr(resize, "_compiled_doubling", lambda: doubling.append(1) or real())
+    real = _resize_2d._compiled_doubling
+    monkeypatch.setattr(_resize_2d, "_compiled_doubling", lambda: doubling.append(1) or real())
     for ctm, nearest_mode, doubled in [
         ("asymmetric", "floor", True),
         ("half_pixel", "round_prefer_floor", True),
@@ -245,19 +242,37 @@ def test_a_node_keeps_its_geometry_only_for_inputs_that_cannot_change(monkeypatc
 
 
 @pytest.mark.numba
+def test_a_node_keeps_the_compiled_pass_bound_to_its_geometry(monkeypatch):
+    """With constant scales a node binds the compiled pass once (``_resize_2d.bound``) and calls
+    it again for the same input shape; a float64 input of that shape takes the numpy path."""
+    node = resize._ResizeNode(resize._options("nearest", "asymmetric", "floor"))
+    bound = []
+    real = _resize_2d.bound
+    monkeypatch.setattr(_resize_2d, "bound", lambda *a: bound.append(real(*a)) or bound[-1])
+    constant = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    constant.flags.writeable = False
+    x = np.random.default_rng(5).standard_normal((1, 128, 10, 10)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(node(x, None, constant), x.repeat(2, axis=2).repeat(2, axis=3))
+    assert len(bound) == 2 and bound[0] is not None  # resize_nd's first call, then the node's own
+    np.testing.assert_array_equal(node(x.astype(np.float64), None, constant), x.repeat(2, axis=2).repeat(2, axis=3))
+    assert len(bound) == 2
+
+
+@pytest.mark.numba
 @pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel"])
 @pytest.mark.parametrize("width", [3, 4, 7, 81])
 def test_a_bilinear_doubling_takes_the_pairwise_loop_with_the_numpy_path_s_bits(monkeypatch, ctm, width):
-    """A bilinear 2× upsampling's columns repeat two taps (``resize._doubles_columns``): its loop
+    """A bilinear 2× upsampling's columns repeat two taps (``_resize_2d._doubles_columns``): its loop
     blends each pair of neighbours into both outputs between them (``linear_doubled_columns``),
     with the numpy path's bits, infinities and NaN included; a tripled width keeps the gather."""
     x = np.random.default_rng(7).standard_normal((1, 128, 6, width)).astype(np.float32)
     x[0, 1, 2, width // 2] = np.inf
     x[0, 2, 0, 0] = np.nan
     options = resize._options_key(resize._options("linear", ctm))
-    plan = resize._plan_2d(x.shape, (1, 128, 12, 2 * width), (1.0, 1.0, 2.0, 2.0), options)
+    plan = _resize_2d.plan_2d(x.shape, (1, 128, 12, 2 * width), (1.0, 1.0, 2.0, 2.0), options)
     assert plan[0] == "linear_doubled"
-    assert resize._plan_2d(x.shape, (1, 128, 12, 3 * width), (1.0, 1.0, 2.0, 3.0), options)[0] == "linear"
+    assert _resize_2d.plan_2d(x.shape, (1, 128, 12, 3 * width), (1.0, 1.0, 2.0, 3.0), options)[0] == "linear"
     fast, slow, calls = _both(monkeypatch, x, (2.0, 2.0), "linear", ctm)
     assert calls == [True]
     np.testing.assert_array_equal(fast, slow)

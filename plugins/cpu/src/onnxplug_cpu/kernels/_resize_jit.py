@@ -18,7 +18,7 @@ each output row is written once:
   decoder, FPNs) blends each pair of neighbours into both outputs between them in one
   vectorised loop instead (``linear_doubled_columns``).
 
-The tap tables are ``resize.axis_taps``' (every coordinate mode and nearest rounding), and the
+The tap tables are ``_resize_taps.axis_taps``' (every coordinate mode and nearest rounding), and the
 linear path multiplies and adds in the numpy path's order (rows first, then columns; no fused
 multiply-add without ``fastmath``), so results are the numpy path's bits.
 
@@ -53,7 +53,7 @@ def compiled() -> tuple[Any, Any] | None:
 def compiled_doubling() -> Any | None:
     """``(double_both_axes(x, doubled, y), double_both_axes_parallel(x, doubled, y, parts))``:
     ``x`` ``(R, W)`` float32 rows doubled along both axes into ``y`` ``(R, 2, 2W)`` through the
-    scratch ``doubled`` ``(R·2W,)``, for a nearest 2× upsampling (``resize._doubled``), the
+    scratch ``doubled`` ``(R·2W,)``, for a nearest 2× upsampling (``_resize_taps.doubled``), the
     second with the rows split into ``parts`` on numba's threading layer; or ``None``."""
     if compiler() is None:
         return None
@@ -77,7 +77,7 @@ def compiled_parallel() -> tuple[Any, Any] | None:
 @functools.cache
 def compiled_doubled_columns() -> tuple[Any, Any] | None:
     """``(linear_doubled_columns(x, iy, wy, ix, wx, y), its parallel form with parts)``: the
-    linear loop for a doubled width with repeating interior taps (``resize._doubles_columns``),
+    linear loop for a doubled width with repeating interior taps (``_resize_2d._doubles_columns``),
     the same arguments and bits as :func:`compiled`'s; or ``None``."""
     if compiler() is None:
         return None

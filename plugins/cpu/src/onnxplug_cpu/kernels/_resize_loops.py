@@ -66,7 +66,7 @@ def linear(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
 
 @jit
 def linear_doubled_columns(x, iy, wy, ix, wx, y):  # pragma: no cover - compiled
-    """:func:`linear` for a doubled width whose interior columns repeat two taps (``resize._doubles_columns``:
+    """:func:`linear` for a doubled width whose interior columns repeat two taps (``_resize_2d._doubles_columns``:
     output ``2j + 1`` blends ``t[j]`` and ``t[j + 1]`` with column 1's weights, ``2j + 2``
     the same two with column 2's): one loop over ``j`` storing both, where the gather through
     the tables kept each output scalar (32 planes of 32×32 → 64×64 on one thread: 89 → 28 µs).

@@ -7,8 +7,9 @@ and the interpolation filter, and is applied with ``take`` along that axis, one 
 Nearest uses a single tap and never leaves the input dtype; linear and cubic accumulate in
 float32 (float64 for float64) and cast back, rounding and saturating for integer images.
 Antialiasing (downscaling with a stretched filter) only widens the tap table.
-float32 maps resized on their last two axes only, nearest or linear, take one compiled pass
-instead (``kernels._resize_jit``, the same taps and the same bits).
+The tap tables are ``kernels._resize_taps``'.  float32 maps resized on their last two axes only,
+nearest or linear, take one compiled pass instead (``kernels._resize_2d``, the same taps and the
+same bits).
 """
 
 from __future__ import annotations
@@ -21,94 +22,9 @@ import numpy as np
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.kernels import check_allocation
 
+from . import _resize_2d
 from ._registry import kernel
-from ._resize_jit import compiled as _compiled_2d
-from ._resize_jit import compiled_doubled_columns as _compiled_doubled_columns
-from ._resize_jit import compiled_doubling as _compiled_doubling
-from ._resize_jit import compiled_parallel as _compiled_2d_parallel
-from ._split_rows import thread_budget
-from ._team import team_joined
-
-
-def _source_coords(out_size, in_size, scale, mode, roi_start, roi_end):
-    """Input-space coordinate of every output index along one axis."""
-    i = np.arange(out_size, dtype=np.float64)
-    length = scale * in_size  # the unrounded output length, as the spec's formulas use it
-    if mode == "half_pixel":
-        return (i + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        offset = in_size / 2 * (1 - out_size / length)
-        return offset + (i + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (i + 0.5) / scale - 0.5 if length > 1 else np.full(out_size, -0.5)
-    if mode == "align_corners":
-        return i * (in_size - 1) / (length - 1) if length != 1 else np.zeros(out_size)
-    if mode == "asymmetric":
-        return i / scale
-    if mode == "tf_half_pixel_for_nn":
-        return (i + 0.5) / scale
-    if mode == "tf_crop_and_resize":
-        # The roi products stay in the roi's own precision (float32 usually), as other runtimes
-        # compute them: 0.1f * 5 is then exactly 0.5, which decides a nearest tie.
-        last = roi_start.dtype.type(in_size - 1)
-        span = float((roi_end - roi_start) * last)
-        if length > 1:
-            x = i * span / (length - 1)
-        else:
-            x = np.full(out_size, span / 2)
-        return x + float(roi_start * last)
-    raise Fail(f"Resize: unknown coordinate_transformation_mode {mode!r}")
-
-
-def _nearest_index(x, nearest_mode, scale):
-    if nearest_mode == "round_prefer_floor":
-        return np.ceil(x - 0.5)
-    if nearest_mode == "round_prefer_ceil":
-        return np.floor(x + 0.5)
-    if nearest_mode == "floor":
-        return np.floor(x)
-    if nearest_mode == "ceil":
-        return np.ceil(x)
-    if nearest_mode == "simple":  # opset 10 and Upsample: truncate up-, round up downsampling
-        return np.floor(x) if scale >= 1 else np.ceil(x)
-    raise Fail(f"Resize: unknown nearest_mode {nearest_mode!r}")
-
-
-def _cubic(d, a):
-    d = np.abs(d)
-    near = ((a + 2) * d - (a + 3)) * d * d + 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
-
-
-def axis_taps(in_size, out_size, scale, opts, roi_start=None, roi_end=None):
-    """``(indices (out, T), weights (out, T) or None, outside (out,) bool or None)``."""
-    roi_start = np.float64(0) if roi_start is None else roi_start
-    roi_end = np.float64(1) if roi_end is None else roi_end
-    x = _source_coords(out_size, in_size, scale, opts["ctm"], roi_start, roi_end)
-    outside = None
-    if opts["ctm"] == "tf_crop_and_resize":
-        outside = (x < 0) | (x > in_size - 1)
-    mode = opts["mode"]
-    if mode == "nearest":
-        index = _nearest_index(x, opts["nearest_mode"], scale)
-        return np.clip(index, 0, in_size - 1).astype(np.int64)[:, None], None, outside
-    support = 1.0 if mode == "linear" else 2.0
-    stretch = min(scale, 1.0) if opts["antialias"] else 1.0
-    reach = int(math.ceil(support / stretch))
-    base = np.floor(x)
-    taps = base[:, None] + np.arange(1 - reach, reach + 1)[None, :]
-    distance = (taps - x[:, None]) * stretch
-    if mode == "linear":
-        weights = np.clip(1 - np.abs(distance), 0, None)
-    else:
-        weights = _cubic(distance, opts["cubic_coeff_a"])
-    if opts["exclude_outside"]:
-        weights = np.where((taps < 0) | (taps > in_size - 1), 0.0, weights)
-    if opts["exclude_outside"] or opts["antialias"]:
-        total = weights.sum(axis=1, keepdims=True)
-        weights = weights / np.where(total == 0, 1.0, total)
-    return np.clip(taps, 0, in_size - 1).astype(np.int64), weights, outside
+from ._resize_taps import axis_taps
 
 
 def _apply_axis(x, axis, indices, weights, acc):
@@ -127,127 +43,6 @@ def _apply_axis(x, axis, indices, weights, acc):
     return result
 
 
-#: Smaller outputs keep the numpy path: the first compiled call loads numba (once per process).
-COMPILED_MIN_ELEMENTS = 4096
-#: Output elements per thread from which a run on numba's team splits a resize over it.
-PART_ELEMENTS = 1 << 15
-
-
-@functools.lru_cache(maxsize=128)
-def _cached_taps(in_size, out_size, scale, options):
-    """:func:`axis_taps` of one axis (no roi), made once per geometry: float32 weights."""
-    indices, weights, _ = axis_taps(in_size, out_size, scale, dict(options))
-    return indices, None if weights is None else weights.astype(np.float32)
-
-
-@functools.lru_cache(maxsize=128)
-def _doubled(in_size, out_size, scale, options) -> bool:
-    """Whether a nearest axis's table reads every input position twice in order (``i // 2``):
-    an exact 2× upsampling, for the doubling loop (``_resize_jit.compiled_doubling``)."""
-    if out_size != 2 * in_size:
-        return False
-    indices, _ = _cached_taps(in_size, out_size, scale, options)
-    return bool(np.array_equal(indices[:, 0], np.arange(out_size) // 2))
-
-
-def _double_both_axes(source, target, parts: int = 1) -> None:
-    """``target`` ``(B, 2H, 2W)``: ``source`` ``(B, H, W)`` with every value doubled along both
-    axes, in one compiled pass (the same values as the gather; numpy's broadcasting copy of the
-    doubled rows took 18 of 21 µs on YOLO's 128 planes of 10×10), its rows split into ``parts``
-    on numba's team when more than one."""
-    rows, width = source.shape[0] * source.shape[1], source.shape[2]
-    doubled = np.empty(rows * 2 * width, np.float32)
-    arguments = (source.reshape(rows, width), doubled, target.reshape(rows, 2, 2 * width))
-    serial, parallel = _compiled_doubling()
-    if parts > 1:
-        parallel(*arguments, parts)
-    else:
-        serial(*arguments)
-
-
-@functools.lru_cache(maxsize=256)
-def _plan_2d(shape: tuple, out_shape: tuple, scales: tuple, options: tuple):
-    """What :func:`_resize_2d` runs for this geometry, worked out once: ``None`` where the
-    compiled pass does not apply, else ``(form, tables)``: ``"double"`` (an exact 2× nearest
-    upsampling of both axes), ``"nearest"`` (each axis' source index), ``"linear"`` (each axis'
-    two taps and weights) or ``"linear_doubled"`` (those, the columns a bilinear 2×
-    upsampling's: :func:`_doubles_columns`)."""
-    opts = dict(options)
-    if len(shape) < 3 or opts["ctm"] == "tf_crop_and_resize" or opts["antialias"]:
-        return None
-    if opts["mode"] not in ("nearest", "linear") or math.prod(out_shape) < COMPILED_MIN_ELEMENTS:
-        return None
-    if tuple(out_shape[:-2]) != shape[:-2] or any(float(s) != 1.0 for s in scales[:-2]) or 0 in shape:
-        return None
-    tables = []
-    for axis in (-2, -1):
-        in_size, out_size, scale = shape[axis], out_shape[axis], float(scales[axis])
-        if in_size == out_size and scale == 1.0:  # an axis the numpy path leaves alone
-            if opts["mode"] == "linear":
-                return None  # x·1 + x·0 is not x for infinities
-            tables.append((np.arange(in_size, dtype=np.int64)[:, None], None))
-        else:
-            tables.append(_cached_taps(in_size, out_size, scale, options))
-    (iy, wy), (ix, wx) = tables
-    if opts["mode"] == "linear":
-        form = "linear_doubled" if _doubles_columns(shape[-1], out_shape[-1], ix, wx) else "linear"
-        return form, (iy, wy, ix, wx)
-    if all(_doubled(shape[axis], out_shape[axis], float(scales[axis]), options) for axis in (-2, -1)):
-        return "double", ()
-    return "nearest", (np.ascontiguousarray(iy[:, 0]), np.ascontiguousarray(ix[:, 0]))
-
-
-def _doubles_columns(width: int, out_width: int, ix: np.ndarray, wx: np.ndarray) -> bool:
-    """Whether a linear column table doubles a width of at least 3 with repeating interior taps:
-    output ``2j + 1`` reads ``(j, j + 1)`` with output 1's weights and ``2j + 2`` the same two
-    with output 2's (a bilinear 2× upsampling), for ``_resize_loops.linear_doubled_columns``."""
-    if out_width != 2 * width or width < 3:
-        return False
-    j = np.arange(width - 1)
-    pairs = np.stack([j, j + 1], axis=1)
-    return (
-        np.array_equal(ix[1:-1:2], pairs)
-        and np.array_equal(ix[2:-1:2], pairs)
-        and bool((wx[1:-1:2] == wx[1]).all())
-        and bool((wx[2:-1:2] == wx[2]).all())
-    )
-
-
-def _resize_2d(x, out_shape, scales, opts):
-    """The compiled nearest / bilinear pass over the last two axes, or ``None`` when it does not
-    apply (another dtype, mode, axis or coordinate mode with a roi, a small output, no numba)."""
-    if x.dtype != np.float32:
-        return None
-    plan = _plan_2d(x.shape, out_shape, scales, _options_key(opts))
-    if plan is None:
-        return None
-    kernels = _compiled_2d()
-    if kernels is None:
-        return None
-    form, tables = plan
-    source = np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
-    y = np.empty(out_shape, np.float32)
-    target = y.reshape(-1, *out_shape[-2:])
-    parts = min(thread_budget(), y.size // PART_ELEMENTS, target.shape[0])
-    team = parts > 1 and team_joined()  # between the convolutions of a run on numba's team
-    if form == "double":
-        _double_both_axes(source, target, parts if team else 1)
-        return y
-    if form == "nearest":
-        arguments = (source, *tables, target)
-    else:
-        arguments = (source, tables[0], tables[1], tables[2], tables[3], target)
-    if form == "linear_doubled":
-        serial, parallel = _compiled_doubled_columns()
-    else:
-        serial, parallel = kernels[form == "linear"], _compiled_2d_parallel()[form == "linear"]
-    if team:
-        parallel(*arguments, parts)
-    else:
-        serial(*arguments)
-    return y
-
-
 def _options_key(opts: dict) -> tuple:
     """The options as a hashable key (:func:`_options` makes them in one order)."""
     return tuple(opts.items())
@@ -257,9 +52,10 @@ def resize_nd(x, out_shape, scales, opts, roi=None, extrapolation_value=0.0):
     """Resize ``x`` to ``out_shape`` with per-axis ``scales`` (tuples of ints and floats; ``roi``:
     starts + ends)."""
     out_shape = check_allocation(out_shape, x.dtype, "Resize output")
-    fast = _resize_2d(x, out_shape, scales, opts)
-    if fast is not None:
-        return fast
+    if x.dtype == np.float32:
+        fast = _resize_2d.bound(x.shape, out_shape, scales, _options_key(opts))
+        if fast is not None:
+            return fast(x)
     rank = x.ndim
     interpolating = opts["mode"] != "nearest"
     acc = np.float64 if x.dtype == np.float64 else np.float32
@@ -312,9 +108,10 @@ def _resize(x, roi, scales, sizes, opts, *, axes=None, policy="stretch", extrapo
 
 
 class _ResizeNode:
-    """One Resize node's calls: :func:`_resize`, with the output's geometry kept for the last
-    input shape and the last ``roi``/``scales``/``sizes`` objects where those are read-only
-    arrays (a model's constants: their values cannot change under the kept geometry).
+    """One Resize node's calls: :func:`_resize`, with the output's geometry (and the compiled
+    pass bound to it, ``kernels._resize_2d.bound``, where that serves it) kept for the last input
+    shape and the last ``roi``/``scales``/``sizes`` objects where those are read-only arrays (a
+    model's constants: their values cannot change under the kept geometry).
 
     Why: working the geometry out again, even from :func:`_geometry`'s cache, turned each of the
     three inputs into a key (an array, a copy, its bytes): nine numpy calls a Resize, each several
@@ -326,18 +123,25 @@ class _ResizeNode:
     def __init__(self, opts: dict, *, axes=None, policy="stretch", extrapolation_value=0.0) -> None:
         self._opts, self._policy, self._extrapolation = opts, policy, extrapolation_value
         self._axes = None if axes is None else tuple(axes)
-        # (input shape, roi, scales, sizes, out_shape, full_scales, full_roi) of the last call
+        # (input shape, roi, scales, sizes, out_shape, full_scales, full_roi, the bound compiled
+        # pass or None) of the last call
         self._last: tuple | None = None
 
     def __call__(self, x, roi=None, scales=None, sizes=None):
         last = self._last
         if last is not None and last[0] == x.shape and last[1] is roi and last[2] is scales and last[3] is sizes:
+            if last[7] is not None and x.dtype == np.float32:
+                return last[7](x)
             return resize_nd(x, last[4], last[5], self._opts, last[6], self._extrapolation)
         key = (x.shape, _raw(roi), _raw(scales), _raw(sizes), self._axes, self._policy)
         out_shape, full_scales, full_roi = _geometry(*key, _options_key(self._opts))
+        y = resize_nd(x, out_shape, full_scales, self._opts, full_roi, self._extrapolation)
         if all(t is None or (isinstance(t, np.ndarray) and not t.flags.writeable) for t in (roi, scales, sizes)):
-            self._last = (x.shape, roi, scales, sizes, out_shape, full_scales, full_roi)
-        return resize_nd(x, out_shape, full_scales, self._opts, full_roi, self._extrapolation)
+            fast = None
+            if x.dtype == np.float32:  # (the output's size was checked by resize_nd)
+                fast = _resize_2d.bound(x.shape, out_shape, full_scales, _options_key(self._opts))
+            self._last = (x.shape, roi, scales, sizes, out_shape, full_scales, full_roi, fast)
+        return y
 
 
 def _array(raw):
