@@ -180,3 +180,26 @@ def test_the_plane_loops_load_from_numba_cache_in_a_new_process(cache_misses_in_
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
+
+
+def test_concurrent_runs_of_other_shapes_keep_each_shape_on_its_own_plan(monkeypatch):
+    """Two threads run one session, each its own input shape, over and over: a node's kept plan
+    is replaced whole, so no call pools one shape through the other's plan."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 8, "h", "w"])], [("y", TensorProto.FLOAT, None)])
+    session = _session(model)
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in [(1, 8, 40, 40), (1, 8, 17, 70)]]
+    wants = [_numpy_path(monkeypatch, model, x) for x in inputs]
+
+    def runs(which):
+        for _ in range(200):
+            got = session.run(None, {"x": inputs[which]})[0]
+            if not np.array_equal(got, wants[which]):
+                return False
+        return True
+
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(runs, [0, 1]))

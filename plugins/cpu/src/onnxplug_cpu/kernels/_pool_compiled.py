@@ -70,31 +70,29 @@ class PoolPlan:
     """A pool node's call for one input shape (``(N, C, H, W)`` float32) on
     ``kernels._pool_ir``'s planes: the output's shape, the loop's window number and geometry,
     and AveragePool's window counts; the thread split is worked out again when the run's
-    settings change (``kernels._team.run_settings``)."""
+    settings change (``kernels._team.run_settings``).  Concurrent runs may share a plan: what a
+    call binds is kept as one tuple, replaced whole."""
 
-    __slots__ = ("shape", "_source", "_planes", "_arguments", "_settings", "_call", "_team")
+    __slots__ = ("shape", "_source", "_planes", "_arguments", "_bound")
 
     def __init__(self, in_shape, out, window: int, row_stride: int, begin, counts, masks) -> None:
         self.shape = (*in_shape[:2], *out)
         self._source = (in_shape[0] * in_shape[1], *in_shape[2:])
         self._planes = (self._source[0], *out)
         self._arguments = (counts, masks, window, row_stride, begin[0], begin[1])
-        self._settings = None
-        self._call = None
-        self._team = False
+        self._bound: tuple = (None, None, False)  # (settings, call(source, planes), on the team)
 
-    def _bind(self, settings) -> None:
+    def _bind(self, settings) -> tuple:
         loops = _planes()
         parts = _parts(self._source[0], self._source[1] * self._source[2], settings.budget)
-        self._team = parts > 1 and settings.tiles and settings.team
-        if parts <= 1:
-            entry = direct_call(loops.pool_planes)
-            arguments = self._arguments
-            self._call = lambda source, planes: entry(source, planes, *arguments)
-        elif self._team:
-            entry = direct_call(loops.pool_planes_parallel)
-            arguments = (*self._arguments, parts)
-            self._call = lambda source, planes: entry(source, planes, *arguments)
+        team = parts > 1 and settings.tiles and settings.team
+        if parts <= 1 or team:
+            entry = direct_call(loops.pool_planes_parallel if team else loops.pool_planes)
+            arguments = (*self._arguments, parts) if team else self._arguments
+
+            def call(source, planes):
+                entry(source, planes, *arguments)
+
         else:
             serial, arguments, rows = loops.pool_planes, self._arguments, self._source[0]
 
@@ -104,20 +102,20 @@ class PoolPlan:
 
                 run_in_row_blocks(block, rows, min_rows=max(1, rows // parts))
 
-            self._call = call
-        self._settings = settings
+        self._bound = bound = (settings, call, team)
+        return bound
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The pool of ``x`` (of the shape this plan was made for, float32)."""
         settings = run_settings()
-        if settings is not self._settings:
-            self._bind(settings)
-        if self._team:
+        bound = self._bound
+        if bound[0] is not settings:
+            bound = self._bind(settings)
+        if bound[2]:
             join_run()
         y = np.empty(self.shape, np.float32)
         # C-contiguous: the loops' entry points take their arrays as such, unchecked.
-        source = np.ascontiguousarray(x).reshape(self._source)
-        self._call(source, y.reshape(self._planes))
+        bound[1](np.ascontiguousarray(x).reshape(self._source), y.reshape(self._planes))
         return y
 
 

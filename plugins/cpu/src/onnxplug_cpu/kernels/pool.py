@@ -214,23 +214,26 @@ def _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mod
 class _PlannedPool:
     """A MaxPool (without Indices) or AveragePool node's calls: a float32 input through the
     compiled plan (``kernels._pool_compiled.plan``) kept for the last input shape, anything else
-    (and a shape no plan serves) through ``generic``.
+    (and a shape no plan serves) through ``generic``.  The shape and its plan are kept as one
+    tuple, replaced whole: concurrent runs of a session share the node, and a plan runs its loop
+    on the shape it was made for without checking.
 
     Why: working the geometry, the loop and the thread split out again on every call cost 4-6 µs
     of Python, as much as a small pool's arithmetic (an OCR recognizer's 2×1 pools: 5 µs)."""
 
-    __slots__ = ("_generic", "_plan_for", "_shape", "_plan")
+    __slots__ = ("_generic", "_plan_for", "_last")
 
     def __init__(self, generic, plan_for) -> None:
         self._generic, self._plan_for = generic, plan_for
-        self._shape = self._plan = None
+        self._last: tuple = (None, None)  # (input shape, its plan or None)
 
     def __call__(self, x):
         if x.dtype == np.float32:
-            if x.shape != self._shape:
-                self._plan, self._shape = self._plan_for(x), x.shape
-            if self._plan is not None:
-                return self._plan(x)
+            last = self._last
+            if x.shape != last[0]:
+                self._last = last = (x.shape, self._plan_for(x))
+            if last[1] is not None:
+                return last[1](x)
         return self._generic(x)
 
 
