@@ -78,6 +78,17 @@ def _inside(builder, start, width):
     return builder.and_(after_start, builder.icmp_signed("<", columns, below))
 
 
+def _store(builder, calls, total, target, at, lanes, divisors, divide) -> None:
+    """``total``'s ``lanes`` stored at ``target + at``, each divided first by its window count
+    at ``divisors + at`` where ``divide`` (AveragePool's division in the same pass)."""
+    with builder.if_else(divide) as (then, otherwise):
+        with then:
+            count = calls.masked_load(builder, divisors, at, lanes, ir.Constant(LANES, [1.0] * 16))
+            calls.masked_store(builder, builder.fdiv(total, count), target, at, lanes)
+        with otherwise:
+            calls.masked_store(builder, total, target, at, lanes)
+
+
 def _codegen(rows: int, columns: int, stride: int, maximum: bool):
     fill_value = float("-inf") if maximum else 0.0
     # Columns a chunk reads past its first: 48 at stride 2 (32, and the next chunk's first 16),
@@ -142,12 +153,7 @@ def _codegen(rows: int, columns: int, stride: int, maximum: bool):
                     total = _combine(builder, total, value, maximum)
                 at = builder.add(builder.mul(oy, out_width), ox0)
                 stored = lanes_below(builder, builder.sub(out_width, ox0))
-                with builder.if_else(divide) as (then, otherwise):
-                    with then:
-                        count = calls.masked_load(builder, divisors, at, stored, ir.Constant(LANES, [1.0] * 16))
-                        calls.masked_store(builder, builder.fdiv(total, count), target, at, stored)
-                    with otherwise:
-                        calls.masked_store(builder, total, target, at, stored)
+                _store(builder, calls, total, target, at, stored, divisors, divide)
 
             builder.store(combined(first_column, True), carried)
             with cgutils.for_range(builder, chunks) as chunk_loop:
@@ -219,13 +225,7 @@ def _flat_codegen(maximum: bool):
             left = builder.select(mask(j, 3), builder.shuffle_vector(before, here, _LEFT_ONE), fill)
             right = builder.select(mask(j, 4), builder.shuffle_vector(here, after, _ONE_ON), fill)
             total = _combine(builder, _combine(builder, left, here, maximum), right, maximum)
-            inside = mask(j, 0)
-            with builder.if_else(divide) as (then, otherwise):
-                with then:
-                    count = calls.masked_load(builder, divisors, n0, inside, ir.Constant(LANES, [1.0] * 16))
-                    calls.masked_store(builder, builder.fdiv(total, count), target, n0, inside)
-                with otherwise:
-                    calls.masked_store(builder, total, target, n0, inside)
+            _store(builder, calls, total, target, n0, mask(j, 0), divisors, divide)
             builder.store(here, previous)
             builder.store(after, current)
         return context.get_dummy_value()
