@@ -1,20 +1,20 @@
 """MaxPool and AveragePool planes as AVX-512 LLVM IR, through numba intrinsics (imported by
-``kernels._pool_rows`` only, after ``kernels._pool_rows.available`` has checked that numba is
-usable and the CPU has AVX-512F).
+``kernels._pool_rows`` only, which ``kernels._pool_compiled`` imports after checking that numba
+is usable and the CPU has AVX-512F).
 
 Why: the numba loops of ``kernels._pool_jit`` make several passes per output row through a
 scratch row (a copy of the first input row, a combination with each other row, a split into
 even and odd cells, the windows), and LLVM left most of them scalar or vectorised them with
 costly remainders: 0.59 ns an output for a 3×3 stride-2 MaxPool on 64 planes of 112×112 (one
-thread), where onnxruntime's whole node took 24 µs at two threads (0.12 ns an output).  Here each 16 outputs of a row
-are one straight run of vector code: the window's input rows are loaded 16 columns at a time
-(masked loads where a chunk reaches past the map: a lane outside it, or a row outside it, reads
-the padding's value and touches no memory, so there is no padded copy), combined row by row,
-and the window's columns are then picked out of the combined columns with lane shuffles
-(stride 2: the even and the odd columns of 32, as the depthwise planes do,
-``kernels._depthwise_ir``; stride 1: the columns one and two lanes on).  The last combined
-vector of a chunk is the first of the next, carried in a register.  0.34-0.42 ns an output on
-the same layer.
+thread), where onnxruntime's whole node took 24 µs at two threads (0.12 ns an output).  Here
+each 16 outputs of a row are one straight run of vector code: the window's input rows are
+loaded 16 columns at a time (masked loads where a chunk reaches past the map: a lane outside
+it, or a row outside it, reads the padding's value and touches no memory, so there is no padded
+copy; a chunk wholly inside loads without masks), combined row by row, and the window's columns
+are then picked out of the combined columns with lane shuffles (stride 2: the even and the odd
+columns of 32, as the depthwise planes do, ``kernels._depthwise_ir``; stride 1: the columns one
+and two lanes on).  The last combined vector of a chunk is the first of the next, carried in a
+register.  0.34-0.42 ns an output on the same layer.
 
 :func:`flat_plane` runs a 3×3 stride-1 window padded by one all round (the output the input's
 size) over a plane as one flat run of cells, as ``kernels._depthwise_ir.plane_s1`` does: every
@@ -26,9 +26,10 @@ or sum); the row stride and the padding before each axis are arguments.
 
 Numerics: a window's rows are combined top to bottom, then its columns left to right, as
 ``kernels._pool_jit`` and the numpy path do; a cell outside the map is the padding's value
-(``-inf`` for the maximum, ``0`` for sums, as the numpy path pads); NaN wins a maximum as in
-``np.maximum`` (``v > acc or v != v``).  With window counts (AveragePool), each sum is divided by
-its window's count in the same pass, as ``kernels._pool3_loops`` does.
+(``-inf`` for the maximum, ``0`` for sums, as the numpy path pads).  A maximum is NaN where any
+cell of its window is, as with ``np.maximum``, and otherwise the window's largest value, though
+of ``0.0`` and ``-0.0`` it may give either (:func:`_combine`).  With window counts (AveragePool),
+each sum is divided by its window's count in the same pass, as ``kernels._pool3_loops`` does.
 """
 
 from __future__ import annotations

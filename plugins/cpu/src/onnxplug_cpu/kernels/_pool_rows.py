@@ -1,11 +1,11 @@
 """The compiled plane loops around ``kernels._pool_ir``'s AVX-512 pool planes.
 
-Imported only by :func:`loops` below's caller, ``kernels._pool_plan``, after :func:`available`
-has said yes: importing this module imports numba and compiles (or loads from numba's on-disk
-cache) its two loops, each for one explicit signature so that a node may call their entry
-points (``kernels._jit.direct_call``).  One loop serves every window this module knows
-(:data:`WINDOWS`), chosen by a number per call: numba caches module-level functions only, and a
-branch per plane costs nothing beside a plane's vectors.
+Imported only by ``kernels._pool_compiled``, after it has checked that numba is usable and the
+CPU has AVX-512F: importing this module imports numba and compiles (or loads from numba's
+on-disk cache) its two loops, each for one explicit signature so that a node may call their
+entry points (``kernels._jit.direct_call``).  One loop serves every window this module knows
+(:data:`WINDOWS`, :data:`FLAT_WINDOWS`), chosen by a number per call: numba caches module-level
+functions only, and a branch per plane costs nothing beside a plane's vectors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from numba import prange, types
 from ._f32_conv_gather import array_type
 from ._pool_ir import flat_plane, plane
 
-__all__ = ["WINDOWS", "pool_planes", "pool_planes_parallel"]
+__all__ = ["FLAT_WINDOWS", "WINDOWS", "pool_planes", "pool_planes_parallel"]
 
 #: ``(rows, columns, column stride, maximum)`` → the number :func:`pool_planes` takes: the windows
 #: of the pools in the benchmark's models (and many more): 3×3 at stride 2 (ResNet's, Inception's,
@@ -36,7 +36,7 @@ WINDOWS = {
 #: input's size (Inception's branch pools), run as one flat run of a plane's cells (``maximum`` →
 #: window): every lane used on narrow maps, where a row of 13 cells left 3 of its 16 idle and
 #: paid each row's setup (512 planes of 13×13, one thread: 46 µs by rows, 35 in the flat numba
-#: loops of ``kernels._pool3_loops``).
+#: loops of ``kernels._pool3_loops``, 16 so).
 FLAT_WINDOWS = {True: 8, False: 9}
 _MAX_3X3_S2 = plane(3, 3, 2, True)
 _MAX_2X2_S2 = plane(2, 2, 2, True)
