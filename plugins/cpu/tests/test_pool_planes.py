@@ -203,3 +203,17 @@ def test_concurrent_runs_of_other_shapes_keep_each_shape_on_its_own_plan(monkeyp
 
     with ThreadPoolExecutor(2) as pool:
         assert all(pool.map(runs, [0, 1]))
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pads_that_would_need_a_huge_array_are_refused_naming_it(op, dtype):
+    """Huge pads make a huge output (stride 1) or, on the numpy path, a huge padded input (a
+    stride as large as the pads): an ``InvalidArgument`` naming the array, not an attempt."""
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    x = np.ones((1, 4, 5, 5), dtype)
+    for strides, what in (([1, 1], f"{op} output"), ([100000, 100000], "padded input")):
+        node = helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 3], strides=strides, pads=[100000] * 4)
+        model = make_model([node], [("x", elem, list(x.shape))], [("y", elem, None)], opset=19)
+        with pytest.raises(onnxplug.errors.InvalidArgument, match=what):
+            _session(model).run(None, {"x": x})

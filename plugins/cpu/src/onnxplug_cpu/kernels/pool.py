@@ -98,7 +98,8 @@ def _padded(x, nd, begin, end, fill):
     if not any(begin) and not any(end):
         return x
     lead = x.ndim - nd
-    padded = np.full(x.shape[:lead] + tuple(b + d + e for b, d, e in zip(begin, x.shape[lead:], end)), fill, x.dtype)
+    shape = x.shape[:lead] + tuple(b + d + e for b, d, e in zip(begin, x.shape[lead:], end))
+    padded = np.full(check_allocation(shape, x.dtype, "pool's padded input"), fill, x.dtype)
     padded[(slice(None),) * lead + tuple(slice(b, b + d) for b, d in zip(begin, x.shape[lead:]))] = x
     return padded
 
@@ -208,7 +209,9 @@ def _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mod
         raise Fail(f"{op}: kernel_shape is required")
     if x.ndim < 3:
         raise Fail(f"{op}: input must be at least 3-D (N, C, ...), got shape {list(x.shape)}")
-    return pool_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+    geometry = pool_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+    check_allocation((*x.shape[:2], *geometry[0]), x.dtype, f"{op} output")  # (pads can be any size)
+    return geometry
 
 
 class _PlannedPool:
