@@ -60,7 +60,7 @@ from .runtime import (
     SparseTensor,
 )
 from .runtime._global_threads import set_global_thread_pool_sizes
-from .runtime.session import _SEVERITY_LEVELS
+from .runtime._session_log import SEVERITY_LEVELS
 
 __all__ = [
     "CompileCache",
@@ -168,9 +168,9 @@ def set_default_logger_severity(severity: int) -> None:
 
     :raises RuntimeError: another value (as onnxruntime).
     """
-    if severity not in _SEVERITY_LEVELS:  # 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+    if severity not in SEVERITY_LEVELS:  # 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
         raise RuntimeError(f"Invalid logging severity {severity!r}: expected 0 (verbose) to 4 (fatal)")
-    logging.getLogger("onnxplug").setLevel(_SEVERITY_LEVELS[severity])
+    logging.getLogger("onnxplug").setLevel(SEVERITY_LEVELS[severity])
 
 
 def set_default_logger_verbosity(verbosity: int) -> None:

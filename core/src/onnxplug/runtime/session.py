@@ -43,6 +43,7 @@ from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
 from ._save import write_optimized_model
 from ._session_info import assignment_info, memory_infos
+from ._session_log import log_creation, session_logger
 from ._source import ModelSource
 from .iobinding import IOBinding
 from .lora import with_adapters
@@ -70,10 +71,6 @@ def _release(providers: list[Provider], models: list[ir.Model]) -> None:
         provider.close()
     for model in models:
         release_tensors(model)
-
-
-#: onnxruntime's severities (0 verbose ... 4 fatal) as logging levels.
-_SEVERITY_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 
 
 class InferenceSession:
@@ -105,7 +102,7 @@ class InferenceSession:
             raise TypeError(f"InferenceSession got unexpected keyword arguments {sorted(kwargs)}")
         options = self._sess_options
         self._profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
-        self._logger = self._session_logger()
+        self._logger = session_logger(options)
         start = time.perf_counter_ns()
         self._source = ModelSource(path_or_bytes, options)  # what set_providers builds from again
         self._logger.info("loaded in %.2f s", (time.perf_counter_ns() - start) / 1e9)
@@ -128,7 +125,10 @@ class InferenceSession:
         self._create(parse_providers(providers, provider_options))
         if self._profiler is not None:
             self._profiler.session_event("session_initialization", start, time.perf_counter_ns())
-        self._log_creation()
+        if self._logger.isEnabledFor(logging.INFO):  # (the counts are worked out only then)
+            source, counts = self._source.path or "bytes", self.partition_counts()
+            inlined, copies = self._plan.partition.inlined, len(self._plan.copies)
+            log_creation(self._logger, source, self.get_providers(), counts, inlined, copies)
         self._environment.notify_session_created(self)
 
     # -- creation --------------------------------------------------------------------------
@@ -245,30 +245,6 @@ class InferenceSession:
             initializers=initializers,
             handed_over=self._source.reads_again,
         )
-
-    def _session_logger(self) -> logging.Logger:
-        """The session's logger, ``onnxplug.session.<logid>`` (``SessionOptions.logid``, else
-        ``session``); ``log_severity_level`` 0-4 sets its level (verbose, info, warning, error,
-        fatal), -1 leaves it to the ``onnxplug`` logger (``onnxplug.set_default_logger_severity``).
-        """
-        options = self._sess_options
-        logger = logging.getLogger(f"onnxplug.session.{options.logid or 'session'}")
-        if options.log_severity_level in _SEVERITY_LEVELS:
-            logger.setLevel(_SEVERITY_LEVELS[options.log_severity_level])
-        return logger
-
-    def _log_creation(self) -> None:
-        """Report the session's providers and partition at INFO."""
-        if self._logger.isEnabledFor(logging.INFO):
-            source = self._source.path or "bytes"
-            self._logger.info(
-                "session for %s: providers %s, nodes per provider %s, %d inlined, %d copies",
-                source,
-                self.get_providers(),
-                self.partition_counts(),
-                self._plan.partition.inlined,
-                len(self._plan.copies),
-            )
 
     # -- introspection ---------------------------------------------------------------------
 
