@@ -469,6 +469,78 @@ def test_short_last_tiles_compute_only_their_columns(columns):
     np.testing.assert_allclose(got, _reference(x, weights, np.zeros(9, np.float32), {}), rtol=1e-5, atol=1e-5)
 
 
+# (channels, height, width, kernel, strides, pads): read in place, masked, from padded planes
+ROW_TILE_LAYERS = [
+    (5, 9, 15, (1, 1), (1, 1), (0, 0, 0, 0)),  # pointwise: the input read in place
+    (4, 10, 13, (3, 3), (1, 1), (1, 1, 1, 1)),  # a small map read masked
+    (3, 17, 19, (3, 3), (2, 2), (1, 1, 1, 1)),  # phase-split padded planes, cropped as stored
+]
+
+
+@pytest.mark.parametrize("maps", [1, 2, 3, 4, 5, 8, 10, 16, 32])
+@pytest.mark.parametrize("layer", ROW_TILE_LAYERS, ids=["in-place", "masked", "padded"])
+def test_short_last_row_tiles_store_the_six_row_tiles_bits(layer, maps, fresh_plans):
+    """A last row tile of one or two channels (``_f32_tile_ir.tile_2_rows``, read in place or from
+    padded planes) computes only those channels, and every other count the six-row tile: the same
+    bits as the six-row tiles of a layer whose extra channels repeat the last one, with the bias,
+    a residual, the clamp and the SiLU in the store, and within float32 accuracy of a float64
+    sum."""
+    c, h, w, kernel, strides, pads = layer
+    rng = np.random.default_rng(maps)
+    x = rng.standard_normal((1, c, h, w), dtype=np.float32)
+    weights = rng.standard_normal((maps, c, *kernel), dtype=np.float32)
+    bias = rng.standard_normal(maps, dtype=np.float32)
+    rows = _f32_conv.loops().ROWS
+    extra = np.minimum(np.arange(-(-maps // rows) * rows), maps - 1)  # the last channel repeated
+    attrs = dict(strides=strides, pads=pads)
+    residual = rng.standard_normal((1, extra.size, *_reference(x, weights, bias, attrs).shape[2:]), dtype=np.float32)
+
+    def both(**fused):
+        """The layer, and the first ``maps`` channels of the layer of whole six-row tiles."""
+        z = fused.pop("residual", None)
+        got = convolve(
+            x,
+            weights,
+            bias,
+            packed=PackedConv(weights, 1),
+            residual=None if z is None else z[:, :maps],
+            **attrs,
+            **fused,
+        )
+        whole = convolve(
+            x, weights[extra], bias[extra], packed=PackedConv(weights[extra], 1), residual=z, **attrs, **fused
+        )
+        return got, whole[:, :maps]
+
+    got, whole = both()
+    np.testing.assert_array_equal(got, whole)
+    expected = _reference(x, weights, bias, attrs)
+    assert np.abs(got - expected).max() <= 2e-6 * max(1.0, np.abs(expected).max()) * np.sqrt(weights[0].size)
+    np.testing.assert_array_equal(*both(residual=residual, clamp=(-1.0, 1.5)))
+    np.testing.assert_array_equal(*both(silu_alpha=1.702))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+def test_short_row_tiles_write_no_row_past_their_channels(rows):
+    """The tiles of a layer of ``rows`` channels (one row tile, short or six rows computing
+    fewer) leave the rows after them untouched: the output's channels are rows of a larger
+    guarded array."""
+    loops = _f32_conv.loops()
+    rng = np.random.default_rng(43)
+    columns = 130  # two full column tiles and a short one
+    a = rng.standard_normal((rows, 20), dtype=np.float32)
+    b = rng.standard_normal((20, columns), dtype=np.float32)
+    guarded = np.full((rows + 6, columns), 7.0, dtype=np.float32)
+    offsets = np.arange(20, dtype=np.int64) * columns
+    no_bias, no_residual, inf = np.zeros(0, np.float32), np.zeros((0, 0), np.float32), np.float32(np.inf)
+    no_crop = (np.zeros(0, np.uint16), np.zeros(0, np.int64))
+    count = loops.tile_count(rows, 1, columns)
+    args = (no_bias, no_residual, -inf, inf, *no_crop, 1, np.float32(np.nan), False, 0, 0, count)
+    loops.tiles(a, b.reshape(-1), offsets, guarded[:rows], columns, 1, 0, *args)
+    np.testing.assert_allclose(guarded[:rows], a @ b, rtol=1e-5, atol=1e-5)
+    assert (guarded[rows:] == 7.0).all()
+
+
 def test_a_node_s_later_calls_reuse_its_plan_and_still_check_their_inputs(monkeypatch):
     """The first call of a shape plans the layer and keeps the plan with the weights (a
     ``BoundLayer``) on the node's PackedConv; later calls with the node's own attribute objects

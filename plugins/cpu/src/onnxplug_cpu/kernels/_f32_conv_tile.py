@@ -27,6 +27,7 @@ from ._f32_tile_ir import (
     COLUMNS,
     ROWS,
     crop_tile,
+    crop_tile_2_rows,
     crop_tile_16,
     crop_tile_32,
     crop_tile_48,
@@ -35,6 +36,7 @@ from ._f32_tile_ir import (
     masked_tile_32,
     masked_tile_48,
     tile,
+    tile_2_rows,
     tile_16,
     tile_32,
     tile_48,
@@ -149,10 +151,15 @@ def _unmasked_range(
         )
         q, width, g, row, column = _next_tile(m_tiles, groups, column_tiles, chunk, q, width, g, row, column)
         # A short last tile (196 columns at 14×14: 3 tiles of 64 and 4 columns) computes only
-        # the vectors it stores.
+        # the vectors it stores, and a full-width last row tile of one or two channels only those
+        # (not in the masked loop: see kernels._f32_tile_ir).
+        rows = arguments[7]
         if crop:
             if valid > 48:
-                crop_tile(*arguments, silu, low, high, alpha)
+                if rows <= 2:
+                    crop_tile_2_rows(*arguments, silu, low, high, alpha)
+                else:
+                    crop_tile(*arguments, silu, low, high, alpha)
             elif valid > 32:
                 crop_tile_48(*arguments, silu, low, high, alpha)
             elif valid > 16:
@@ -160,7 +167,10 @@ def _unmasked_range(
             else:
                 crop_tile_16(*arguments, silu, low, high, alpha)
         elif valid > 48:
-            tile(*arguments, silu, low, high, alpha)
+            if rows <= 2:
+                tile_2_rows(*arguments, silu, low, high, alpha)
+            else:
+                tile(*arguments, silu, low, high, alpha)
         elif valid > 32:
             tile_48(*arguments, silu, low, high, alpha)
         elif valid > 16:

@@ -15,7 +15,14 @@ columns of the last tile, so nothing past the output or the planes is read or wr
 the last channel read the last channel's weights and are not stored.  LLVM keeps the
 accumulators in registers (24 of the 32 zmm).  A last tile of at most 48, 32 or 16 columns takes
 a variant with that many vectors (``tile_48`` …), so that masked-off vectors are not computed: a
-14×14 map's 196 columns cost 208, not 256.
+14×14 map's 196 columns cost 208, not 256.  Likewise a full-width last row tile of one or two
+channels (``tile_2_rows``, ``crop_tile_2_rows``) computes only those: 32 output channels are five
+tiles of six and one of two, which the six-row tile computed as 36 rows of multiply-adds (a 32 →
+32 3×3 layer at 80×80, one thread: 301-304 → 280-285 µs).  Not for three or four channels: a
+four-row tile (16 accumulators) saved less than its two rows (16 → 64 channels pointwise at 55×55
+1-2 % slower), and short-row variants in the masked loop slowed its six-row tile by 1-2 %.  The
+sums a tile stores are the same whatever its row count (each channel's ``k`` in order, one
+rounding each).
 
 The store adds the bias and a residual and clamps, in the epilogue's order (``kernels._epilogue``),
 then applies the SiLU.  It is written out once per case (with or without a residual, with or
@@ -93,8 +100,9 @@ def _exp(builder, y):
     return q
 
 
-def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: bool = False):
-    """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4); ``crop``: the stores
+def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: bool = False, row_count: int = ROWS):
+    """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4) of ``row_count`` output
+    channels (a short last row tile's, see the module's docstring); ``crop``: the stores
     compress each vector's kept lanes to its output position (see the module's docstring);
     ``prefetch``: each ``k`` also prefetches the cache lines ``keep`` values past the ones it
     loads (``kernels._f32_matmul_loops``: rows of weights a few rows on, each on a page of its
@@ -126,9 +134,9 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
         last = builder.sub(rows, i64(1))
         row_starts = [
             builder.mul(builder.select(builder.icmp_signed("<", i64(r), rows), i64(r), last), depth)
-            for r in range(ROWS)
+            for r in range(row_count)
         ]
-        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(ROWS)]
+        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(row_count)]
         if prefetch:
             touch = cgutils.get_or_insert_function(
                 module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0"
@@ -154,7 +162,7 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
                     ahead = builder.gep(source, [builder.add(builder.add(base, keep), i64(16 * v))])
                     flags = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
                     builder.call(touch, [builder.bitcast(ahead, _I8.as_pointer()), *flags])
-            for r in range(ROWS):
+            for r in range(row_count):
                 weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
                 broadcast = splat(builder, weight, LANES)
                 for v in range(vectors):
@@ -198,7 +206,7 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
             """Each kept row's vectors, plus the bias, plus the residual (``with_residual``),
             clamped, then the SiLU (``with_silu``), stored: one straight run of code, so that the
             vectors' SiLU chains (an ``exp`` each) interleave."""
-            for r in range(ROWS):
+            for r in range(row_count):
                 with builder.if_then(builder.icmp_signed("<", i64(r), rows)):
                     row = builder.mul(i64(r), ldy)
                     with builder.if_else(has_bias) as (then, otherwise):
@@ -359,3 +367,19 @@ def masked_tile_16(
 ):
     """:func:`masked_tile` for at most 16 valid columns."""
     return _SIGNATURE, _codegen(1, masked=True)
+
+
+@intrinsic
+def tile_2_rows(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`tile` of at most 2 output channels (``rows``): only their sums are computed."""
+    return _SIGNATURE, _codegen(4, row_count=2)
+
+
+@intrinsic
+def crop_tile_2_rows(
+    typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
+):
+    """:func:`crop_tile` of at most 2 output channels."""
+    return _SIGNATURE, _codegen(4, crop=True, row_count=2)
