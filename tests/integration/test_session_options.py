@@ -63,6 +63,13 @@ def test_profiling_writes_a_chrome_trace(tmp_path, monkeypatch):
     assert first["args"]["provider"] == "CPUExecutionProvider"
     assert first["args"]["input_type_shape"] == [{"float": [4, 8]}, {"float": [8, 8]}]
     assert first["args"]["output_type_shape"] == [{"float": [4, 8]}]
+    assert first["args"]["activation_size"] == str(4 * 8 * 4 + 8 * 8 * 4)
+    assert first["args"]["output_size"] == str(4 * 8 * 4)
+    # in the order the events ended: each run's nodes before its model_run event
+    ends = [e["ts"] + e["dur"] for e in events]
+    assert ends == sorted(ends)
+    runs = [i for i, e in enumerate(events) if e["name"] == "model_run"]
+    assert sum(1 for e in events[: runs[0]] if e["cat"] == "Node") == 5
 
 
 def test_profiling_off():
