@@ -477,6 +477,41 @@ ROW_TILE_LAYERS = [
 ]
 
 
+# (channels, height, width, kernel, strides, pads): every form of the gather
+GATHERS = [
+    (3, 9, 11, (3, 3), (2, 2), (1, 1, 1, 1)),  # both column phases, an odd width
+    (2, 8, 10, (3, 3), (2, 2), (0, 0, 0, 0)),  # both column phases, no padding
+    (2, 13, 11, (5, 5), (2, 2), (2, 2, 1, 2)),  # left pad 2
+    (2, 9, 10, (3, 3), (2, 2), (0, 1, 1, 0)),  # left pad 1, even width
+    (3, 7, 9, (3, 3), (1, 1), (1, 1, 1, 1)),  # one phase, padded all round
+    (2, 11, 12, (1, 1), (2, 2), (0, 0, 0, 0)),  # one phase of four
+    (2, 10, 13, (3, 1), (1, 3), (1, 0, 2, 1)),  # a column stride of 3, uneven pads
+    (1, 4, 5, (7, 7), (3, 3), (3, 3, 3, 3)),  # a kernel wider than the map
+]
+
+
+@pytest.mark.parametrize("layer", GATHERS)
+def test_the_gather_writes_every_cell_of_the_phase_images(layer):
+    """Whatever the scratch held before (NaN here), the phase images are the padded input split
+    by phase, zero in the padding and the tiles' overrun: the gather zeroes only the cells it
+    does not copy to."""
+    c, h, w, kernel, strides, pads = layer
+    x = np.random.default_rng(5).standard_normal((c, h, w), dtype=np.float32)
+    geometry = _f32_conv.plan((1, c, h, w), 4, 1, kernel, strides, None, pads, "NOTSET").geometry
+    sh, sw = geometry.stride
+    top, left = geometry.pads
+    padded = np.zeros((c, geometry.hq * sh, geometry.wq * sw), np.float32)
+    rows, cols = min(h, padded.shape[1] - top), min(w, padded.shape[2] - left)
+    padded[:, top : top + rows, left : left + cols] = x[:, :rows, :cols]
+    planes = np.full((len(geometry.phases), c, geometry.length), np.nan, np.float32)
+    loops = _f32_conv.loops()
+    loops.gather(x, planes, sh, sw, top, left, geometry.phases, geometry.hq, geometry.wq, 0, c)
+    for p, (py, px) in enumerate(geometry.phases):
+        image = padded[:, py::sh, px::sw][:, : geometry.hq, : geometry.wq].reshape(c, -1)
+        np.testing.assert_array_equal(planes[p, :, : image.shape[1]], image)
+        assert (planes[p, :, image.shape[1] :] == 0).all()
+
+
 @pytest.mark.parametrize("maps", [1, 2, 3, 4, 5, 8, 10, 16, 32])
 @pytest.mark.parametrize("layer", ROW_TILE_LAYERS, ids=["in-place", "masked", "padded"])
 def test_short_last_row_tiles_store_the_six_row_tiles_bits(layer, maps, fresh_plans):
