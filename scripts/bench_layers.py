@@ -32,8 +32,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_families import family_names, load_family
 
@@ -194,5 +192,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     sys.exit(main())

@@ -74,10 +74,12 @@ def _tile_arguments(
     w, planes, offsets, y, columns, per_group, group_stride, b, z, keep, at, g, row, column_tile, mask_step
 ):  # pragma: no cover - compiled
     """The pointer and size arguments (see :func:`tiles` for the order) of the tile of row tile
-    ``row`` of group ``g`` and column tile ``column_tile``, and its valid columns."""
+    ``row`` of group ``g`` and column tile ``column_tile``, its valid columns and its rows (output
+    channels)."""
     m0 = g * per_group + row * ROWS
     p0 = column_tile * COLUMNS
     valid = min(COLUMNS, columns - p0)
+    rows = min(ROWS, (g + 1) * per_group - m0)
     arguments = (
         w[m0].ctypes.data,
         planes.ctypes.data + 4 * g * group_stride,
@@ -86,14 +88,14 @@ def _tile_arguments(
         w.shape[1],
         p0,
         valid,
-        min(ROWS, (g + 1) * per_group - m0),
+        rows,
         y.shape[1],
         b[m0:].ctypes.data if b.shape[0] > 0 else 0,
         z[m0].ctypes.data if z.shape[0] > 0 else 0,
         keep.ctypes.data,
         at.ctypes.data + mask_step * column_tile,
     )
-    return arguments, valid
+    return arguments, valid, rows
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -146,14 +148,13 @@ def _unmasked_range(
     per_group = w.shape[0] // groups
     m_tiles, column_tiles, q, width, g, row, column = _tile_order(w, columns, groups, chunk, t0)
     for _ in range(t0, t1):
-        arguments, valid = _tile_arguments(
+        arguments, valid, rows = _tile_arguments(
             w, planes, offsets, y, columns, per_group, group_stride, b, z, keep, at, g, row, q * chunk + column, 0
         )
         q, width, g, row, column = _next_tile(m_tiles, groups, column_tiles, chunk, q, width, g, row, column)
         # A short last tile (196 columns at 14×14: 3 tiles of 64 and 4 columns) computes only
         # the vectors it stores, and a full-width last row tile of one or two channels only those
         # (not in the masked loop: see kernels._f32_tile_ir).
-        rows = arguments[7]
         if crop:
             if valid > 48:
                 if rows <= 2:
@@ -210,7 +211,7 @@ def _masked_range(
     per_group = w.shape[0] // groups
     m_tiles, column_tiles, q, width, g, row, column = _tile_order(w, columns, groups, chunk, t0)
     for _ in range(t0, t1):
-        arguments, valid = _tile_arguments(
+        arguments, valid, _ = _tile_arguments(
             w, planes, offsets, y, columns, per_group, group_stride, b, z, keep, at, g, row, q * chunk + column, step
         )
         q, width, g, row, column = _next_tile(m_tiles, groups, column_tiles, chunk, q, width, g, row, column)
