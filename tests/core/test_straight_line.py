@@ -1,4 +1,4 @@
-"""The straight-line runner (runtime._loop.StraightLine) that plain sequential runs go through.
+"""The straight-line runner (runtime._straight_line.StraightLine) that plain sequential runs go through.
 
 A long chain crosses the runner's function boundaries (``StraightLine.CHUNK`` steps each). A plan's
 first run is interpreted and later ones compiled, so every check runs twice; the checks are the
@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxplug
-from onnxplug.runtime._loop import StraightLine
+from onnxplug.runtime._straight_line import StraightLine
 
 COUNT = 2 * StraightLine.CHUNK + 37
 

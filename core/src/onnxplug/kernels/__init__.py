@@ -3,6 +3,7 @@
 See :class:`KernelRegistry` for how a provider or op library declares kernels.
 """
 
+from ._binding import Binding, Scratch
 from ._limits import check_allocation, max_tensor_bytes
 from ._registry import KernelDef, KernelKey, KernelRegistry, NodeContext
 from ._runstate import RunState, check_terminate, current_run, enter_run, leave_run, unseeded_rng
@@ -16,12 +17,14 @@ from ._schema import (
 )
 
 __all__ = [
+    "Binding",
     "KernelDef",
     "KernelKey",
     "KernelRegistry",
     "NodeContext",
     "RunState",
     "STANDARD_DOMAINS",
+    "Scratch",
     "attribute_defaults",
     "attribute_value",
     "check_allocation",

@@ -2,9 +2,9 @@
 
 ``run_step`` calls one step on the slot values and stores its results, naming the node in any
 error; ``run_sequential`` is the loop profiled runs use (a profiler, when given, times every
-step); the parallel executor calls ``run_step`` from its worker threads; ``StraightLine`` is what
-plain sequential runs use: the steps written out as straight-line Python, so that a graph of
-small nodes pays for its kernels and not for a loop interpreting step records.
+step); the parallel executor calls ``run_step`` from its worker threads; plain sequential runs
+go through ``_straight_line.StraightLine``, which interprets its first run with
+``run_unprofiled``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ from ..errors import Fail, OnnxplugError, RunTerminated
 from ..kernels import current_run
 from ._steps import Step
 
-__all__ = ["StraightLine", "attribute_error", "load_values", "run_sequential", "run_step", "terminated"]
+__all__ = [
+    "attribute_error",
+    "load_values",
+    "run_sequential",
+    "run_step",
+    "run_unprofiled",
+    "store_outputs",
+    "terminated",
+]
 
 
 def load_values(
@@ -50,7 +58,7 @@ def run_step(step: Step, values: list[Any]) -> tuple[list[Any], Any]:
         if step.single:
             values[step.outputs[0]] = result
         else:
-            _store_outputs(step, result, values)
+            store_outputs(step, result, values)
     except Exception as error:
         raise attribute_error(error, step) from error
     return args, result
@@ -65,7 +73,7 @@ def run_sequential(steps: Sequence[Step], values: list[Any], profiler: Any = Non
     state = current_run()
     options = None if state is None else state.run_options
     if profiler is None:
-        _run_fast(steps, values, options)
+        run_unprofiled(steps, values, options)
         return
     for step in steps:
         if options is not None and options.terminate:
@@ -77,7 +85,7 @@ def run_sequential(steps: Sequence[Step], values: list[Any], profiler: Any = Non
             values[slot] = None
 
 
-def _run_fast(steps: Sequence[Step], values: list[Any], options: Any) -> None:
+def run_unprofiled(steps: Sequence[Step], values: list[Any], options: Any) -> None:
     """:func:`run_step` inlined for the unprofiled loop: a graph of small element-wise nodes
     spends as long in the loop as in numpy, so each step's call is written out by arity and
     the outputs of single-output steps are stored without a zip."""
@@ -96,104 +104,14 @@ def _run_fast(steps: Sequence[Step], values: list[Any], options: Any) -> None:
             if step.single:
                 values[step.outputs[0]] = result
             else:
-                _store_outputs(step, result, values)
+                store_outputs(step, result, values)
         except Exception as error:
             raise attribute_error(error, step) from error
         for slot in step.free:
             values[slot] = None
 
 
-class StraightLine:
-    """A plan's steps compiled to straight-line Python functions, from the second run on.
-
-    Each step becomes one line, ``values[o] = c17(values[i], values[j])``, followed by the stores
-    that free its inputs' last uses, so a run does no per-step attribute lookups, length tests or
-    loops over the free lists (on a chain of 1000 element-wise nodes the interpreted loop cost
-    about as much as the numpy calls).  The generated source holds only integers and names of
-    the form ``cN``: the callables and steps are bound through the function's namespace, never
-    written into the text, so nothing from a model reaches the compiler.  Steps are split into
-    functions of :data:`CHUNK` so compile time stays linear for very large graphs.  An error is
-    attributed to its step by the line it was raised from (each line belongs to one step), through
-    :func:`attribute_error` as in the interpreted loop; with run options the ``terminate`` flag is
-    tested before every step, as there.
-
-    Compiling costs tens of microseconds per step, more than an interpreted run of small nodes,
-    so the first run of each kind (with and without run options) is interpreted and only a plan
-    that runs again is compiled: a session that runs once never pays for it.
-    """
-
-    #: Steps per generated function.
-    CHUNK = 256
-
-    __slots__ = ("_steps", "_plain", "_checked")
-
-    def __init__(self, steps: Sequence[Step]) -> None:
-        self._steps = tuple(steps)
-        # None: not run yet; (): run once, interpreted; else the compiled functions.
-        self._plain: tuple[Any, ...] | None = None
-        self._checked: tuple[Any, ...] | None = None
-
-    def __call__(self, values: list[Any], options: Any) -> None:
-        """Run every step on ``values``; ``options``: the run's RunOptions or ``None``."""
-        chunks = self._plain if options is None else self._checked
-        if not chunks:
-            if chunks is None:
-                if options is None:
-                    self._plain = ()
-                else:
-                    self._checked = ()
-                _run_fast(self._steps, values, options)
-                return
-            chunks = self._build(checked=options is not None)
-        for chunk in chunks:
-            chunk(values, options)
-
-    def _build(self, *, checked: bool) -> tuple[Any, ...]:
-        chunks = tuple(
-            _compile_chunk(self._steps[start : start + self.CHUNK], checked)
-            for start in range(0, len(self._steps), self.CHUNK)
-        )
-        if checked:
-            self._checked = chunks
-        else:
-            self._plain = chunks
-        return chunks
-
-
-def _compile_chunk(steps: Sequence[Step], checked: bool) -> Any:
-    lines = ["def chunk(values, options):", "    try:"]
-    step_of_line: dict[int, Step] = {}
-    namespace: dict[str, Any] = {
-        "steps": tuple(steps),
-        "step_of_line": step_of_line,
-        "attribute_error": attribute_error,
-        "store_outputs": _store_outputs,
-        "RunTerminated": RunTerminated,
-    }
-    for index, step in enumerate(steps):
-        namespace[f"c{index}"] = step.call
-        arguments = ", ".join(f"values[{int(slot)}]" for slot in step.inputs)
-        first = len(lines)
-        if checked:
-            lines.append("        if options.terminate: raise RunTerminated()")
-        if step.single:
-            lines.append(f"        values[{int(step.outputs[0])}] = c{index}({arguments})")
-        else:
-            lines.append(f"        store_outputs(steps[{index}], c{index}({arguments}), values)")
-        lines.extend(f"        values[{int(slot)}] = None" for slot in step.free)
-        for line in range(first + 1, len(lines) + 1):  # line numbers count from 1
-            step_of_line[line] = step
-    if not steps:
-        lines.append("        pass")
-    lines += [
-        "    except Exception as error:",
-        "        raise attribute_error(error, step_of_line[error.__traceback__.tb_lineno]) from error",
-    ]
-    exec(compile("\n".join(lines), "<onnxplug plan>", "exec"), namespace)
-    return namespace["chunk"]
-
-
-def _store_outputs(step: Step, result: Sequence[Any], values: list[Any]) -> None:
+def store_outputs(step: Step, result: Sequence[Any], values: list[Any]) -> None:
     """Store a multi-output step's results (both loops keep the single-output store inline)."""
     if len(result) < len(step.outputs):
         raise Fail(f"the kernel returned {len(result)} outputs, the node has {len(step.outputs)}")

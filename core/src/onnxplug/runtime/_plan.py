@@ -24,10 +24,11 @@ from ..graph import GraphView, execution_order, node_reads, order_units, subgrap
 from ..kernels import current_run
 from ..partition import Assignment, PartitionedModel, PartitionResult, ProviderSlot, build_partition, node_opsets
 from ._concat_in_place import write_concats_in_place
-from ._loop import StraightLine, load_values, run_sequential
+from ._loop import load_values, run_sequential
 from ._placement import Copy, place
 from ._slots import SlotTable
 from ._steps import DROP_SLOT, NONE_SLOT, Step, fused_step, kernel_step
+from ._straight_line import StraightLine
 
 __all__ = ["GraphPlan", "Step", "SubgraphRunner", "build_plan"]
 
@@ -79,12 +80,18 @@ class GraphPlan:
         if profiler is None:
             straight = self._straight
             if straight is None:
-                straight = self._straight = StraightLine(self.steps)
+                straight = self._straight = StraightLine(self.steps, self.output_slots, self.constant_slots())
             state = current_run()
             straight(values, None if state is None else state.run_options)
         else:
             run_sequential(self.steps, values, profiler)
         return [values[slot] for slot in self.output_slots]
+
+    def constant_slots(self) -> list[int]:
+        """Slots holding the same object on every run: the template's values that no feed or
+        outer scope replaces."""
+        variable = {*self.input_slots, *self.outer_slots}
+        return [slot for slot, value in enumerate(self.template) if value is not None and slot not in variable]
 
     def input_readers(self, name: str) -> tuple[tuple[str, str], ...]:
         """``(op type, provider)`` of every step reading graph input ``name`` (computed once)."""

@@ -331,6 +331,28 @@ class Convolution:
             x, w, b, packed=packed, op=self.op, residual=residual, clamp=clamp, silu_alpha=silu_alpha, **self.geometry
         )
 
+    def bind(self, inputs, output, scratch):
+        """A ``Conv`` step's ``onnxplug.kernels.Binding`` (inputs ``x, w[, b]``): see :meth:`bind_layer`."""
+        x, b = inputs[0], inputs[2] if len(inputs) > 2 else None
+        return self.bind_layer(x, b, None, None, None, output, scratch)
+
+    def bind_layer(self, x, b, residual, clamp, silu_alpha, output, scratch, residual_index=None):
+        """The compiled layer this node kept for ``x``'s shape (the tiles' ``BoundLayer`` or a
+        ``BoundDepthwise``) bound over ``output`` (the plan's segments), or ``None`` where there
+        is none or it cannot take this call; arguments as :meth:`__call__`'s, ``residual_index``:
+        the residual's position among the step's inputs."""
+        packed = self.packed
+        if packed is None or x.dtype is not _FLOAT32:
+            return None
+        bound = packed.remembered(x.shape, self.attributes)
+        if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
+            return None
+        if isinstance(bound, _f32_conv.BoundLayer):
+            return bound.bind(x, b, residual, clamp, silu_alpha, output, scratch, residual_index)
+        if residual is None and silu_alpha is None and hasattr(bound, "bind"):
+            return bound.bind(x, b, clamp, output, scratch)
+        return None
+
 
 def convolve(
     x: np.ndarray,

@@ -143,6 +143,19 @@ def _in_place_activation(name):
     return None
 
 
+def _then_in_place(binding, in_place):
+    """``binding`` followed by the activation written into its output (a YOLO head's Sigmoid):
+    what :func:`fused_conv`'s ``run`` does after the convolution, the same bits."""
+    layer = binding.call
+
+    def call(out, *inputs):
+        layer(out, *inputs)
+        in_place(out)
+
+    binding.call = call
+    return binding
+
+
 @kernel("FusedConv", since=(1,), factory=True)
 def fused_conv(
     ctx,
@@ -186,7 +199,27 @@ def fused_conv(
                 y = y + z
         return in_place(y) if in_place is not None else act(y)
 
+    def bind(inputs, output, scratch):
+        """The node's layer bound for the plan's segments where :func:`run` would take the
+        convolution's compiled store alone (no separate activation pass), else ``None``."""
+        x, b = inputs[0], inputs[2] if len(inputs) > 2 else None
+        z = inputs[3] if len(inputs) > 3 else None
+        if z is not None and z.dtype != x.dtype:
+            return None
+        clamp = clamps.get(x.dtype, False)
+        if clamp is False:
+            clamp = clamps[x.dtype] = _clamp(activation, params, x.dtype)
+        residual_index = None if z is None else 3
+        if clamp is None and activation and activation != "QuickGelu":
+            if in_place is None or z is not None:
+                return None  # (LeakyRelu, HardSigmoid...: act's own array; Z: run() adds it apart)
+            binding = convolution.bind_layer(x, b, z, None, None, output, scratch, residual_index)
+            return None if binding is None else _then_in_place(binding, in_place)
+        silu = silu_alpha if activation == "QuickGelu" else None
+        return convolution.bind_layer(x, b, z, clamp, silu, output, scratch, residual_index)
+
     # The plan may pass a view of a Concat's output as ``out`` (``Convolution``'s ``out``): the
     # compiled tiles store there; the other paths return their own array.
     run.accepts_out = True
+    run.bind = bind
     return run

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _channel_jit, _depthwise_jit
+from ._conv_bindings import depthwise_binding
+from ._jit import direct_call
 from ._team import join_run, run_settings
 
 __all__ = ["BoundChannelAffine", "BoundDepthwise", "depthwise_conv", "depthwise_conv_numpy", "plan_depthwise"]
@@ -211,6 +213,22 @@ class BoundDepthwise:
         if last is None or last[0] is not bias or last[1] is not clamp or residual is not None or silu is not None:
             return None
         return self(x, bias, clamp, settings)
+
+    def bind(self, x, bias, clamp, output, scratch):
+        """This layer as an ``onnxplug.kernels.Binding`` over ``output``
+        (``kernels._conv_bindings``), or ``None`` for a bias it would convert (a copy would not
+        follow the array's values); ``scratch`` is not needed."""
+        if bias is not None and not (bias.dtype == self.dtype and bias.ndim == 1 and bias.flags.c_contiguous):
+            return None
+        arguments = self._arguments(bias, clamp)
+        settings = run_settings()
+        n, c = self.shape[:2]
+        parts = min(settings.budget, c // _MIN_CHANNELS_PER_PART) if n == 1 else 1
+        if parts > 1 and settings.tiles and settings.team:
+            kernel = direct_call(_depthwise_jit.compiled_parallel()[self._form])
+            return depthwise_binding(kernel, self._planes, arguments, self._cells, x, output, parts)
+        kernel = direct_call(_depthwise_jit.compiled()[self._form])
+        return depthwise_binding(kernel, self._planes, arguments, self._cells, x, output, None)
 
     def _arguments(self, bias, clamp) -> tuple:
         kind = self.dtype.type

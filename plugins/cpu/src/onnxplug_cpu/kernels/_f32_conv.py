@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ._conv_bindings import tile_binding
 from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
 from ._f32_conv_threads import on_python_threads
@@ -406,6 +407,32 @@ class BoundLayer:
         last[4](np.ascontiguousarray(x), self.w, planes, self.layer.offsets, y.reshape(self._rows), *arguments)
         return y
 
+    def bind(self, x, bias, residual, clamp, silu, output, scratch, residual_index=None):
+        """This layer as an ``onnxplug.kernels.Binding`` over ``output`` (``kernels._conv_bindings``),
+        or ``None`` where its call would not run compiled on this thread or the team (the tiles
+        off, Python threads, a bias or residual it would convert); ``residual_index``: the
+        residual's position among the step's inputs."""
+        settings = run_settings()
+        if not settings.tiles or self._empty or (bias is not None and not _is_rows(bias, 1)):
+            return None
+        if residual is not None and (
+            residual_index is None or residual.shape != self.out_shape or not _is_rows(residual, 4)
+        ):
+            return None
+        z = self._no_residual if residual is None else residual.reshape(self._rows)
+        gather_parts, tile_parts = self.layer.parts(settings.budget)
+        on_team = gather_parts > 1 or tile_parts > 1
+        if on_team and not settings.team:
+            return None
+        arguments = self._arguments(_NO_BIAS if bias is None else bias, z, clamp, silu)
+        arguments = (*arguments, *self.layer.driver, gather_parts, tile_parts)
+        planes = _NO_PLANES if self._planes is None else scratch(self._planes, np.float32)
+        fixed = (self.w, planes, self.layer.offsets)
+        compiled = direct_call(loops().convolve_images)
+        return tile_binding(
+            compiled, fixed, self._rows, arguments, _RESIDUAL_AT, output, residual, residual_index, on_team
+        )
+
     def _fits(self, out: np.ndarray) -> bool:
         return out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous
 
@@ -454,6 +481,11 @@ class BoundLayer:
 
 #: Where :meth:`BoundLayer._arguments` puts the residual (``z``) among the compiled call's arguments.
 _RESIDUAL_AT = 4
+
+
+def _is_rows(array: np.ndarray, ndim: int) -> bool:
+    """Whether ``array`` is a C-contiguous float32 array of ``ndim`` dimensions."""
+    return array.dtype == np.float32 and array.ndim == ndim and array.flags.c_contiguous
 
 
 def _with_residual(arguments: tuple, residual: np.ndarray, rows: tuple) -> tuple:

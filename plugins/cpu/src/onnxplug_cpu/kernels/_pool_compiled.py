@@ -26,6 +26,9 @@ import math
 
 import numpy as np
 
+from onnxplug.kernels import Binding
+
+from ._conv_bindings import team_settings
 from ._jit import compiler, cpu_has, direct_call, numba_loaded
 from ._pool_jit import compiled as _compiled_pool
 from ._pool_jit import compiled_parallel as _compiled_pool_parallel
@@ -104,6 +107,22 @@ class PoolPlan:
 
         self._bound = bound = (settings, call, team)
         return bound
+
+    def bind(self, x: np.ndarray, output: np.ndarray) -> Binding:
+        """This plan as an ``onnxplug.kernels.Binding`` over ``output`` for the plan's segments
+        (``kernels._conv_bindings``' form: the views of the arrays it was bound over kept)."""
+        settings = run_settings()
+        bound = self._bound if self._bound[0] is settings else self._bind(settings)
+        call, source_shape, planes_shape = bound[1], self._source, self._planes
+        bound_x, source, planes = x, x.reshape(source_shape), output.reshape(planes_shape)
+
+        def pool(out, x):
+            call(
+                source if x is bound_x else x.reshape(source_shape),
+                planes if out is output else out.reshape(planes_shape),
+            )
+
+        return Binding(pool, team_settings if bound[2] else run_settings)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The pool of ``x`` (of the shape this plan was made for, float32)."""

@@ -224,10 +224,12 @@ class _PlannedPool:
     Why: working the geometry, the loop and the thread split out again on every call cost 4-6 µs
     of Python, as much as a small pool's arithmetic (an OCR recognizer's 2×1 pools: 5 µs)."""
 
-    __slots__ = ("_generic", "_plan_for", "_last")
+    __slots__ = ("_generic", "_plan_for", "_last", "_pair")
 
-    def __init__(self, generic, plan_for) -> None:
-        self._generic, self._plan_for = generic, plan_for
+    def __init__(self, generic, plan_for, *, pair: bool = False) -> None:
+        """``pair``: the node's schema has a second output (MaxPool's Indices, not asked for),
+        returned as ``None`` beside the plan's result (``generic`` returns both itself)."""
+        self._generic, self._plan_for, self._pair = generic, plan_for, pair
         self._last: tuple = (None, None)  # (input shape, its plan or None)
 
     def __call__(self, x):
@@ -236,8 +238,17 @@ class _PlannedPool:
             if x.shape != last[0]:
                 self._last = last = (x.shape, self._plan_for(x))
             if last[1] is not None:
-                return last[1](x)
+                return (last[1](x), None) if self._pair else last[1](x)
         return self._generic(x)
+
+    def bind(self, inputs, output, scratch):
+        """The plan kept for this input's shape as an ``onnxplug.kernels.Binding`` (the plan's
+        segments), or ``None`` where there is none."""
+        x = inputs[0]
+        shape, plan = self._last
+        if x.dtype != np.float32 or x.shape != shape or plan is None:
+            return None
+        return plan.bind(x, output)
 
 
 @kernel("AveragePool", since=(1, 7, 10, 11, 19, 22), factory=True)
@@ -327,10 +338,7 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
 
     def plan_for(x):
         out, begin, _, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
-        plan = _pool_compiled.plan(x.shape, out, begin, kernel_shape, strides, dilations, True)
-        if plan is None or not multi_output:
-            return plan
-        return lambda x: (plan(x), None)  # (Indices not asked for)
+        return _pool_compiled.plan(x.shape, out, begin, kernel_shape, strides, dilations, True)
 
     def run(x):
         out, begin, end, _ = _spatial_setup(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, "MaxPool")
@@ -356,7 +364,7 @@ def max_pool(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=None, **att
             return (best, None) if multi_output else best
         return best, _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order)
 
-    return run if want_indices else _PlannedPool(run, plan_for)
+    return run if want_indices else _PlannedPool(run, plan_for, pair=multi_output)
 
 
 def _argmax_indices(x, arg, out, begin, kernel_shape, strides, dilations, storage_order):
