@@ -202,45 +202,40 @@ def test_the_buffer_plan_never_shares_a_buffer_between_live_values(edges):
                 assert last[other] < index
 
 
+def _around(middle, first: tuple, last: tuple, shape: tuple, seed: int, *, stride=1, last_pads=(1, 1, 1, 1)) -> bytes:
+    """x → Conv (weights ``first``, ``stride``) → ``middle`` (a node from "m" to "n") → Conv
+    (weights ``last``): a static ``shape``."""
+    rng = np.random.default_rng(seed)
+    before, before_inits = _conv("before", "x", first, "m", rng, stride=stride)
+    after, after_inits = _conv("after", "n", last, "y", rng, pads=last_pads)
+    graph = helper.make_graph(
+        [before, middle, after],
+        "around",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        before_inits + after_inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _check_replay(model: bytes, shape: tuple, monkeypatch, segment_sizes: list[int]) -> None:
+    replayed = _session(model, monkeypatch, segments=True, shape=shape)
+    plain = _session(model, monkeypatch, segments=False, shape=shape)
+    assert _segment_sizes(replayed) == segment_sizes
+    for run in range(RUNS):
+        feed = _feed(shape, run)
+        np.testing.assert_array_equal(replayed.run(None, feed)[0], plain.run(None, feed)[0])
+
+
 @pytest.mark.parametrize("pool", ["MaxPool", "AveragePool"])
 def test_a_pool_between_convolutions_joins_their_segment(monkeypatch, pool):
-    rng = np.random.default_rng(11)
-    first, first_inits = _conv("stem", "x", (16, 8, 3, 3), "s", rng, stride=2)
-    last, last_inits = _conv("after", "p", (24, 16, 3, 3), "y", rng)
-    pooled = helper.make_node(pool, ["s"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    graph = helper.make_graph(
-        [first, pooled, last],
-        "stem_pool",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 48, 40])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        first_inits + last_inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    replayed = _session(model, monkeypatch, segments=True, shape=(1, 8, 48, 40))
-    plain = _session(model, monkeypatch, segments=False, shape=(1, 8, 48, 40))
-    assert _segment_sizes(replayed) == [3]
-    for run in range(RUNS):
-        feed = _feed((1, 8, 48, 40), run)
-        np.testing.assert_array_equal(replayed.run(None, feed)[0], plain.run(None, feed)[0])
+    pooled = helper.make_node(pool, ["m"], ["n"], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    model = _around(pooled, (16, 8, 3, 3), (24, 16, 3, 3), (1, 8, 48, 40), 11, stride=2)
+    _check_replay(model, (1, 8, 48, 40), monkeypatch, [3])
 
 
 @pytest.mark.parametrize("activation", ["Sigmoid", "Tanh"])
 def test_a_convolution_with_its_activation_pass_binds(monkeypatch, activation):
-    rng = np.random.default_rng(5)
-    first, first_inits = _conv("head", "x", (16, 8, 3, 3), "h", rng)
-    last, last_inits = _conv("next", "a", (8, 16, 1, 1), "y", rng, pads=(0, 0, 0, 0))
-    act = helper.make_node(activation, ["h"], ["a"], name="act")
-    graph = helper.make_graph(
-        [first, act, last],
-        "head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        first_inits + last_inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    replayed = _session(model, monkeypatch, segments=True, shape=(1, 8, 20, 20))
-    plain = _session(model, monkeypatch, segments=False, shape=(1, 8, 20, 20))
-    assert _segment_sizes(replayed) == [2]  # FusedConv with the activation, then the Conv
-    for run in range(RUNS):
-        feed = _feed((1, 8, 20, 20), run)
-        np.testing.assert_array_equal(replayed.run(None, feed)[0], plain.run(None, feed)[0])
+    act = helper.make_node(activation, ["m"], ["n"], name="act")
+    model = _around(act, (16, 8, 3, 3), (8, 16, 1, 1), (1, 8, 20, 20), 5, last_pads=(0, 0, 0, 0))
+    _check_replay(model, (1, 8, 20, 20), monkeypatch, [2])  # FusedConv with the activation, a Conv

@@ -45,12 +45,23 @@ from ..kernels import Binding, Scratch
 from ._loop import attribute_error
 from ._steps import DROP_SLOT, NONE_SLOT, Step
 
-__all__ = ["MAX_REBINDS", "MIN_STEPS", "Arena", "Segment", "bindable", "segments_enabled", "split_segments"]
+__all__ = [
+    "MAX_INSTANCES",
+    "MAX_REBINDS",
+    "MIN_STEPS",
+    "Arena",
+    "Segment",
+    "bindable",
+    "segments_enabled",
+    "split_segments",
+]
 
 #: Fewest consecutive bindable steps worth a segment.
 MIN_STEPS = 2
 #: Signatures a segment keeps (the oldest is dropped beyond it: a model fed ever new shapes).
 MAX_SIGNATURES = 8
+#: Bindings an arena keeps (beyond it they are all dropped and made again as runs need them).
+MAX_INSTANCES = 1024
 #: How many times a signature is bound again after a guard changed before it stays plain.
 MAX_REBINDS = 4
 #: Buffers are aligned to this many bytes (a cache line).
@@ -208,6 +219,8 @@ class Segment:
                 known.plain = True
                 self._run_plain(values)
                 return
+            if len(arena.instances) >= MAX_INSTANCES:  # signatures segments have dropped, too
+                arena.instances.clear()
             arena.instances[known] = instance
         for guard, token in instance.guards:
             if guard() is not token:  # the run's settings changed: bound afresh next run
