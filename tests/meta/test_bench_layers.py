@@ -3,29 +3,18 @@ by convolution layer (onnxruntime is the comparison, as in ``scripts/bench.py``)
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime")
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
+SCRIPT = "bench_layers"  # (loaded by conftest.script)
 
 
 @pytest.fixture(scope="module")
-def bench_layers():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_layers", SCRIPTS / "bench_layers.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+def bench_layers(script):
+    return script
 
 
 def _event(op, x, w=None, out=None, name="n", dur=10.0):

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime")
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
+SCRIPT = "bench_segments"  # (loaded by conftest.script)
 
 
 @pytest.fixture(scope="module")
-def bench_segments():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_segments", SCRIPTS / "bench_segments.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+def bench_segments(script):
+    return script
 
 
 def _two_convolutions() -> bytes:

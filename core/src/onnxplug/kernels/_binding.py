@@ -60,23 +60,20 @@ class Scratch:
     buffer, so a step may use what it asked for only during its own call (the next step's
     request overwrites it).  Owned by one set of bindings, used by one run at a time.
 
-    ``needed`` is the largest request in bytes: a buffer too small for a later request is
-    replaced, and views handed out before then point to the old one, so the plan binds again
-    with a buffer of the final size (:attr:`grew` says whether it must).
+    A request larger than the buffer replaces it and sets :attr:`grew`: views handed out before
+    then point to the old buffer, so the plan binds again over the new one.
     """
 
-    __slots__ = ("_buffer", "needed", "grew")
+    __slots__ = ("_buffer", "grew")
 
-    def __init__(self, size: int = 0) -> None:
-        self._buffer = np.empty(max(size, 1), dtype=np.uint8)
-        self.needed = 0
+    def __init__(self) -> None:
+        self._buffer = np.empty(1, dtype=np.uint8)
         self.grew = False
 
     def __call__(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A C-contiguous work array of ``shape`` and ``dtype`` (contents undefined)."""
         kind = np.dtype(dtype)
         need = math.prod(shape) * kind.itemsize
-        self.needed = max(self.needed, need)
         if need > self._buffer.size:
             self._buffer = np.empty(need, dtype=np.uint8)
             self.grew = True

@@ -203,11 +203,12 @@ class Segment:
         """Run the segment's steps on ``values`` (entries read there, exits stored there), bound
         over ``arena``'s memory where its signature allows."""
         signature = self._signature(values)
-        known = None if signature is None else self._signatures.get(signature)
+        if signature is None:  # an entry that is not a C-contiguous array
+            self._run_plain(values)
+            return
+        known = self._signatures.get(signature)
         if known is None:
-            shapes = self._run_recording(values)
-            if signature is not None:
-                self._remember(signature, _Signature(shapes))
+            self._remember(signature, _Signature(self._run_recording(values)))
             return
         if known.plain:
             self._run_plain(values)

@@ -61,7 +61,8 @@ class StraightLine:
         # None: not run yet; (): run once, interpreted; else the compiled functions.
         self._plain: tuple[Any, ...] | None = None
         self._checked: tuple[Any, ...] | None = None
-        self._local = threading.local()  # this thread's Arena for the segments
+        # this thread's Arena for the segments (None: the plan has none)
+        self._local = threading.local() if any(isinstance(p, Segment) for p in self._pieces) else None
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -70,9 +71,11 @@ class StraightLine:
 
     def __call__(self, values: list[Any], options: Any) -> None:
         """Run every step on ``values``; ``options``: the run's RunOptions or ``None``."""
-        arena = getattr(self._local, "arena", None)
-        if arena is None:
-            arena = self._local.arena = Arena()
+        arena = None
+        if self._local is not None:  # the plan has segments: this thread's arena
+            arena = getattr(self._local, "arena", None)
+            if arena is None:
+                arena = self._local.arena = Arena()
         chunks = self._plain if options is None else self._checked
         if not chunks:
             if chunks is None:
@@ -86,7 +89,7 @@ class StraightLine:
         for chunk in chunks:
             chunk(values, options, arena)
 
-    def _interpret(self, values: list[Any], options: Any, arena: Arena) -> None:
+    def _interpret(self, values: list[Any], options: Any, arena: Arena | None) -> None:
         for piece in self._pieces:
             if isinstance(piece, Segment):
                 if options is not None and options.terminate:

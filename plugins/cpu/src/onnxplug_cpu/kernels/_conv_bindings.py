@@ -21,7 +21,13 @@ from onnxplug.kernels import Binding
 
 from ._team import RunSettings, join_run, run_settings
 
-__all__ = ["depthwise_binding", "team_settings", "tile_binding"]
+__all__ = ["depthwise_binding", "is_float32_c", "team_settings", "tile_binding"]
+
+
+def is_float32_c(array: np.ndarray, ndim: int) -> bool:
+    """Whether ``array`` is a C-contiguous float32 array of ``ndim`` dimensions (what a bound
+    layer may pass to a compiled entry point as it is)."""
+    return array.dtype == np.float32 and array.ndim == ndim and array.flags.c_contiguous
 
 
 def team_settings() -> RunSettings:
@@ -77,23 +83,14 @@ def depthwise_binding(
     where ``parts`` is given."""
     bound_x = x
     x_planes, output_cells = x.reshape(planes), output.reshape(cells)
-    if parts is None:
+    team = () if parts is None else (parts,)
 
-        def call(out, x, *_):
-            kernel(
-                x_planes if x is bound_x else x.reshape(planes),
-                *arguments,
-                output_cells if out is output else out.reshape(cells),
-            )
-
-        return Binding(call, run_settings)
-
-    def call_on_team(out, x, *_):
+    def call(out, x, *_):
         kernel(
             x_planes if x is bound_x else x.reshape(planes),
             *arguments,
             output_cells if out is output else out.reshape(cells),
-            parts,
+            *team,
         )
 
-    return Binding(call_on_team, team_settings)
+    return Binding(call, run_settings if parts is None else team_settings)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ._conv_bindings import tile_binding
+from ._conv_bindings import is_float32_c, tile_binding
 from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
 from ._f32_conv_threads import on_python_threads
@@ -413,10 +413,10 @@ class BoundLayer:
         off, Python threads, a bias or residual it would convert); ``residual_index``: the
         residual's position among the step's inputs."""
         settings = run_settings()
-        if not settings.tiles or self._empty or (bias is not None and not _is_rows(bias, 1)):
+        if not settings.tiles or self._empty or (bias is not None and not is_float32_c(bias, 1)):
             return None
         if residual is not None and (
-            residual_index is None or residual.shape != self.out_shape or not _is_rows(residual, 4)
+            residual_index is None or residual.shape != self.out_shape or not is_float32_c(residual, 4)
         ):
             return None
         z = self._no_residual if residual is None else residual.reshape(self._rows)
@@ -481,11 +481,6 @@ class BoundLayer:
 
 #: Where :meth:`BoundLayer._arguments` puts the residual (``z``) among the compiled call's arguments.
 _RESIDUAL_AT = 4
-
-
-def _is_rows(array: np.ndarray, ndim: int) -> bool:
-    """Whether ``array`` is a C-contiguous float32 array of ``ndim`` dimensions."""
-    return array.dtype == np.float32 and array.ndim == ndim and array.flags.c_contiguous
 
 
 def _with_residual(arguments: tuple, residual: np.ndarray, rows: tuple) -> tuple:
