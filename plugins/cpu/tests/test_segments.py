@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxplug
-from onnxplug.runtime._segments import _plan_buffers
+from onnxplug.runtime._segment_layout import plan_buffers
 from onnxplug.runtime._steps import Step
 
 RUNS = 4  # record, bind, then replays
@@ -189,7 +189,7 @@ def _steps(edges: list[tuple[int, ...]]) -> list[Step]:
 def test_the_buffer_plan_never_shares_a_buffer_between_live_values(edges):
     steps = _steps(edges)
     shapes = [((1, 4 + 3 * (index % 3), 5, 5), np.dtype(np.float32)) for index in range(len(steps))]
-    owner, sizes = _plan_buffers(steps, shapes, exits={10 + len(steps) - 1})
+    owner, sizes = plan_buffers(steps, shapes, exits={10 + len(steps) - 1})
     last = {
         index: max([index] + [j for j, inputs in enumerate(edges) if 10 + index in inputs])
         for index in range(len(steps))

@@ -11,8 +11,8 @@ calls it for a host step of one output once it has seen the shapes a run of such
   overlap any input;
 - ``scratch``: a :class:`Scratch` for work memory.
 
-It returns a :class:`Binding`, or ``None`` where it cannot bind this call (the plan then keeps
-calling the kernel as before).  Binding must not read the inputs' contents (only shapes, types
+It returns a :class:`Binding`, or ``None`` where it cannot bind this call (the plan then calls
+the kernel as before and copies its result into the planned output).  Binding must not read the inputs' contents (only shapes, types
 and, for constants, values it already knows), and must not keep the arrays beyond what the
 binding's call needs.
 

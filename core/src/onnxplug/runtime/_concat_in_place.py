@@ -19,6 +19,10 @@ one that cannot write in place: a Resize, a graph input).  The views are made af
 so concurrent runs never share memory, and an input is "in place" only when it *is* its view
 object, so nothing else (a reshaped alias, a stale array) is mistaken for one.
 
+Each wrapped call carries its role (:func:`role_of`: :class:`Allocation`, :class:`Write`,
+:class:`Join`), so that a segment (``_segments``) can replay a whole join over one planned
+buffer instead of calling the wrappers.
+
 What is never rewritten: Concats of fewer than :data:`MIN_BYTES` (shape arithmetic: the new steps
 cost ~1-2 µs), on a device, with a dynamic shape, or an input that a graph output, a repeated
 input or another element type makes unsafe to alias.  No kernel writes into its inputs (the
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx_ir as ir
@@ -38,7 +42,7 @@ import onnx_ir as ir
 from ..graph import static_shape
 from ._steps import Step
 
-__all__ = ["ConcatTarget", "MIN_BYTES", "write_concats_in_place"]
+__all__ = ["Allocation", "ConcatTarget", "Join", "MIN_BYTES", "Write", "role_of", "write_concats_in_place"]
 
 #: Output bytes below which a Concat keeps its own copy.
 MIN_BYTES = 64 << 10
@@ -60,10 +64,40 @@ class ConcatTarget:
         return cls(array, [None if region is None else array[region] for region in regions])
 
 
+class Allocation(NamedTuple):
+    """The role of a step that makes a target: ``regions`` its views (``None``: that input is
+    copied); ``within``: ``None`` for a fresh array, else the index of the enclosing target's view
+    it cuts (the step's one input is that target)."""
+
+    regions: tuple[tuple | None, ...]
+    within: int | None
+
+
+class Write(NamedTuple):
+    """The role of a producer writing into a target (its last input): ``kernel`` called with view
+    ``index`` as ``out``."""
+
+    kernel: Callable[..., Any]
+    index: int
+
+
+class Join(NamedTuple):
+    """The role of the Concat itself: its inputs (then the target) joined in ``regions``."""
+
+    regions: tuple[tuple, ...]
+
+
+def role_of(call: Callable[..., Any]) -> Allocation | Write | Join | None:
+    """What a step's callable does in a Concat written in place (``None``: nothing).  Segments
+    (``_segments``) read it to replay a whole join over one planned array."""
+    return getattr(call, "concat_role", None)
+
+
 def _allocate(shape: tuple[int, ...], dtype: np.dtype, regions: Sequence[tuple | None]) -> Callable[[], ConcatTarget]:
     def allocate() -> ConcatTarget:
         return ConcatTarget.cut(np.empty(shape, dtype), regions)
 
+    allocate.concat_role = Allocation(tuple(regions), None)
     return allocate
 
 
@@ -73,6 +107,7 @@ def _allocate_within(index: int, regions: Sequence[tuple | None]) -> Callable[[C
     def allocate(outer: ConcatTarget) -> ConcatTarget:
         return ConcatTarget.cut(outer.views[index], regions)
 
+    allocate.concat_role = Allocation(tuple(regions), index)
     return allocate
 
 
@@ -82,6 +117,7 @@ def _writing_into(call: Callable[..., Any], index: int) -> Callable[..., Any]:
     def write(*args: Any) -> Any:
         return call(*args[:-1], out=args[-1].views[index])
 
+    write.concat_role = Write(call, index)
     return write
 
 
@@ -103,6 +139,7 @@ def _joining(concat: Callable[..., Any], regions: Sequence[tuple], shapes: Seque
             array[region] = value
         return array
 
+    join.concat_role = Join(tuple(regions))
     return join
 
 

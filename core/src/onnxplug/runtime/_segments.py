@@ -16,8 +16,17 @@ that are not constants):
    for those shapes: a value used only inside the segment gets a buffer shared, best fit, with
    values whose last reader has run before it is made; a value read after the segment or a graph
    output (an *exit*) gets a fresh array every run, so nothing a run returns is overwritten by
-   the next.  Where any step declines, the signature stays plain;
+   the next.  A step whose kernel declines is called as before, its result copied into its
+   buffer (Inception-v2's final 7×7 average pool, which has no compiled plan, made its whole
+   102-step segment plain);
 3. from then on the bound calls run back to back.
+
+What binds: a kernel offering ``bind``; a numpy ufunc of one output (the CPU provider's bare
+element-wise kernels), called with ``out=``; and a Concat written in place
+(``_concat_in_place``), whose allocation, writers and join enter a segment together or not at
+all: the join's array is then one planned buffer, each writer bound over its view, and the join
+copies only the inputs that were not written there (``_segment_layout``, ``_step_bindings``).
+SqueezeNet is one segment of 45 steps so, where its Concats cut it into pieces of two or three.
 
 The buffers and the scratch belong to an :class:`Arena`: one per plan and thread, shared by all
 the plan's segments (they run one at a time and their values die with them), so concurrent runs
@@ -41,8 +50,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import Fail
-from ..kernels import Binding, Scratch
+from ..kernels import Scratch
+from ._concat_in_place import Allocation, ConcatTarget, Join, Write, role_of
 from ._loop import attribute_error
+from ._segment_layout import Layout, aligned, plan_buffers
+from ._step_bindings import bind_kernel, into_place, is_ufunc, join_binding
 from ._steps import DROP_SLOT, NONE_SLOT, Step
 
 __all__ = [
@@ -64,8 +76,6 @@ MAX_SIGNATURES = 8
 MAX_INSTANCES = 1024
 #: How many times a signature is bound again after a guard changed before it stays plain.
 MAX_REBINDS = 4
-#: Buffers are aligned to this many bytes (a cache line).
-_ALIGN = 64
 
 
 def segments_enabled() -> bool:
@@ -74,45 +84,99 @@ def segments_enabled() -> bool:
 
 
 def bindable(step: Step) -> bool:
-    """Whether ``step`` may join a segment: a host step without outer-scope inputs whose callable
-    offers ``bind``, with one output used (a node whose schema has more, such as MaxPool's
-    Indices, may join where they are not: its kernel returns them all, the first is kept)."""
-    return (
-        step.device is None
-        and not step.outer_inputs
-        and (step.single or all(slot == DROP_SLOT for slot in step.outputs[1:]))
-        and callable(getattr(step.call, "bind", None))
-    )
+    """Whether ``step`` may join a segment: a host step without outer-scope inputs with one output
+    used (a node whose schema has more, such as MaxPool's Indices, may join where they are not:
+    its kernel returns them all, the first is kept) whose callable offers ``bind``, is a numpy
+    ufunc of one output (bound as itself with ``out=``), or takes part in a Concat written in
+    place (a writer, where its kernel binds)."""
+    if step.device is not None or step.outer_inputs:
+        return False
+    if not (step.single or all(slot == DROP_SLOT for slot in step.outputs[1:])):
+        return False
+    role = role_of(step.call)
+    if isinstance(role, Write):
+        return callable(getattr(role.kernel, "bind", None))
+    return role is not None or callable(getattr(step.call, "bind", None)) or is_ufunc(step.call)
 
 
 def split_segments(steps: Sequence[Step], keep: Iterable[int], constants: Iterable[int]) -> list[Step | Segment]:
     """``steps`` with every run of at least :data:`MIN_STEPS` bindable steps replaced by a
-    :class:`Segment`.
+    :class:`Segment`.  The steps of one Concat written in place (its target's allocation and
+    every step reading the target) join a segment together or not at all.  Ufunc steps join only
+    between others: bound, a ufunc costs more than the plain loop's call (a chain of 1000
+    element-wise nodes ran 0.67 µs a node against 0.23), so they are worth binding only where they
+    would otherwise cut a segment of layers in two (YOLO's residual adds).
 
     :param keep: slots that must hold their value after the steps (the plan's outputs).
     :param constants: slots holding the same object on every run (initializers no feed replaces).
     """
+    steps = tuple(steps)
     keep = set(keep)
     constants = set(constants) | {NONE_SLOT}
     last_read: dict[int, int] = {}
     for index, step in enumerate(steps):
         for slot in step.inputs:
             last_read[slot] = index
+    joins = [bindable(step) for step in steps]
+    light = [is_ufunc(step.call) for step in steps]
+    groups = _concat_groups(steps)
+    while True:
+        run_of = _runs(joins, light)
+        broken = [group for group in groups if len({run_of[i] for i in group}) > 1 or run_of[group[0]] is None]
+        if not any(joins[i] for group in broken for i in group):
+            break
+        for group in broken:
+            for index in group:
+                joins[index] = False
     items: list[Step | Segment] = []
-    run: list[Step] = []
-    for index, step in enumerate([*steps, None]):
-        if step is not None and bindable(step):
-            run.append(step)
+    index = 0
+    while index < len(steps):
+        start = run_of[index]
+        if start is None:
+            items.append(steps[index])
+            index += 1
             continue
-        if len(run) >= MIN_STEPS:
-            exits = {s.outputs[0] for s in run if s.outputs[0] in keep or last_read.get(s.outputs[0], -1) >= index}
-            items.append(Segment(run, exits, constants))
-        else:
-            items.extend(run)
-        run = []
-        if step is not None:
-            items.append(step)
+        end = index
+        while end < len(steps) and run_of[end] == start:
+            end += 1
+        run = steps[index:end]
+        exits = {s.outputs[0] for s in run if s.outputs[0] in keep or last_read.get(s.outputs[0], -1) >= end}
+        items.append(Segment(run, exits, constants))
+        index = end
     return items
+
+
+def _runs(joins: Sequence[bool], light: Sequence[bool]) -> list[int | None]:
+    """Per step, the first step of the segment it would be in (``None``: none): runs of steps
+    that join, without the ``light`` ones at either end, of at least :data:`MIN_STEPS`."""
+    run_of: list[int | None] = [None] * len(joins)
+    start = 0
+    for index in range(len(joins) + 1):
+        if index < len(joins) and joins[index]:
+            continue
+        first, last = start, index
+        while first < last and light[first]:
+            first += 1
+        while last > first and light[last - 1]:
+            last -= 1
+        if last - first >= MIN_STEPS:
+            run_of[first:last] = [first] * (last - first)
+        start = index + 1
+    return run_of
+
+
+def _concat_groups(steps: Sequence[Step]) -> list[list[int]]:
+    """Per Concat written in place, the indices of its allocation and of the steps reading its
+    target."""
+    groups: dict[int, list[int]] = {}
+    for index, step in enumerate(steps):
+        if isinstance(role_of(step.call), Allocation):
+            groups[step.outputs[0]] = [index]
+    for index, step in enumerate(steps):
+        for slot in dict.fromkeys(step.inputs):
+            if slot in groups and groups[slot][0] != index:
+                groups[slot].append(index)
+    return list(groups.values())
 
 
 class Arena:
@@ -138,9 +202,9 @@ class Arena:
     def buffer(self, index: int, size: int) -> np.ndarray:
         """Byte buffer ``index``, of at least ``size`` bytes (64-byte aligned)."""
         while len(self.buffers) <= index:
-            self.buffers.append(_aligned(0))
+            self.buffers.append(aligned(0))
         if self.buffers[index].size < size:
-            self.buffers[index] = _aligned(size)
+            self.buffers[index] = aligned(size)
             self.generation += 1
         return self.buffers[index]
 
@@ -160,17 +224,19 @@ class _Signature:
 class _Instance:
     """A segment's steps bound over one arena's memory at one of its generations.
 
-    ``arrays`` holds each step's output array (``None`` for exits), the fixed entries, then from
-    ``base`` the run's entries and exits, set for the run and cleared after it.  ``program``
-    holds per step its call and either its argument tuple (fixed arrays only) or ``None`` and the
-    positions in ``arrays`` to read (a step reading an entry or writing an exit: they change from
-    run to run)."""
+    ``arrays`` holds each step's output array, then the fixed entries, then the run's entries.
+    The positions in ``dynamic`` change from run to run (the entries, and the arrays that leave
+    the segment with their views): set for a run from ``fresh`` (``(position, None, shape, dtype)``
+    a new array, ``(position, source, region, None)`` a view of one) and cleared after it.
+    ``program`` holds per bound step its call and either its argument tuple (fixed arrays only)
+    or ``None`` and the positions in ``arrays`` to read; ``exits`` the ``(slot, position)`` pairs
+    stored in the run's values."""
 
-    __slots__ = ("arrays", "base", "exit_specs", "program", "guards", "generation")
+    __slots__ = ("arrays", "entries", "fresh", "dynamic", "exits", "program", "steps", "guards", "generation")
 
-    def __init__(self, arrays, base, exit_specs, program, guards) -> None:
-        self.arrays, self.base, self.exit_specs = arrays, base, exit_specs
-        self.program, self.guards = program, guards
+    def __init__(self, arrays, entries, fresh, dynamic, exits, program, steps, guards) -> None:
+        self.arrays, self.entries, self.fresh, self.dynamic = arrays, entries, fresh, dynamic
+        self.exits, self.program, self.steps, self.guards = exits, program, steps, guards
         self.generation = -1
 
 
@@ -192,6 +258,7 @@ class Segment:
         self.entries = tuple(slot for slot in entries if slot not in constants)
         # entries whose last reader is inside: freed once the segment has run
         self.frees = tuple(dict.fromkeys(slot for step in self.steps for slot in step.free if slot not in made))
+        self.layout = Layout(self.steps)
         self._signatures: dict[tuple, _Signature] = {}
 
     def __repr__(self) -> str:
@@ -216,7 +283,7 @@ class Segment:
         instance = arena.instances.get(known)
         if instance is None or instance.generation != arena.generation:
             instance = self._instance(known.shapes, values, arena)
-            if instance is None:  # a step declined: this signature runs plain
+            if instance is None:  # the layout did not hold: this signature runs plain
                 known.plain = True
                 self._run_plain(values)
                 return
@@ -252,8 +319,8 @@ class Segment:
 
     def _run_plain(self, values: list[Any], shapes: list | None = None) -> None:
         """The steps one by one as the plan's loop runs them; each output's shape and type is
-        appended to ``shapes`` where given."""
-        for step in self.steps:
+        appended to ``shapes`` where given (``None`` where the segment cannot replay it)."""
+        for index, step in enumerate(self.steps):
             try:
                 result = step.call(*[values[i] for i in step.inputs])
                 if not step.single:  # its other outputs are not used (bindable)
@@ -264,34 +331,63 @@ class Segment:
             except Exception as error:
                 raise attribute_error(error, step) from error
             if shapes is not None:
-                shapes.append((result.shape, result.dtype) if type(result) is np.ndarray else None)
+                shapes.append(self._made(index, result, values))
             for slot in step.free:
                 values[slot] = None
 
+    def _made(self, index: int, result: Any, values: list[Any]) -> tuple[tuple[int, ...], np.dtype] | None:
+        """The shape and type of step ``index``'s array, ``None`` where it is not a host array or
+        the segment's layout cannot make it: a Concat that returned an array of its own, a
+        writer's array of another shape or type than its view (a writer that returned an array
+        of its own but of the view's shape and type is fine: a layer's first call does, and its
+        Concat copies it; bound, it stores into its view)."""
+        role = self.layout.roles[index]
+        if isinstance(role, Allocation):
+            array = result.array if isinstance(result, ConcatTarget) else None
+        else:
+            array = result
+        if type(array) is not np.ndarray:
+            return None
+        parent = self.layout.parents[index]
+        if parent is not None:
+            target = values[self.steps[parent[0]].outputs[0]]
+            if not isinstance(target, ConcatTarget):
+                return None
+            if isinstance(role, Write):
+                view = target.views[role.index]
+                if array.shape != view.shape or array.dtype != view.dtype:
+                    return None
+            elif array is not (target.array if isinstance(role, Join) else target.views[role.within]):
+                return None
+        return array.shape, array.dtype
+
     def _run_recording(self, values: list[Any]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        """A plain run that records each step's output shape and type (``None`` where one is not
-        a host array: the signature then stays plain)."""
+        """A plain run that records each step's output shape and type (``None`` where the
+        signature stays plain)."""
         shapes: list = []
         self._run_plain(values, shapes)
         return None if any(shape is None for shape in shapes) else shapes
 
     def _replay(self, instance: _Instance, values: list[Any]) -> None:
         arrays = instance.arrays
-        base = instance.base
-        for position, slot in enumerate(self.entries, base):
+        for position, slot in instance.entries:
             arrays[position] = values[slot]
-        exits = [np.empty(shape, dtype) for shape, dtype in instance.exit_specs]
-        arrays[base + len(self.entries) :] = exits
+        for position, source, region, dtype in instance.fresh:
+            if source is None:
+                arrays[position] = np.empty(region, dtype)
+            else:
+                arrays[position] = arrays[source] if region is None else arrays[source][region]
         index = 0
         try:
             for index, (call, arguments, positions) in enumerate(instance.program):  # noqa: B007 - read on error
                 call(*(arguments if arguments is not None else [arrays[p] for p in positions]))
+            for slot, position in instance.exits:
+                values[slot] = arrays[position]
         except Exception as error:
-            raise attribute_error(error, self.steps[index]) from error
+            raise attribute_error(error, instance.steps[index]) from error
         finally:
-            arrays[base:] = [None] * (len(arrays) - base)
-        for slot, array in zip(self.exits, exits):
-            values[slot] = array
+            for position in instance.dynamic:
+                arrays[position] = None
         for slot in self.frees:
             values[slot] = None
 
@@ -300,22 +396,27 @@ class Segment:
     def _instance(
         self, shapes: list[tuple[tuple[int, ...], np.dtype]], values: list[Any], arena: Arena
     ) -> _Instance | None:
-        """Every step bound over ``arena``'s buffers as planned for ``shapes``, or ``None`` where
-        a step declines.  Where binding grew the arena, it binds again over the final memory."""
-        exits = set(self.exits)
-        owner, sizes = _plan_buffers(self.steps, shapes, exits)
+        """Every step bound over ``arena``'s buffers as planned for ``shapes`` (``None`` where a
+        Concat's steps are not all here).  Where binding grew the arena, it binds again over the
+        final memory."""
+        layout = self.layout
+        owner, sizes = plan_buffers(self.steps, shapes, set(self.exits), layout.roots)
         instance = None
         for _ in range(3):
             generation = arena.generation
-            outputs: list[np.ndarray] = []
+            roots: list[np.ndarray | None] = []
             for index, (shape, dtype) in enumerate(shapes):
-                if owner[index] is None:  # an exit: bound over a stand-in, a fresh array each run
-                    outputs.append(np.empty(shape, dtype))
-                    continue
-                kind = np.dtype(dtype)
-                nbytes = math.prod(shape) * kind.itemsize
-                outputs.append(arena.buffer(owner[index], sizes[owner[index]])[:nbytes].view(kind).reshape(shape))
-            instance = self._bind(outputs, values, arena.scratch)
+                buffer = owner[index]
+                if layout.roots[index] != index:  # a view, made by the layout
+                    roots.append(None)
+                elif buffer is None:  # an array leaving the segment: bound over a stand-in
+                    roots.append(np.empty(shape, dtype))
+                else:
+                    kind = np.dtype(dtype)
+                    nbytes = math.prod(shape) * kind.itemsize
+                    roots.append(arena.buffer(buffer, sizes[buffer])[:nbytes].view(kind).reshape(shape))
+            fresh = {layout.roots[index] for index in range(len(shapes)) if owner[layout.roots[index]] is None}
+            instance = self._bind(layout.arrays(roots), fresh, shapes, values, arena.scratch)
             if instance is None:
                 return None
             if arena.scratch.grew:
@@ -326,79 +427,59 @@ class Segment:
         instance.generation = arena.generation
         return instance
 
-    def _bind(self, outputs: list[np.ndarray], values: list[Any], scratch: Scratch) -> _Instance | None:
+    def _bind(
+        self, outputs: list[np.ndarray], fresh: set[int], shapes: list, values: list[Any], scratch: Scratch
+    ) -> _Instance | None:
+        """The program over ``outputs`` (every step's array; those of the ``fresh`` roots and their
+        views are made anew each run)."""
+        layout = self.layout
         count = len(self.steps)
         base = count + len(self.fixed_entries)
-        exit_at = base + len(self.entries)
         position_of = {step.outputs[0]: index for index, step in enumerate(self.steps)}
+        made_by = dict(position_of)
         position_of.update((slot, count + offset) for offset, slot in enumerate(self.fixed_entries))
         position_of.update((slot, base + offset) for offset, slot in enumerate(self.entries))
-        position_of.update((slot, exit_at + offset) for offset, slot in enumerate(self.exits))
-        stand_ins = [outputs[index] for index, step in enumerate(self.steps) if step.outputs[0] in self.exits]
-        arrays = [
-            *(None if step.outputs[0] in self.exits else outputs[index] for index, step in enumerate(self.steps)),
-            *(values[slot] for slot in self.fixed_entries),
-            *(values[slot] for slot in self.entries),
-            *stand_ins,
-        ]
-        program = []
-        guards: dict[int, tuple] = {}
+        arrays = [*outputs, *(values[slot] for slot in self.fixed_entries), *(values[slot] for slot in self.entries)]
+        changing = [index for index in range(count) if layout.roots[index] in fresh]
+        dynamic = frozenset(changing) | frozenset(range(base, len(arrays)))
+        program, guards, steps = [], {}, []
         for index, step in enumerate(self.steps):
-            inputs = tuple(arrays[position_of[slot]] for slot in step.inputs)
-            output = position_of[step.outputs[0]] if step.outputs[0] in self.exits else index
-            try:
-                binding = step.call.bind(inputs, arrays[output], scratch)
-            except Exception:  # noqa: BLE001 - a kernel that fails to bind runs plain
-                binding = None
-            if not isinstance(binding, Binding):
-                return None
+            role = layout.roles[index]
+            if role is not None and layout.parents[index] is None and not isinstance(role, Allocation):
+                return None  # (split_segments keeps a join's steps together)
+            used = step.inputs[:-1] if isinstance(role, (Write, Join)) else step.inputs
+            inputs = tuple(arrays[position_of[slot]] for slot in used)
+            if isinstance(role, Allocation):
+                continue  # its array is planned: nothing to run
+            if isinstance(role, Join):
+                allocation = layout.parents[index][0]
+                copies = [n for n, slot in enumerate(used) if not layout.in_place(made_by.get(slot), allocation, n)]
+                binding = join_binding(role.regions, copies)
+                if binding is None:  # every input was written in place
+                    continue
+            else:
+                kernel = role.kernel if isinstance(role, Write) else step.call
+                binding = bind_kernel(kernel, inputs, arrays[index], scratch)
+                if binding is None:  # it runs as a plain call, its result copied into place
+                    binding = into_place(kernel, step.single)
             if binding.guard is not None:
                 guards.setdefault(id(binding.guard), (binding.guard, binding.token))
-            positions = (output, *(position_of[slot] for slot in step.inputs))
-            arguments = None if any(p >= base for p in positions) else tuple(arrays[p] for p in positions)
-            program.append((binding.call, arguments, positions))
-        arrays[base:] = [None] * (len(arrays) - base)
-        exit_specs = [(array.shape, array.dtype) for array in stand_ins]
-        return _Instance(arrays, base, exit_specs, program, list(guards.values()))
-
-
-def _plan_buffers(steps: Sequence[Step], shapes: list, exits: set[int]) -> tuple[list[int | None], list[int]]:
-    """Per step, the buffer its output is written to (``None`` for exits), and each buffer's
-    bytes: values used only inside the segment share buffers, best fit, a buffer being free once
-    its value's last reader has run (never while the step writing the new value reads it)."""
-    made = {step.outputs[0]: index for index, step in enumerate(steps)}
-    last = list(range(len(steps)))  # each value's last reader (itself where it has none)
-    for index, step in enumerate(steps):
-        for slot in step.inputs:
-            producer = made.get(slot)
-            if producer is not None and producer < index:
-                last[producer] = index
-    sizes: list[int] = []
-    owner: list[int | None] = [None] * len(steps)
-    free: list[int] = []
-    releasing: dict[int, list[int]] = {}
-    for index, step in enumerate(steps):
-        if step.outputs[0] not in exits:
-            shape, dtype = shapes[index]
-            need = max(math.prod(shape) * np.dtype(dtype).itemsize, 1)
-            fits = [b for b in free if sizes[b] >= need]
-            if fits:  # the smallest that fits
-                chosen = min(fits, key=lambda b: sizes[b])
-            elif free:  # else the largest free one, grown
-                chosen = max(free, key=lambda b: sizes[b])
-                sizes[chosen] = need
+            positions = (index, *(position_of[slot] for slot in used))
+            fixed = not any(p in dynamic for p in positions)
+            program.append((binding.call, tuple(arrays[p] for p in positions) if fixed else None, positions))
+            steps.append(step)
+        fresh_specs = []
+        for index in changing:
+            parent = layout.parents[index]
+            if parent is None:
+                shape, dtype = shapes[index]
+                fresh_specs.append((index, None, shape, dtype))
             else:
-                chosen = len(sizes)
-                sizes.append(need)
-            if chosen in free:
-                free.remove(chosen)
-            owner[index] = chosen
-            releasing.setdefault(last[index], []).append(chosen)
-        free.extend(releasing.pop(index, ()))
-    return owner, sizes
-
-
-def _aligned(size: int) -> np.ndarray:
-    raw = np.empty(size + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return raw[start : start + size]
+                fresh_specs.append((index, parent[0], parent[1], None))
+        exit_pairs = tuple((slot, position_of[slot]) for slot in self.exits)
+        entries = tuple((position_of[slot], slot) for slot in self.entries)
+        for position in dynamic:
+            arrays[position] = None
+        return _Instance(
+            arrays, entries, tuple(fresh_specs), tuple(dynamic), exit_pairs, program, steps, list(guards.values())
+        )

@@ -20,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from onnxplug.kernels import Binding
+
+from ._conv_bindings import team_settings
 from ._jit import compiler, numba_loaded
 from ._split_rows import thread_budget
-from ._team import team_joined
+from ._team import run_settings, team_joined
 
-__all__ = ["affine_channels", "relu"]
+__all__ = ["affine_binding", "affine_channels", "relu"]
 
 _NO_LOW, _NO_HIGH = np.float32(-np.inf), np.float32(np.inf)
 #: Elements below which the numpy passes are kept (a compiled call costs a few µs).
@@ -71,6 +74,39 @@ def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low=_NO_LOW, hi
     y = np.empty_like(x)
     loops.affine_rows(x.reshape(rows, -1), a, c, low, high, y.reshape(rows, -1), _parts(x.size))
     return y
+
+
+def affine_binding(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high, output: np.ndarray) -> Binding | None:
+    """:func:`affine_channels` of ``x`` into ``output`` as an ``onnxplug.kernels.Binding`` (the
+    plan's segments), or ``None`` where the compiled pass does not apply.  Bound where a
+    convolution's segment runs it, so it splits over the team from the first size that
+    :func:`affine_channels` would split in such a run, and its guard joins the run to the team as
+    a layer's does (``kernels._conv_bindings.team_settings``)."""
+    loops = _loops()
+    if loops is None or x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
+        return None
+    if a.shape != (x.shape[1],) or c.shape != (x.shape[1],) or c.dtype != np.float32 or not c.flags.c_contiguous:
+        return None
+    settings = run_settings()
+    parts = 1
+    if x.size >= 2 * PART_ELEMENTS and settings.team:
+        parts = max(1, min(settings.budget, x.size // PART_ELEMENTS))
+    rows = (x.shape[0] * x.shape[1], -1)
+    affine, bound_x, x_rows, output_rows = loops.affine_rows, x, x.reshape(rows), output.reshape(rows)
+    low, high = np.float32(low), np.float32(high)
+
+    def call(out: np.ndarray, x: np.ndarray, *_: Any) -> None:
+        affine(
+            x_rows if x is bound_x else x.reshape(rows),
+            a,
+            c,
+            low,
+            high,
+            output_rows if out is output else out.reshape(rows),
+            parts,
+        )
+
+    return Binding(call, team_settings if parts > 1 else run_settings)
 
 
 def relu(x: np.ndarray) -> np.ndarray | None:

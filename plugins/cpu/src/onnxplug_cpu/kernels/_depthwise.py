@@ -277,3 +277,12 @@ class BoundChannelAffine:
         if clamp is not None:
             np.clip(y, low, high, out=y)
         return y
+
+    def bind(self, x, bias, clamp, output, scratch):
+        """This pass as an ``onnxplug.kernels.Binding`` over ``output`` (``kernels._channel_jit``),
+        or ``None`` without a bias (the numpy passes add none) or where the compiled pass does not
+        apply; ``scratch`` is not needed."""
+        if bias is None or bias.dtype != np.float32 or bias.ndim != 1:
+            return None
+        low, high = (-np.inf, np.inf) if clamp is None else clamp
+        return _channel_jit.affine_binding(x, self._factors, bias, low, high, output)

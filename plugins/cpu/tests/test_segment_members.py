@@ -1,0 +1,246 @@
+"""What joins a segment besides layers (``onnxplug.runtime._segments``, ``_segment_layout``,
+``_step_bindings``): Concats written in place, numpy ufunc kernels between layers, a
+normalisation, and a step whose kernel declines to bind.
+
+A Concat written in place (``runtime._concat_in_place``) joins a segment whole: its target's
+allocation, every producer writing into a view of it and the join itself, the join's array one
+planned buffer (or a fresh array each run where it leaves the segment).  Checked here: the bits
+are those of the same session without segments on every run (a wrong region, a missed copy or a
+shared buffer changes them), a join whose inputs did not all arrive in place copies the others,
+nested joins share their array, an array leaving the segment is fresh each run, a join cut by a
+step that cannot bind stays out of segments entirely, an element-wise ufunc joins only between
+layers (bound, it costs more than a plain call), and a declined step runs inside its segment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxplug
+from onnxplug.runtime._segment_layout import plan_buffers
+from onnxplug.runtime._steps import Step
+
+RUNS = 4  # record, bind, then replays
+RNG = np.random.default_rng(3)
+
+
+def _conv(name: str, source: str, cin: int, cout: int, k: int, inits: list) -> list:
+    """A Conv and its Relu (one FusedConv once ms_ops fuses them), output ``name``."""
+    w = (RNG.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    b = (RNG.standard_normal(cout) * 0.1).astype(np.float32)
+    inits += [numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")]
+    return [
+        helper.make_node(
+            "Conv", [source, f"{name}_w", f"{name}_b"], [f"{name}_c"], name=name, kernel_shape=[k, k], pads=[k // 2] * 4
+        ),
+        helper.make_node("Relu", [f"{name}_c"], [name], name=f"{name}_relu"),
+    ]
+
+
+def _model(nodes: list, inits: list, shape: tuple, outputs: list[str]) -> bytes:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _fire(outputs: list[str]) -> bytes:
+    """SqueezeNet's fire module and a layer after it: squeeze → two expands joined → a layer."""
+    inits: list = []
+    nodes = [
+        *_conv("squeeze", "x", 16, 8, 1, inits),
+        *_conv("e1", "squeeze", 8, 32, 1, inits),
+        *_conv("e3", "squeeze", 8, 32, 3, inits),
+        helper.make_node("Concat", ["e1", "e3"], ["joined"], axis=1, name="join"),
+        *_conv("after", "joined", 64, 16, 3, inits),
+    ]
+    return _model(nodes, inits, (1, 16, 24, 24), outputs)
+
+
+def _dense_block(layers: int = 3) -> bytes:
+    """DenseNet's block: each layer joins the previous join and its new channels (the first join
+    copies the graph's input), then a layer after the block."""
+    inits: list = []
+    nodes, previous, channels = [], "x", 16
+    for i in range(layers):
+        nodes += _conv(f"c{i}", previous, channels, 8, 3, inits)
+        nodes.append(helper.make_node("Concat", [previous, f"c{i}"], [f"j{i}"], axis=1, name=f"join{i}"))
+        previous, channels = f"j{i}", channels + 8
+    nodes += _conv("after", previous, channels, 8, 1, inits)
+    return _model(nodes, inits, (1, 16, 32, 32), ["after"])
+
+
+def _cut_join() -> bytes:
+    """A join whose second writer comes after a step that cannot bind (an LRN)."""
+    inits: list = []
+    nodes = [
+        *_conv("a", "x", 16, 32, 3, inits),
+        helper.make_node("LRN", ["x"], ["n"], name="lrn", size=3),
+        *_conv("b", "n", 16, 32, 3, inits),
+        helper.make_node("Concat", ["a", "b"], ["joined"], axis=1, name="join"),
+        *_conv("after", "joined", 64, 8, 1, inits),
+        *_conv("last", "after", 8, 8, 3, inits),
+    ]
+    return _model(nodes, inits, (1, 16, 24, 24), ["last"])
+
+
+def _product() -> bytes:
+    """Two layers' product (a bare ``np.multiply``) between layers."""
+    inits: list = []
+    nodes = [
+        *_conv("a", "x", 16, 16, 3, inits),
+        *_conv("b", "a", 16, 16, 1, inits),
+        helper.make_node("Mul", ["a", "b"], ["m"], name="product"),
+        *_conv("after", "m", 16, 8, 3, inits),
+    ]
+    return _model(nodes, inits, (1, 16, 20, 20), ["after"])
+
+
+def _sessions(model: bytes, monkeypatch, shape: tuple):
+    """The model with segments on and off (the variable is read at a plan's first run)."""
+    sessions = []
+    for segments in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_SEGMENTS", segments)
+        session = onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros(shape, np.float32)})
+        sessions.append(session)
+    monkeypatch.delenv("ONNXPLUG_SEGMENTS")
+    return sessions
+
+
+def _segments(session) -> list[list[str]]:
+    return [[step.op_type for step in segment.steps] for segment in session._plan._straight.segments]
+
+
+def _same_bits(replayed, plain, shape: tuple) -> list[list[np.ndarray]]:
+    returned = []
+    for run in range(RUNS):
+        feed = {"x": np.random.default_rng(run).standard_normal(shape).astype(np.float32)}
+        got = replayed.run(None, feed)
+        for mine, theirs in zip(got, plain.run(None, feed)):
+            np.testing.assert_array_equal(mine, theirs)
+        returned.append((got, [array.copy() for array in got]))
+    for got, copies in returned:  # nothing a run returned changed since
+        for array, copy in zip(got, copies):
+            np.testing.assert_array_equal(array, copy)
+    return [got for got, _ in returned]
+
+
+def test_a_fire_module_joins_one_segment_with_the_layer_after_it(monkeypatch):
+    replayed, plain = _sessions(_fire(["after"]), monkeypatch, (1, 16, 24, 24))
+    assert _segments(replayed) == [["FusedConv", "ConcatTarget", "FusedConv", "FusedConv", "Concat", "FusedConv"]]
+    _same_bits(replayed, plain, (1, 16, 24, 24))
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [["after", "joined"], ["after", "e3"]],
+    ids=["the join leaves the segment", "a writer's value is an output (copied by the join)"],
+)
+def test_a_join_whose_values_leave_the_segment(monkeypatch, outputs):
+    replayed, plain = _sessions(_fire(outputs), monkeypatch, (1, 16, 24, 24))
+    assert len(_segments(replayed)) == 1
+    runs = _same_bits(replayed, plain, (1, 16, 24, 24))
+    assert not np.shares_memory(runs[-1][1], runs[-2][1])  # a fresh array each run
+
+
+def test_nested_joins_share_their_array_and_copy_the_graph_input(monkeypatch):
+    replayed, plain = _sessions(_dense_block(), monkeypatch, (1, 16, 32, 32))
+    (segment,) = _segments(replayed)
+    assert segment.count("Concat") == 3 and segment.count("ConcatTarget") == 3
+    _same_bits(replayed, plain, (1, 16, 32, 32))
+
+
+def test_a_join_cut_by_a_step_that_cannot_bind_stays_out_of_segments(monkeypatch):
+    replayed, plain = _sessions(_cut_join(), monkeypatch, (1, 16, 24, 24))
+    assert _segments(replayed) == [["FusedConv", "FusedConv"]]  # the two layers after the join
+    _same_bits(replayed, plain, (1, 16, 24, 24))
+
+
+def test_an_element_wise_ufunc_joins_the_layers_segment(monkeypatch):
+    replayed, plain = _sessions(_product(), monkeypatch, (1, 16, 20, 20))
+    assert _segments(replayed) == [["FusedConv", "FusedConv", "Mul", "FusedConv"]]
+    _same_bits(replayed, plain, (1, 16, 20, 20))
+
+
+def test_ufuncs_join_only_between_other_steps(monkeypatch):
+    inits: list = []
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["squared"], name="square"),
+        *_conv("a", "squared", 16, 16, 3, inits),
+        *_conv("b", "a", 16, 16, 1, inits),
+        helper.make_node("Mul", ["b", "b"], ["m"], name="product"),
+        helper.make_node("Add", ["m", "b"], ["y"], name="sum"),
+    ]
+    replayed, plain = _sessions(_model(nodes, inits, (1, 16, 20, 20), ["y"]), monkeypatch, (1, 16, 20, 20))
+    assert _segments(replayed) == [["FusedConv", "FusedConv"]]
+    _same_bits(replayed, plain, (1, 16, 20, 20))
+    chain = [helper.make_node("Add", ["x" if i == 0 else f"v{i - 1}", "x"], [f"v{i}"]) for i in range(6)]
+    replayed, _ = _sessions(_model(chain, [], (1, 16, 20, 20), ["v5"]), monkeypatch, (1, 16, 20, 20))
+    assert _segments(replayed) == []
+
+
+def test_a_view_keeps_its_arrays_buffer_until_its_own_last_reader():
+    """Steps 1 and 2 write views of step 0's array (a join's allocation), step 3 reads step 1's
+    view: step 0's buffer stays taken until then, though nothing reads step 0 itself."""
+    steps = [
+        Step(lambda *a: None, inputs, (10 + index,), True, f"s{index}", "Op", "cpu", index)
+        for index, inputs in enumerate([(2,), (2, 10), (2, 10), (11,), (13,)])
+    ]
+    shapes = [((1, 8, 4, 4), np.dtype(np.float32))] * len(steps)
+    roots = [0, 0, 0, 3, 4]
+    owner, _ = plan_buffers(steps, shapes, exits={14}, roots=roots)
+    assert owner[1] is None and owner[2] is None and owner[4] is None  # views, the exit
+    assert owner[3] != owner[0]  # step 3 reads a view of step 0's array while writing its own
+    # and an exit among an array's views makes the array fresh each run
+    owner, _ = plan_buffers(steps, shapes, exits={11, 14}, roots=roots)
+    assert owner[0] is None
+
+
+def _signatures_bound(session) -> list[bool]:
+    return [not known.plain for s in session._plan._straight.segments for known in s._signatures.values()]
+
+
+def _declined(session) -> int:
+    """Bound steps of this thread's instances that run their kernel plain (``into_place``)."""
+    instances = session._plan._straight._local.arena.instances.values()
+    return sum("into_place" in call.__qualname__ for i in instances for call, _, _ in i.program)
+
+
+def test_a_step_whose_kernel_declines_runs_inside_the_bound_segment(monkeypatch):
+    """A 6×6 average pool over the whole map (no compiled plan serves that window) between two
+    layers: called as before, its result copied into its buffer, the layers stay bound."""
+    inits: list = []
+    nodes = [
+        *_conv("a", "x", 16, 32, 3, inits),
+        helper.make_node("AveragePool", ["a"], ["pooled"], name="pool", kernel_shape=[6, 6]),
+        *_conv("after", "pooled", 32, 8, 1, inits),
+    ]
+    replayed, plain = _sessions(_model(nodes, inits, (1, 16, 6, 6), ["after"]), monkeypatch, (1, 16, 6, 6))
+    assert _segments(replayed) == [["FusedConv", "AveragePool", "FusedConv"]]
+    _same_bits(replayed, plain, (1, 16, 6, 6))
+    assert _signatures_bound(replayed) == [True] and _declined(replayed) == 1
+
+
+def test_a_normalisation_and_its_relu_bind_between_layers(monkeypatch):
+    """DenseNet's BatchNormalization + Relu before a layer (a per-channel affine FusedConv)."""
+    inits: list = []
+    channels = 16
+    for name, values in (("scale", 1.5), ("shift", 0.25), ("mean", 0.1), ("var", 2.0)):
+        inits.append(numpy_helper.from_array((RNG.random(channels) * values).astype(np.float32), name))
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["bn"], name="bn"),
+        helper.make_node("Relu", ["bn"], ["r"], name="bn_relu"),
+        *_conv("a", "r", channels, 16, 3, inits),
+        *_conv("after", "a", 16, 8, 1, inits),
+    ]
+    replayed, plain = _sessions(_model(nodes, inits, (1, channels, 40, 40), ["after"]), monkeypatch, (1, 16, 40, 40))
+    assert _segments(replayed) == [["FusedConv", "FusedConv", "FusedConv"]]
+    _same_bits(replayed, plain, (1, channels, 40, 40))
+    assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0
