@@ -244,3 +244,23 @@ def test_a_normalisation_and_its_relu_bind_between_layers(monkeypatch):
     assert _segments(replayed) == [["FusedConv", "FusedConv", "FusedConv"]]
     _same_bits(replayed, plain, (1, channels, 40, 40))
     assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_an_upsampling_joins_a_segment_and_its_join_copies_it(monkeypatch, mode):
+    """YOLO's and a UNet's way up: a layer's map resized 2× and joined with a skip layer's (the
+    resized map copied by the join, the skip written in place)."""
+    inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [
+        *_conv("deep", "x", 16, 32, 3, inits),
+        helper.make_node("Resize", ["deep", "", "scales"], ["up"], name="up", mode=mode),
+        helper.make_node("Resize", ["x", "", "scales"], ["x2"], name="up_input", mode=mode),
+        *_conv("skip", "x2", 16, 32, 1, inits),
+        helper.make_node("Concat", ["up", "skip"], ["joined"], axis=1, name="join"),
+        *_conv("after", "joined", 64, 8, 3, inits),
+    ]
+    replayed, plain = _sessions(_model(nodes, inits, (1, 16, 16, 16), ["after"]), monkeypatch, (1, 16, 16, 16))
+    (segment,) = _segments(replayed)
+    assert segment.count("Resize") == 2 and "Concat" in segment
+    _same_bits(replayed, plain, (1, 16, 16, 16))
+    assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0

@@ -4,7 +4,8 @@ loops), planned once per geometry and bound to it.
 :func:`bound` gives a :class:`Resized2D` for a geometry the pass serves (nearest or linear on the
 last two axes, no roi, no antialias), or ``None``: then ``kernels.resize`` takes the numpy path.
 A Resize node keeps the bound call of its last input shape and constant scales
-(``kernels.resize._ResizeNode``), so a later call is an allocation and one compiled call.
+(``kernels.resize._ResizeNode``), so a later call is an allocation and one compiled call; in a
+segment of the plan (``Resized2D.bind``) it is one compiled call over planned buffers.
 
 Why bound: the plan lookup (a hash of the shapes, scales and options), the loop lookups and the
 scratch row cost 8-16 µs a call inside a model's run, where the Python around a node runs with
@@ -19,6 +20,9 @@ import math
 
 import numpy as np
 
+from onnxplug.kernels import Binding, Scratch
+
+from ._conv_bindings import team_settings
 from ._resize_jit import compiled as _compiled_2d
 from ._resize_jit import compiled_doubled_columns as _compiled_doubled_columns
 from ._resize_jit import compiled_doubling as _compiled_doubling
@@ -26,7 +30,7 @@ from ._resize_jit import compiled_parallel as _compiled_2d_parallel
 from ._resize_taps import cached_taps, doubled
 from ._scratch import scratch
 from ._split_rows import thread_budget
-from ._team import team_joined
+from ._team import run_settings, team_joined
 
 __all__ = ["COMPILED_MIN_ELEMENTS", "PART_ELEMENTS", "Resized2D", "bound", "plan_2d"]
 
@@ -125,6 +129,32 @@ class Resized2D:
         else:
             self._serial(*arguments)
         return y
+
+    def bind(self, x: np.ndarray, output: np.ndarray, work: Scratch) -> Binding:
+        """This pass over ``output`` as an ``onnxplug.kernels.Binding`` (the plan's segments):
+        split over the team where a call in a run that started it would be, which its guard
+        starts as a convolution's does (``kernels._conv_bindings.team_settings``)."""
+        settings = run_settings()
+        parts = min(settings.budget, self._size // PART_ELEMENTS, self._planes)
+        team = parts > 1 and settings.team
+        kernel = self._parallel if team else self._serial
+        last = (parts,) if team else ()
+        if self._rows is None:
+            source_shape, middle = self._source, self._tables
+        else:
+            source_shape, middle = self._rows, (work((self._rows[0] * self._target[2],), np.float32),)
+        target_shape = self._target
+        bound_x, source, bound_output, target = x, x.reshape(source_shape), output, output.reshape(target_shape)
+
+        def call(out: np.ndarray, x: np.ndarray, *_: object) -> None:
+            kernel(
+                source if x is bound_x else x.reshape(source_shape),
+                *middle,
+                target if out is bound_output else out.reshape(target_shape),
+                *last,
+            )
+
+        return Binding(call, team_settings if team else run_settings)
 
 
 def bound(shape: tuple, out_shape: tuple, scales: tuple, options: tuple) -> Resized2D | None:

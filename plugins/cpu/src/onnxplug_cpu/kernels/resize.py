@@ -143,6 +143,17 @@ class _ResizeNode:
             self._last = (x.shape, roi, scales, sizes, out_shape, full_scales, full_roi, fast)
         return y
 
+    def bind(self, inputs, output, scratch):
+        """The compiled pass kept for this input's shape and these constant ``roi``, ``scales`` and
+        ``sizes`` as an ``onnxplug.kernels.Binding`` (the plan's segments), or ``None``."""
+        x, roi, scales, sizes = (*inputs, None, None, None)[:4]
+        last = self._last
+        if last is None or last[7] is None or x.dtype != np.float32 or last[0] != x.shape:
+            return None
+        if last[1] is not roi or last[2] is not scales or last[3] is not sizes:
+            return None
+        return last[7].bind(x, output, scratch)
+
 
 def _array(raw):
     return None if raw is None else np.frombuffer(raw[2], dtype=np.dtype(raw[0])).reshape(raw[1])
