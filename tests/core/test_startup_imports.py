@@ -6,16 +6,21 @@ Each check runs in a fresh interpreter, since this one has imported everything a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import numpy as np
 from onnx import TensorProto, helper
 
 from onnxplug.testing import make_model
 
 
-def _fresh(code: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+def _fresh(code: str, *args: str, env: dict | None = None) -> dict:
+    environment = None if env is None else {**os.environ, **env}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=environment
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,3 +95,28 @@ def test_symbolic_dimensions_still_compute_with_sympy_loaded_on_use():
 def test_sympy_imported_before_onnxplug_is_used_as_it_is():
     code = "import json, sympy, onnxplug, onnx_ir as ir; print(json.dumps(ir._core.sympy is sympy))"
     assert _fresh(code) is True
+
+
+_REFERENCE_AFTER = """
+import json, sys
+import numpy as np
+import onnxplug
+session = onnxplug.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+imported = "onnx.reference" in sys.modules
+from onnx.reference import ReferenceEvaluator
+y = ReferenceEvaluator(sys.argv[1]).run(None, {"x": np.ones((1, 4), np.float32)})[0]
+print(json.dumps({"imported": imported, "y": y.tolist()}))
+"""
+
+
+def test_onnx_reference_is_imported_only_where_a_plugin_schema_shares_an_op_name(tmp_path):
+    """onnx's reference evaluator refuses, when first imported, an op name present in two
+    domains, so a plugin declaring com.microsoft's Gelu has it imported first (~14 ms); the CPU
+    provider alone declares no such schema and spares a fresh process that import."""
+    model = _elementwise_model(tmp_path)
+    expected = [[1.0 / (1.0 + np.exp(-2.0)) - 1.0] * 4]  # sigmoid(relu(1) + 1) - relu(1)
+    for plugins, imported in (("cpu", False), ("cpu,ms_ops", True)):
+        env = {"ONNXPLUG_DISABLE_PLUGIN_AUTOLOAD": "1", "ONNXPLUG_PLUGINS": plugins}
+        result = _fresh(_REFERENCE_AFTER, model, env=env)
+        assert result["imported"] is imported, plugins
+        np.testing.assert_allclose(result["y"], expected, rtol=1e-6)
