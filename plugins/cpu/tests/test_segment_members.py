@@ -210,7 +210,7 @@ def _signatures_bound(session) -> list[bool]:
 def _declined(session) -> int:
     """Bound steps of this thread's instances that run their kernel plain (``into_place``)."""
     instances = session._plan._straight._local.arena.instances.values()
-    return sum("into_place" in call.__qualname__ for i in instances for call, _, _ in i.program)
+    return sum("into_place" in getattr(call, "__qualname__", "") for i in instances for call, _, _ in i.program)
 
 
 def test_a_step_whose_kernel_declines_runs_inside_the_bound_segment(monkeypatch):
@@ -264,3 +264,37 @@ def test_an_upsampling_joins_a_segment_and_its_join_copies_it(monkeypatch, mode)
     assert segment.count("Resize") == 2 and "Concat" in segment
     _same_bits(replayed, plain, (1, 16, 16, 16))
     assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0
+
+
+def test_a_layer_whose_bias_changes_from_run_to_run_follows_it(monkeypatch):
+    """A bias fed as a graph input is a new array each run: a binding that kept the one it was
+    bound with would apply it again (the layer then runs its plain call inside the segment)."""
+    inits: list = []
+    nodes = [*_conv("a", "x", 16, 16, 3, inits)]
+    nodes.append(helper.make_node("Conv", ["a", "w2", "bias"], ["b"], name="biased", kernel_shape=[3, 3], pads=[1] * 4))
+    inits.append(numpy_helper.from_array((RNG.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"))
+    nodes += _conv("after", "b", 16, 8, 1, inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [16]),
+        ],
+        [helper.make_tensor_value_info("after", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sessions = []
+    for segments in ("1", "0"):
+        monkeypatch.setenv("ONNXPLUG_SEGMENTS", segments)
+        session = onnxplug.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros((1, 16, 12, 12), np.float32), "bias": np.zeros(16, np.float32)})
+        sessions.append(session)
+    monkeypatch.delenv("ONNXPLUG_SEGMENTS")
+    replayed, plain = sessions
+    assert _segments(replayed) == [["FusedConv", "Conv", "FusedConv"]]
+    x = np.random.default_rng(0).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    for run in range(RUNS + 1):
+        feed = {"x": x, "bias": np.full(16, float(run), np.float32)}
+        np.testing.assert_array_equal(replayed.run(None, feed)[0], plain.run(None, feed)[0])

@@ -2,19 +2,21 @@
 
 A kernel callable (what a factory returns) may offer ``bind(inputs, output, scratch)``.  The plan
 calls it for a host step of one output once it has seen the shapes a run of such steps produces
-(``onnxplug.runtime``'s segments: consecutive steps that all offer ``bind``), with
+(``onnxplug.runtime``'s segments: consecutive steps that offer ``bind``), with
 
 - ``inputs``: the step's input values as they will be passed (arrays, ``None`` for a missing
   optional input): constants are the very objects every later call passes; the others are
-  arrays of the shapes and element types every later call passes, C-contiguous;
+  arrays of the shapes and element types every later call passes, C-contiguous.  Every input
+  after the first is the same object on every later call (the plan binds no step fed anything
+  else there), so a binding may keep what it derived from them;
 - ``output``: a C-contiguous array of the output's shape and element type, which does not
   overlap any input;
 - ``scratch``: a :class:`Scratch` for work memory.
 
 It returns a :class:`Binding`, or ``None`` where it cannot bind this call (the plan then calls
-the kernel as before and copies its result into the planned output).  Binding must not read the inputs' contents (only shapes, types
-and, for constants, values it already knows), and must not keep the arrays beyond what the
-binding's call needs.
+the kernel as before and copies its result into the planned output).  Binding must not read the
+inputs' contents (only shapes, types and, for constants, values it already knows), and must not
+keep the arrays beyond what the binding's call needs.
 
 Why: a small convolution's own Python (checks, lookups, allocating its output, reshaping views)
 costs a few microseconds, a tenth of a MobileNet's or a SqueezeNet's run over its 50 layers,

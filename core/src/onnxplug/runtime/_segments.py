@@ -16,9 +16,11 @@ that are not constants):
    for those shapes: a value used only inside the segment gets a buffer shared, best fit, with
    values whose last reader has run before it is made; a value read after the segment or a graph
    output (an *exit*) gets a fresh array every run, so nothing a run returns is overwritten by
-   the next.  A step whose kernel declines is called as before, its result copied into its
-   buffer (Inception-v2's final 7×7 average pool, which has no compiled plan, made its whole
-   102-step segment plain);
+   the next.  A step whose inputs after the first change from run to run (a value from
+   before the segment, an array made fresh each run) is not bound, since a binding keeps what
+   it derived from them (a convolution's bias); it and a step whose kernel declines are called
+   as before, the result copied into its buffer (Inception-v2's final 7×7 average pool, which
+   has no compiled plan, made its whole 102-step segment plain);
 3. from then on the bound calls run back to back.
 
 What binds: a kernel offering ``bind``; a numpy ufunc of one output (the CPU provider's bare
@@ -459,7 +461,11 @@ class Segment:
                     continue
             else:
                 kernel = role.kernel if isinstance(role, Write) else step.call
-                binding = bind_kernel(kernel, inputs, arrays[index], scratch)
+                binding = None
+                # A binding may keep what it derived from its inputs after the first (a bias):
+                # only where those are the same objects every run (constants, planned buffers).
+                if is_ufunc(kernel) or not any(position_of[slot] in dynamic for slot in used[1:]):
+                    binding = bind_kernel(kernel, inputs, arrays[index], scratch)
                 if binding is None:  # it runs as a plain call, its result copied into place
                     binding = into_place(kernel, step.single)
             if binding.guard is not None:
