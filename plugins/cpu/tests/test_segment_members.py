@@ -298,3 +298,29 @@ def test_a_layer_whose_bias_changes_from_run_to_run_follows_it(monkeypatch):
     for run in range(RUNS + 1):
         feed = {"x": x, "bias": np.full(16, float(run), np.float32)}
         np.testing.assert_array_equal(replayed.run(None, feed)[0], plain.run(None, feed)[0])
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+def test_a_transposed_upsampling_joins_a_segment(monkeypatch, with_bias):
+    """A UNet's way up: ConvTranspose 2×2 stride 2 (its product and interleaving pass bound over
+    the segment's scratch), joined with the skip layer's map."""
+    inits: list = []
+    w = (RNG.standard_normal((32, 16, 2, 2)) * 0.2).astype(np.float32)
+    inits.append(numpy_helper.from_array(w, "up_w"))
+    up_inputs = ["deep", "up_w"]
+    if with_bias:
+        inits.append(numpy_helper.from_array((RNG.standard_normal(16) * 0.1).astype(np.float32), "up_b"))
+        up_inputs.append("up_b")
+    nodes = [
+        *_conv("skip", "x", 16, 16, 3, inits),
+        helper.make_node("MaxPool", ["skip"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        *_conv("deep", "pooled", 16, 32, 3, inits),
+        helper.make_node("ConvTranspose", up_inputs, ["up"], name="up", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Concat", ["up", "skip"], ["joined"], axis=1, name="join"),
+        *_conv("after", "joined", 32, 8, 3, inits),
+    ]
+    replayed, plain = _sessions(_model(nodes, inits, (1, 16, 32, 32), ["after"]), monkeypatch, (1, 16, 32, 32))
+    (segment,) = _segments(replayed)
+    assert "ConvTranspose" in segment and "Concat" in segment
+    _same_bits(replayed, plain, (1, 16, 32, 32))
+    assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0

@@ -31,14 +31,15 @@ def _row_offsets(rows: int, length: int) -> np.ndarray:
     return offsets
 
 
-def matrix_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+def matrix_product(w: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``w @ x`` for float32 C-contiguous ``w`` ``(R, C)`` and ``x`` ``(C, P)`` on the same tiles
-    (a pointwise convolution's product), as a fresh ``(R, P)`` array: ConvTranspose's ``Wᵀ @ x``,
-    so that a CNN's products all run on one thread team (``kernels._team``)."""
+    (a pointwise convolution's product), as a fresh ``(R, P)`` array or into ``out`` (float32,
+    C-contiguous, ``(R, P)``): ConvTranspose's ``Wᵀ @ x``, so that a CNN's products all run on
+    one thread team (``kernels._team``)."""
     compiled = loops()
     rows, depth = w.shape
     length = x.shape[1]
-    y = np.empty((rows, length), dtype=np.float32)
+    y = np.empty((rows, length), dtype=np.float32) if out is None else out
     count = compiled.tile_count(rows, 1, length)
     plain_store = (_NO_BIAS, _NO_RESIDUAL, *_NO_CLAMP, _NO_KEEP, _NO_AT)
     geometry = (length, 1, 0)  # columns, groups, group stride

@@ -18,12 +18,14 @@ import math
 import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
-from onnxplug.kernels import check_allocation
+from onnxplug.kernels import Binding, check_allocation
 
 from ..numerics import Convolution, conv_compute_dtype, pack_conv_weights
-from . import _f32_products
+from . import _f32_conv, _f32_products
+from ._conv_bindings import is_float32_c
 from ._conv_transpose_jit import compiled as _compiled_interleave
 from ._registry import kernel
+from ._team import run_settings
 from .pool import pool_geometry
 
 
@@ -69,6 +71,8 @@ def conv_transpose(
     packed = None if constant_w is None else _transpose_weights(constant_w, group)
     # Wᵀ (M·K, C) for the compiled non-overlapping path, made on its first call
     transposed: list[np.ndarray] = []
+    # input shapes whose call took that path (with constant weights): bind() serves those
+    interleaved: set[tuple[int, ...]] = set()
 
     def run(x, w, b=None):
         if x.ndim < 3 or w.ndim != x.ndim:
@@ -121,6 +125,8 @@ def conv_transpose(
                         transposed.append(wt)
                 else:
                     wt = transposed[0]
+                if packed is not None:
+                    interleaved.add(x.shape)
                 # (N, M·K, H·W), on the convolutions' tiles and team where available
                 cols = _f32_products.matmul(wt, x.astype(ct, copy=False).reshape(n, c, -1))
                 y = np.empty((n, m) + out, dtype=ct)
@@ -154,6 +160,30 @@ def conv_transpose(
             y = y + b.astype(ct).reshape((1, -1) + (1,) * nd)
         return y.astype(x.dtype)
 
+    def bind(inputs, output, scratch):
+        """The non-overlapping path of one image (:func:`run`'s, for an input shape it took) as
+        an ``onnxplug.kernels.Binding`` (the plan's segments): ``Wᵀ @ x`` into the scratch, then
+        the interleaving pass into ``output``; ``None`` elsewhere."""
+        x, b = inputs[0], inputs[2] if len(inputs) > 2 else None
+        settings = run_settings()
+        if x.shape not in interleaved or x.shape[0] != 1 or x.dtype != np.float32 or not settings.tiles:
+            return None
+        if not transposed or not _f32_conv.available() or (b is not None and not is_float32_c(b, 1)):
+            return None
+        interleave, wt, c, m = _compiled_interleave(), transposed[0], x.shape[1], output.shape[1]
+        ks = (output.shape[2] // x.shape[2], output.shape[3] // x.shape[3])
+        cols = scratch((wt.shape[0], x.shape[2] * x.shape[3]), np.float32)
+        blocks = cols.reshape((1, m) + ks + x.shape[2:])
+        bias = np.zeros(m, np.float32) if b is None else b
+        bound_x, columns = x, x.reshape(c, -1)
+
+        def call(out, x, *_):
+            _f32_products.matrix_product(wt, columns if x is bound_x else x.reshape(c, -1), out=cols)
+            interleave(blocks, bias, b is not None, out)
+
+        return Binding(call, run_settings)
+
+    run.bind = bind
     return run
 
 
