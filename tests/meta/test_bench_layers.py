@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from onnxplug.testing import make_model
 
 pytest.importorskip("onnxruntime")
 
@@ -46,21 +48,15 @@ def test_medians_skip_each_nodes_first_runs_and_layers_pair_by_shapes(bench_laye
 
 def test_a_models_report_names_every_kind_and_the_layers_behind(bench_layers):
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), f"w{i}") for i in range(2)]
+    weights = {f"w{i}": rng.standard_normal((8, 8, 3, 3)).astype(np.float32) for i in range(2)}
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c0"], ["r0"]),
         helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("MaxPool", ["c1"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        weights,
-    )
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    inputs, outputs = [("x", TensorProto.FLOAT, [1, 8, 16, 16])], [("y", TensorProto.FLOAT, None)]
+    data = make_model(nodes, inputs, outputs, weights).SerializeToString()
     feeds = {"x": rng.standard_normal((1, 8, 16, 16)).astype(np.float32)}
     traces = bench_layers.profile_both(data, feeds, runs=2, threads=1, settle=0.0)
     text = bench_layers.report("tiny", traces, layers=3)

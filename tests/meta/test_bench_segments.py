@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from onnxplug.testing import make_model
 
 pytest.importorskip("onnxruntime")
 
@@ -18,22 +20,16 @@ def bench_segments(script):
 
 def _two_convolutions() -> bytes:
     rng = np.random.default_rng(2)
-    inits = [
-        numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w1"),
-        numpy_helper.from_array(rng.standard_normal((8, 8, 1, 1)).astype(np.float32), "w2"),
-    ]
+    weights = {
+        "w1": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
+        "w2": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
+    }
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["h", "w2"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "two",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    inputs, outputs = [("x", TensorProto.FLOAT, [1, 4, 10, 10])], [("y", TensorProto.FLOAT, None)]
+    return make_model(nodes, inputs, outputs, weights).SerializeToString()
 
 
 def test_a_model_is_measured_with_and_without_its_segments(bench_segments):

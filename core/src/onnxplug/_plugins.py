@@ -24,7 +24,6 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -34,6 +33,7 @@ import pluggy
 
 from . import _default_policy, hookspecs
 from ._default_policy import CPU_NAME
+from ._op_schemas import register_process_wide
 from .api import ProviderFactory, api_version_problem
 from .errors import Fail, PluginError
 from .optimizer.rules import RuleSet
@@ -71,21 +71,6 @@ class PluginRecord:
 
 def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
-
-
-_SCHEMA_LOCK = threading.Lock()
-
-#: The domains whose op names onnx itself defines.
-_STANDARD_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
-
-
-def _named_elsewhere(name: str, domain: str, custom_domains: Iterable[str]) -> bool:
-    """Whether an op ``name`` exists in a domain other than ``domain``: onnx's own, or one of
-    the ``custom_domains`` plugins declared schemas in."""
-    import onnx.defs
-
-    others = {*_STANDARD_DOMAINS, *custom_domains} - {domain}
-    return any(onnx.defs.has(name, other) for other in others)
 
 
 class Environment:
@@ -284,23 +269,7 @@ class Environment:
                     f"by both '{previous}' and '{owner}'"
                 )
             self._schema_owners[key] = owner
-            # onnx.defs is process-wide: the first environment to need a schema registers it.
-            # onnx.reference refuses, when first imported, an op name present in two domains
-            # (Gelu, Attention... exist in com.microsoft too), so it is imported before such a
-            # schema is registered, for the sake of every later user in the process; only then:
-            # its import costs ~14 ms of a fresh process's first session.
-            custom_domains = {domain for domain, _, _ in self._schema_owners}
-            if "onnx.reference" not in sys.modules and _named_elsewhere(schema.name, schema.domain, custom_domains):
-                import onnx.reference
-            import onnx.defs
-
-            with _SCHEMA_LOCK:
-                try:
-                    existing = onnx.defs.get_schema(schema.name, schema.since_version, schema.domain)
-                except onnx.defs.SchemaError:
-                    existing = None
-                if existing is None or existing.since_version != schema.since_version:
-                    onnx.defs.register_schema(schema)
+            register_process_wide(schema, {domain for domain, _, _ in self._schema_owners})
 
     def _collect_factories(self, record: PluginRecord) -> None:
         self._memories = None  # a new plugin may offer memories

@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import onnxplug
 from onnxplug.runtime._segment_layout import plan_buffers
 from onnxplug.runtime._steps import Step
+from onnxplug.testing import make_model
 
 RUNS = 4  # record, bind, then replays
 RNG = np.random.default_rng(3)
 
 
-def _conv(name: str, source: str, cin: int, cout: int, k: int, inits: list) -> list:
+def _conv(name: str, source: str, cin: int, cout: int, k: int, inits: dict) -> list:
     """A Conv and its Relu (one FusedConv once ms_ops fuses them), output ``name``."""
     w = (RNG.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
     b = (RNG.standard_normal(cout) * 0.1).astype(np.float32)
-    inits += [numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")]
+    inits.update({f"{name}_w": w, f"{name}_b": b})
     return [
         helper.make_node(
             "Conv", [source, f"{name}_w", f"{name}_b"], [f"{name}_c"], name=name, kernel_shape=[k, k], pads=[k // 2] * 4
@@ -39,20 +40,14 @@ def _conv(name: str, source: str, cin: int, cout: int, k: int, inits: list) -> l
     ]
 
 
-def _model(nodes: list, inits: list, shape: tuple, outputs: list[str]) -> bytes:
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+def _model(nodes: list, inits: dict, shape: tuple, outputs: list[str]) -> bytes:
+    inputs = [("x", TensorProto.FLOAT, list(shape))]
+    return make_model(nodes, inputs, [(name, TensorProto.FLOAT, None) for name in outputs], inits).SerializeToString()
 
 
 def _fire(outputs: list[str]) -> bytes:
     """SqueezeNet's fire module and a layer after it: squeeze → two expands joined → a layer."""
-    inits: list = []
+    inits: dict = {}
     nodes = [
         *_conv("squeeze", "x", 16, 8, 1, inits),
         *_conv("e1", "squeeze", 8, 32, 1, inits),
@@ -66,7 +61,7 @@ def _fire(outputs: list[str]) -> bytes:
 def _dense_block(layers: int = 3) -> bytes:
     """DenseNet's block: each layer joins the previous join and its new channels (the first join
     copies the graph's input), then a layer after the block."""
-    inits: list = []
+    inits: dict = {}
     nodes, previous, channels = [], "x", 16
     for i in range(layers):
         nodes += _conv(f"c{i}", previous, channels, 8, 3, inits)
@@ -78,7 +73,7 @@ def _dense_block(layers: int = 3) -> bytes:
 
 def _cut_join() -> bytes:
     """A join whose second writer comes after a step that cannot bind (an LRN)."""
-    inits: list = []
+    inits: dict = {}
     nodes = [
         *_conv("a", "x", 16, 32, 3, inits),
         helper.make_node("LRN", ["x"], ["n"], name="lrn", size=3),
@@ -92,7 +87,7 @@ def _cut_join() -> bytes:
 
 def _product() -> bytes:
     """Two layers' product (a bare ``np.multiply``) between layers."""
-    inits: list = []
+    inits: dict = {}
     nodes = [
         *_conv("a", "x", 16, 16, 3, inits),
         *_conv("b", "a", 16, 16, 1, inits),
@@ -170,7 +165,7 @@ def test_an_element_wise_ufunc_joins_the_layers_segment(monkeypatch):
 
 
 def test_ufuncs_join_only_between_other_steps(monkeypatch):
-    inits: list = []
+    inits: dict = {}
     nodes = [
         helper.make_node("Mul", ["x", "x"], ["squared"], name="square"),
         *_conv("a", "squared", 16, 16, 3, inits),
@@ -216,7 +211,7 @@ def _declined(session) -> int:
 def test_a_step_whose_kernel_declines_runs_inside_the_bound_segment(monkeypatch):
     """A 6×6 average pool over the whole map (no compiled plan serves that window) between two
     layers: called as before, its result copied into its buffer, the layers stay bound."""
-    inits: list = []
+    inits: dict = {}
     nodes = [
         *_conv("a", "x", 16, 32, 3, inits),
         helper.make_node("AveragePool", ["a"], ["pooled"], name="pool", kernel_shape=[6, 6]),
@@ -230,10 +225,10 @@ def test_a_step_whose_kernel_declines_runs_inside_the_bound_segment(monkeypatch)
 
 def test_a_normalisation_and_its_relu_bind_between_layers(monkeypatch):
     """DenseNet's BatchNormalization + Relu before a layer (a per-channel affine FusedConv)."""
-    inits: list = []
+    inits: dict = {}
     channels = 16
     for name, values in (("scale", 1.5), ("shift", 0.25), ("mean", 0.1), ("var", 2.0)):
-        inits.append(numpy_helper.from_array((RNG.random(channels) * values).astype(np.float32), name))
+        inits[name] = (RNG.random(channels) * values).astype(np.float32)
     nodes = [
         helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["bn"], name="bn"),
         helper.make_node("Relu", ["bn"], ["r"], name="bn_relu"),
@@ -250,7 +245,7 @@ def test_a_normalisation_and_its_relu_bind_between_layers(monkeypatch):
 def test_an_upsampling_joins_a_segment_and_its_join_copies_it(monkeypatch, mode):
     """YOLO's and a UNet's way up: a layer's map resized 2× and joined with a skip layer's (the
     resized map copied by the join, the skip written in place)."""
-    inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    inits = {"scales": np.array([1, 1, 2, 2], np.float32)}
     nodes = [
         *_conv("deep", "x", 16, 32, 3, inits),
         helper.make_node("Resize", ["deep", "", "scales"], ["up"], name="up", mode=mode),
@@ -269,22 +264,13 @@ def test_an_upsampling_joins_a_segment_and_its_join_copies_it(monkeypatch, mode)
 def test_a_layer_whose_bias_changes_from_run_to_run_follows_it(monkeypatch):
     """A bias fed as a graph input is a new array each run: a binding that kept the one it was
     bound with would apply it again (the layer then runs its plain call inside the segment)."""
-    inits: list = []
+    inits: dict = {}
     nodes = [*_conv("a", "x", 16, 16, 3, inits)]
     nodes.append(helper.make_node("Conv", ["a", "w2", "bias"], ["b"], name="biased", kernel_shape=[3, 3], pads=[1] * 4))
-    inits.append(numpy_helper.from_array((RNG.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), "w2"))
+    inits["w2"] = (RNG.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32)
     nodes += _conv("after", "b", 16, 8, 1, inits)
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12]),
-            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [16]),
-        ],
-        [helper.make_tensor_value_info("after", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    inputs = [("x", TensorProto.FLOAT, [1, 16, 12, 12]), ("bias", TensorProto.FLOAT, [16])]
+    model = make_model(nodes, inputs, [("after", TensorProto.FLOAT, None)], inits).SerializeToString()
     sessions = []
     for segments in ("1", "0"):
         monkeypatch.setenv("ONNXPLUG_SEGMENTS", segments)
@@ -304,12 +290,12 @@ def test_a_layer_whose_bias_changes_from_run_to_run_follows_it(monkeypatch):
 def test_a_transposed_upsampling_joins_a_segment(monkeypatch, with_bias):
     """A UNet's way up: ConvTranspose 2×2 stride 2 (its product and interleaving pass bound over
     the segment's scratch), joined with the skip layer's map."""
-    inits: list = []
+    inits: dict = {}
     w = (RNG.standard_normal((32, 16, 2, 2)) * 0.2).astype(np.float32)
-    inits.append(numpy_helper.from_array(w, "up_w"))
+    inits["up_w"] = w
     up_inputs = ["deep", "up_w"]
     if with_bias:
-        inits.append(numpy_helper.from_array((RNG.standard_normal(16) * 0.1).astype(np.float32), "up_b"))
+        inits["up_b"] = (RNG.standard_normal(16) * 0.1).astype(np.float32)
         up_inputs.append("up_b")
     nodes = [
         *_conv("skip", "x", 16, 16, 3, inits),

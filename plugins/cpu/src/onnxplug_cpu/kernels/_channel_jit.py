@@ -53,6 +53,14 @@ def _imported() -> Any | None:
     return _channel_loops
 
 
+def _loops_for(x: np.ndarray) -> Any | None:
+    """The compiled loops where they take ``x``: C-contiguous float32 ``(N, C, ...)`` of at least
+    :data:`MIN_ELEMENTS` values (smaller maps keep the numpy passes, same bits)."""
+    if x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
+        return None
+    return _loops()
+
+
 def _parts(size: int) -> int:
     if size < 2 * PART_ELEMENTS or not team_joined():
         return 1
@@ -63,8 +71,8 @@ def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low=_NO_LOW, hi
     """``x · a[ch] + c[ch]`` for a C-contiguous float32 ``x`` ``(N, C, ...)`` and float32 ``a``,
     ``c`` ``(C,)``, clamped to float32 ``[low, high]`` (NaN kept; unbounded by default), as a fresh
     array; ``None`` where the compiled pass does not apply."""
-    loops = _loops()
-    if loops is None or x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
+    loops = _loops_for(x)
+    if loops is None:
         return None
     rows = x.shape[0] * x.shape[1]
     a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
@@ -82,8 +90,8 @@ def affine_binding(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high, outpu
     convolution's segment runs it, so it splits over the team from the first size that
     :func:`affine_channels` would split in such a run, and its guard joins the run to the team as
     a layer's does (``kernels._conv_bindings.team_settings``)."""
-    loops = _loops()
-    if loops is None or x.dtype != np.float32 or x.ndim < 2 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
+    loops = _loops_for(x)
+    if loops is None:
         return None
     if a.shape != (x.shape[1],) or c.shape != (x.shape[1],) or c.dtype != np.float32 or not c.flags.c_contiguous:
         return None

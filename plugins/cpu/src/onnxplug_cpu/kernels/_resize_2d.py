@@ -123,19 +123,23 @@ class Resized2D:
             source = np.ascontiguousarray(x).reshape(self._rows)
             arguments = (source, scratch("resize_doubled", (self._rows[0] * self._target[2],), np.float32), target)
         # Split over numba's team only between the convolutions of a run that started it.
-        parts = min(thread_budget(), self._size // PART_ELEMENTS, self._planes)
+        parts = self._parts(thread_budget())
         if parts > 1 and team_joined():
             self._parallel(*arguments, parts)
         else:
             self._serial(*arguments)
         return y
 
+    def _parts(self, budget: int) -> int:
+        """Ranges of planes the pass splits into at a thread ``budget``."""
+        return min(budget, self._size // PART_ELEMENTS, self._planes)
+
     def bind(self, x: np.ndarray, output: np.ndarray, work: Scratch) -> Binding:
         """This pass over ``output`` as an ``onnxplug.kernels.Binding`` (the plan's segments):
         split over the team where a call in a run that started it would be, which its guard
         starts as a convolution's does (``kernels._conv_bindings.team_settings``)."""
         settings = run_settings()
-        parts = min(settings.budget, self._size // PART_ELEMENTS, self._planes)
+        parts = self._parts(settings.budget)
         team = parts > 1 and settings.team
         kernel = self._parallel if team else self._serial
         last = (parts,) if team else ()
