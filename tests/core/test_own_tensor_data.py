@@ -13,10 +13,12 @@ import numpy as np
 import onnx
 import onnx.reference
 import onnx_ir as ir
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxplug
 from onnxplug.graph import load_model
+from onnxplug.runtime import _source
 
 
 def _model() -> bytes:
@@ -180,23 +182,32 @@ def test_the_optimization_report_outlives_its_session():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_session_from_bytes_keeps_its_loaded_model_for_set_providers():
-    """Nothing else holds the bytes: set_providers builds again from the loaded model it kept
+@pytest.mark.parametrize("small", [True, False], ids=["small-bytes-read-again", "large-bytes-loaded-model-kept"])
+def test_a_session_from_bytes_builds_again_for_set_providers(small, monkeypatch):
+    """Nothing else holds the bytes: set_providers builds again, from the bytes it kept where
+    they are small (``runtime._source.KEEP_BYTES_UNDER``), else from the loaded model it kept
     (whose weights the optimizer did not replace are shared with the optimized model)."""
+    if not small:
+        monkeypatch.setattr(_source, "KEEP_BYTES_UNDER", 0)
     x = np.random.default_rng(5).standard_normal((1, 16, 4, 4)).astype(np.float32)
     data = _conv_batchnorm_model(16)
     want = onnx.reference.ReferenceEvaluator(data).run(None, {"x": x})[0]
+    loads = []
+    real_load = _source.load_model
+    monkeypatch.setattr(_source, "load_model", lambda *a, **k: loads.append(1) or real_load(*a, **k))
     session = onnxplug.InferenceSession(bytes(bytearray(data)))  # a copy only the session sees
     del data
     for _ in range(2):
         session.set_providers(["CPUExecutionProvider"])
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    assert len(loads) == (3 if small else 1)
 
 
-def test_a_model_from_a_path_is_optimized_without_a_copy(tmp_path, monkeypatch):
-    """A path is read again for each build, so the optimizer takes the loaded model for its own
-    instead of copying it (``runtime._source``); the partition stage shares the optimized model
-    (``partition._model``).  A model from bytes, kept for ``set_providers``, is copied once."""
+def test_a_model_from_a_path_or_small_bytes_is_optimized_without_a_copy(tmp_path, monkeypatch):
+    """A path, or bytes under ``KEEP_BYTES_UNDER``, is read again for each build, so the
+    optimizer takes the loaded model for its own instead of copying it (``runtime._source``);
+    the partition stage shares the optimized model (``partition._model``).  A model from larger
+    bytes, whose loaded form is kept for ``set_providers``, is copied once."""
     path = tmp_path / "conv_bn.onnx"
     data = _conv_batchnorm_model(16)
     path.write_bytes(data)
@@ -205,11 +216,13 @@ def test_a_model_from_a_path_is_optimized_without_a_copy(tmp_path, monkeypatch):
     copies = []
     real_clone = ir.Model.clone
     monkeypatch.setattr(ir.Model, "clone", lambda model: copies.append(1) or real_clone(model))
-    session = onnxplug.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    assert copies == []
-    for _ in range(2):  # each build reads the path again and takes that model
-        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
-        session.set_providers(["CPUExecutionProvider"])
-    assert copies == []
+    for source in (str(path), data):
+        session = onnxplug.InferenceSession(source, providers=["CPUExecutionProvider"])
+        assert copies == []
+        for _ in range(2):  # each build reads the model again and takes that model
+            np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+            session.set_providers(["CPUExecutionProvider"])
+        assert copies == []
+    monkeypatch.setattr(_source, "KEEP_BYTES_UNDER", len(data))
     onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"])
     assert copies == [1]

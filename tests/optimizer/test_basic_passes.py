@@ -203,6 +203,45 @@ def test_dead_nodes_and_unused_initializers_are_removed():
     assert "w" not in basic.get_optimization_report().model.graph.initializers
 
 
+def test_an_unused_initializer_alone_is_removed():
+    """Every node is read: the pass still runs for the initializer nobody uses."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [3, 4])], [("y", F, [3, 4])])
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "w"))
+    basic = _run_both(model, {"x": X})
+    assert "w" not in basic.get_optimization_report().model.graph.initializers
+    assert _passes(basic)["initializers"] == 1
+
+
+def test_an_unused_optional_output_and_trailing_missing_inputs_are_dropped():
+    """No node is dead, but MaxPool's Indices is read by nobody and Clip's bounds are missing
+    names at the end: the dead-code pass drops the output and trims the inputs."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p", "indices"], kernel_shape=[2, 2]),
+        helper.make_node("Clip", ["p", "", ""], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F, [1, 1, 4, 4])], [("y", F, [1, 1, 3, 3])])
+    basic = _run_both(model, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
+    pool, clip = basic.get_optimization_report().model.graph
+    assert [v.name for v in pool.outputs] == ["p"]
+    assert len(clip.inputs) == 1
+
+
+def test_nodes_out_of_order_in_a_subgraph_are_sorted():
+    """The main graph is in order, the branch is not: the loader sorts (it checks every graph)."""
+    then_nodes = [helper.make_node("Neg", ["h"], ["t"]), helper.make_node("Exp", ["x"], ["h"])]
+    then_graph = helper.make_graph(then_nodes, "then", [], [helper.make_tensor_value_info("t", F, [3, 4])])
+    else_graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [3, 4])]
+    )
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    model = make_model(nodes, [("cond", TensorProto.BOOL, []), ("x", F, [3, 4])], [("y", F, [3, 4])])
+    session = session_at(model, LEVEL.ORT_DISABLE_ALL)
+    (y,) = session.run(None, {"cond": np.array(True), "x": X})
+    np.testing.assert_allclose(y, -np.exp(X), rtol=1e-6)
+    (branch,) = [node for node in session.get_optimization_report().model.graph]  # (a copy: the cloner)
+    assert [node.op_type for node in branch.attributes["then_branch"].as_graph()] == ["Exp", "Neg"]
+
+
 def test_disable_all_changes_nothing():
     nodes = [helper.make_node("Identity", ["x"], ["n"]), helper.make_node("Relu", ["n"], ["y"])]
     model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])])

@@ -6,7 +6,16 @@ from ._external_memory import InMemoryData
 from ._extract import extract_model
 from ._load import LoadedModel, load_model
 from ._own_data import release_tensors
-from ._scopes import all_nodes, execution_order, graphs_of, node_reads, order_units, outer_references, subgraphs
+from ._scopes import (
+    all_nodes,
+    attribute_table,
+    execution_order,
+    graphs_of,
+    node_reads,
+    order_units,
+    outer_references,
+    subgraphs,
+)
 from ._types import ELEMENT_NAMES, element_name, np_dtype, onnx_element_type, shape_list, static_shape, type_string
 from ._view import GraphView, NodeView
 
@@ -17,6 +26,7 @@ __all__ = [
     "LoadedModel",
     "NodeView",
     "all_nodes",
+    "attribute_table",
     "connected_parts",
     "convex_parts",
     "element_name",

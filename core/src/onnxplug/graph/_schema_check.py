@@ -14,6 +14,8 @@ calls of model-local functions have no schema.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import onnx
 import onnx.defs
 
@@ -32,6 +34,35 @@ def _type_name(value: int) -> str:
     return onnx.AttributeProto.AttributeType.Name(value)
 
 
+class _Facts(NamedTuple):
+    """What the check reads of a schema, copied once: onnx's ``OpSchema.attributes`` builds a
+    new dict of new objects at each read (~3 µs a node)."""
+
+    since_version: int
+    attributes: dict[str, tuple[int, bool]]  # name → (AttributeProto type, required)
+    inputs: tuple[int, int]
+    outputs: tuple[int, int]
+
+
+#: (domain, op type, model's version) → facts, for the standard domains, whose schemas onnx
+#: fixes at import; custom-domain schemas may be registered later, so each checker asks anew.
+_STANDARD_FACTS: dict[tuple[str, str, int], _Facts | None] = {}
+
+
+def _facts(domain: str, op_type: str, version: int) -> _Facts | None:
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    attributes = {name: (int(spec.type), bool(spec.required)) for name, spec in schema.attributes.items()}
+    return _Facts(
+        schema.since_version,
+        attributes,
+        (schema.min_input, schema.max_input),
+        (schema.min_output, schema.max_output),
+    )
+
+
 class SchemaChecker:
     """Checks nodes of one model; schemas are looked up once per (domain, op).
 
@@ -42,16 +73,19 @@ class SchemaChecker:
     def __init__(self, opsets: dict[str, int], functions: set[tuple[str, str]]) -> None:
         self._opsets = opsets
         self._functions = functions
-        self._schemas: dict[tuple[str, str], onnx.defs.OpSchema | None] = {}
+        self._schemas: dict[tuple[str, str], _Facts | None] = {}
 
-    def _schema(self, domain: str, op_type: str) -> onnx.defs.OpSchema | None:
+    def _schema(self, domain: str, op_type: str) -> _Facts | None:
         key = (domain, op_type)
         if key not in self._schemas:
             version = self._opsets.get(domain, _NEWEST)
-            try:
-                self._schemas[key] = onnx.defs.get_schema(op_type, version, domain)
-            except onnx.defs.SchemaError:
-                self._schemas[key] = None
+            if domain in _STRICT_DOMAINS:
+                standard = (domain, op_type, version)
+                if standard not in _STANDARD_FACTS:
+                    _STANDARD_FACTS[standard] = _facts(domain, op_type, version)
+                self._schemas[key] = _STANDARD_FACTS[standard]
+            else:
+                self._schemas[key] = _facts(domain, op_type, version)
         return self._schemas[key]
 
     def check(self, node: onnx.NodeProto) -> None:
@@ -64,7 +98,6 @@ class SchemaChecker:
         if schema is None:
             return
         declared = schema.attributes
-        where = f"node '{node.name or node.op_type}' ({domain + '::' if domain else ''}{node.op_type})"
         present = set()
         for attr in node.attribute:
             present.add(attr.name)
@@ -72,31 +105,40 @@ class SchemaChecker:
             if spec is None:
                 if domain in _STRICT_DOMAINS:
                     raise InvalidGraph(
-                        f"This is an invalid model. {where}: Unrecognized attribute: {attr.name} for operator "
-                        f"{node.op_type} (it takes {sorted(declared) or 'no attributes'})"
+                        f"This is an invalid model. {_where(node, domain)}: Unrecognized attribute: {attr.name} "
+                        f"for operator {node.op_type} (it takes {sorted(declared) or 'no attributes'})"
                     )
                 continue
-            expected = int(spec.type)
+            expected = spec[0]
             # Old exporters leave the type UNDEFINED; a reference names a function's attribute.
             if attr.type == onnx.AttributeProto.UNDEFINED or attr.ref_attr_name:
                 continue
             if attr.type != expected:
                 raise InvalidGraph(
-                    f"This is an invalid model. {where}: Mismatched attribute type in '{attr.name}'. "
-                    f"Expected: '{_type_name(expected)}', actual: '{_type_name(attr.type)}'"
+                    f"This is an invalid model. {_where(node, domain)}: Mismatched attribute type in "
+                    f"'{attr.name}'. Expected: '{_type_name(expected)}', actual: '{_type_name(attr.type)}'"
                 )
-        missing = sorted(name for name, spec in declared.items() if spec.required and name not in present)
-        if missing:
-            raise InvalidGraph(f"This is an invalid model. {where}: Required attribute '{missing[0]}' is missing.")
+        if len(present) < len(declared):
+            missing = sorted(name for name, (_, required) in declared.items() if required and name not in present)
+            if missing:
+                raise InvalidGraph(
+                    f"This is an invalid model. {_where(node, domain)}: Required attribute '{missing[0]}' is missing."
+                )
         if domain in _STRICT_DOMAINS:
-            _check_count(where, "input", len(node.input), schema.min_input, schema.max_input, schema.since_version)
-            _check_count(where, "output", len(node.output), schema.min_output, schema.max_output, schema.since_version)
+            _check_count(node, domain, "input", len(node.input), schema.inputs, schema.since_version)
+            _check_count(node, domain, "output", len(node.output), schema.outputs, schema.since_version)
 
 
-def _check_count(where: str, kind: str, count: int, least: int, most: int, since: int) -> None:
+def _where(node: onnx.NodeProto, domain: str) -> str:
+    return f"node '{node.name or node.op_type}' ({domain + '::' if domain else ''}{node.op_type})"
+
+
+def _check_count(node: onnx.NodeProto, domain: str, kind: str, count: int, bounds: tuple[int, int], since: int) -> None:
     """:raises InvalidGraph: ``count`` (a node's inputs or outputs, empty names included, as
-    onnxruntime counts them) outside the schema's ``[least, most]``."""
+    onnxruntime counts them) outside the schema's ``bounds`` (least, most)."""
+    least, most = bounds
     if not least <= count <= most:
+        where = _where(node, domain)
         allowed = f"at least {least}" if most >= 1 << 30 else (f"{least}" if least == most else f"{least} to {most}")
         raise InvalidGraph(
             f"This is an invalid model. {where} has {count} {kind}s; the operator's schema "

@@ -6,7 +6,7 @@ values a node's subgraphs take from outside are the ones they read but do not de
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import onnx_ir as ir
 
@@ -14,6 +14,7 @@ from ..errors import Fail
 
 __all__ = [
     "all_nodes",
+    "attribute_table",
     "execution_order",
     "graphs_of",
     "node_reads",
@@ -25,12 +26,17 @@ __all__ = [
 _GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
 
 
+def attribute_table(node: ir.Node) -> Mapping[str, ir.Attr]:
+    """``node``'s attributes by name, to read.  onnx-ir's ``Attributes`` is a ``UserDict``: its
+    own dict is read, not the mapping's views, which cost a Python-level call per attribute of
+    every node on the stages' walks (``items()`` of an empty one: ~2 µs)."""
+    attributes = node.attributes
+    return getattr(attributes, "data", attributes)
+
+
 def subgraphs(node: ir.Node) -> list[tuple[str, ir.Graph]]:
     """``(attribute name, graph)`` for each graph attribute of ``node``."""
-    # onnx-ir's Attributes is a UserDict: read through its own dict, not the mapping's views,
-    # which cost a Python-level call per attribute of every node on the optimizer's walks
-    attributes = node.attributes
-    table = getattr(attributes, "data", attributes)
+    table = attribute_table(node)
     if not table:
         return []
     found = []

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from ..kernels import find_schema, normalize_domain
 from ._convex import connected_parts, convex_parts, successor_map
 from ._extract import extract_model
-from ._scopes import node_reads
+from ._scopes import attribute_table, node_reads
 from ._types import ir_type_string
 
 __all__ = ["GraphView", "NodeView"]
@@ -64,6 +64,7 @@ class NodeView:
         "_input_shapes",
         "_output_shapes",
         "_schema",
+        "_node",
         "subgraphs",
     )
 
@@ -79,11 +80,14 @@ class NodeView:
         self.since_version: int | None = None if schema is None else schema.since_version
         self.inputs: tuple[str, ...] = tuple("" if v is None else v.name or "" for v in node.inputs)
         self.outputs: tuple[str, ...] = tuple(v.name or "" for v in node.outputs)
-        self._attributes = dict(node.attributes)
-        self._input_types = tuple(None if v is None else ir_type_string(v.type) for v in node.inputs)
-        self._output_types = tuple(ir_type_string(v.type) for v in node.outputs)
-        self._input_shapes = tuple(None if v is None else _shape_of(v) for v in node.inputs)
-        self._output_shapes = tuple(_shape_of(v) for v in node.outputs)
+        self._attributes = dict(attribute_table(node))
+        # Types and shapes are worked out at the first read (a provider may ask for none of
+        # them): from the node's values as they are during the capability call.
+        self._node = node
+        self._input_types: tuple[str | None, ...] | None = None
+        self._output_types: tuple[str | None, ...] | None = None
+        self._input_shapes: tuple[tuple[int | str | None, ...] | None, ...] | None = None
+        self._output_shapes: tuple[tuple[int | str | None, ...] | None, ...] | None = None
         #: Names of the node's graph attributes (If branches, Loop/Scan bodies).
         self.subgraphs: tuple[str, ...] = tuple(
             name
@@ -103,10 +107,14 @@ class NodeView:
     @property
     def input_types(self) -> tuple[str | None, ...]:
         """onnxruntime type strings of the inputs (``None`` when unknown or missing)."""
+        if self._input_types is None:
+            self._input_types = tuple(None if v is None else ir_type_string(v.type) for v in self._node.inputs)
         return self._input_types
 
     @property
     def output_types(self) -> tuple[str | None, ...]:
+        if self._output_types is None:
+            self._output_types = tuple(ir_type_string(v.type) for v in self._node.outputs)
         return self._output_types
 
     @property
@@ -118,11 +126,15 @@ class NodeView:
 
         .. versionadded:: 0.2
         """
+        if self._input_shapes is None:
+            self._input_shapes = tuple(None if v is None else _shape_of(v) for v in self._node.inputs)
         return self._input_shapes
 
     @property
     def output_shapes(self) -> tuple[tuple[int | str | None, ...] | None, ...]:
         """The outputs' shapes, as :attr:`input_shapes` describes them."""
+        if self._output_shapes is None:
+            self._output_shapes = tuple(_shape_of(v) for v in self._node.outputs)
         return self._output_shapes
 
     def type_bindings(self) -> dict[str, str]:
@@ -131,7 +143,7 @@ class NodeView:
         if self._schema is None:
             return bindings
         formal = self._schema.inputs
-        for index, type_name in enumerate(self._input_types):
+        for index, type_name in enumerate(self.input_types):
             if type_name is None or not formal:
                 continue
             param = formal[min(index, len(formal) - 1)]

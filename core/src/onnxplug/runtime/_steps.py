@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from ..api import CompiledPartition, Provider
 from ..errors import EPFail, Fail, OnnxplugError
-from ..graph import outer_references, subgraphs
+from ..graph import attribute_table, outer_references, subgraphs
 from ..kernels import KernelDef, NodeContext, find_schema
 from ..partition import node_opsets
 from ._recompile import ShapeSpecializedPartition
@@ -122,7 +122,7 @@ def kernel_step(
         compile_subgraph=compile_subgraph(node, own_opsets, outer_values),
         num_outer_inputs=len(outer_values),
     )
-    attributes = {name: _attribute_value(attr) for name, attr in node.attributes.items()}
+    attributes = {name: _attribute_value(attr) for name, attr in attribute_table(node).items()}
     try:
         call = kernel.build(context, attributes)
     except OnnxplugError:

@@ -161,7 +161,7 @@ class InferenceSession:
             slots = [ProviderSlot(p, KernelLookup(self._environment.kernel_registries(p))) for p in providers]
             start = time.perf_counter()
             self._optimized = self._optimize(loaded, slots)
-            self._source.taken()  # a path's loaded model is now the optimized one (bytes: kept)
+            self._source.taken()  # a model read again is now the optimized one (large bytes: kept)
             fusions = self._optimized.fusions()
             self._logger.info(
                 "optimized in %.2f s: %d -> %d nodes%s",
@@ -217,7 +217,7 @@ class InferenceSession:
 
     def _optimize(self, loaded: LoadedModel, slots: list[ProviderSlot]) -> OptimizedModel:
         """The optimizer stage for these providers (their kernels decide which rule sets apply);
-        a path's loaded model, read again for the next build, is the optimizer's to edit."""
+        a loaded model read again for the next build (a path's, small bytes') is the optimizer's to edit."""
         level = int(self._sess_options.graph_optimization_level)
         names = {slot.provider.name for slot in slots}
 
