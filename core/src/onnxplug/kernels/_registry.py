@@ -45,7 +45,7 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
@@ -61,9 +61,11 @@ from ._schema import (
 __all__ = ["KernelKey", "KernelDef", "KernelRegistry", "NodeContext"]
 
 
-@dataclasses.dataclass(frozen=True, order=True)
-class KernelKey:
-    """``(domain, op_type, since_version)`` with the default domain spelled ``""``."""
+class KernelKey(NamedTuple):
+    """``(domain, op_type, since_version)`` with the default domain spelled ``""``.
+
+    A named tuple: hashed and compared in C (a frozen dataclass's hash is a Python call, and
+    each session's creation looks up keys a few hundred times)."""
 
     domain: str
     op_type: str
