@@ -150,3 +150,23 @@ def test_rows_split_over_the_team_keep_the_bits(monkeypatch):
     assert calls == [2]
     np.testing.assert_array_equal(split, alone)
     assert np.isnan(split[3, 5]).all() and np.isnan(split[7, 0]).all()
+
+
+@pytest.mark.numba
+def test_the_row_max_reads_every_lane_and_passes_over_nan():
+    """``kernels._row_max_ir.run_max``, softmax's row max: every length around the 16 lanes (the
+    masked last vector), the max at each position, NaN passed over, ``-inf`` for NaN alone."""
+    from onnxplug_cpu.kernels._softmax_loops import row_max
+
+    rng = np.random.default_rng(7)
+    for length in [*range(1, 50), 128, 197]:
+        row = rng.standard_normal(length).astype(np.float32) - 100
+        for at in {0, length // 2, length - 1}:
+            probe = row.copy()
+            probe[at] = 5.0
+            assert row_max(probe) == 5.0, (length, at)
+        assert row_max(row) == row.max()
+    row = np.array([1.0, np.nan, 3.0, np.nan] * 5, np.float32)
+    assert row_max(row) == 3.0
+    assert row_max(np.full(3, np.nan, np.float32)) == -np.inf
+    assert row_max(np.full(20, -np.inf, np.float32)) == -np.inf

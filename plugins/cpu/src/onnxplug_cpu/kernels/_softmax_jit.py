@@ -4,7 +4,8 @@ Why: attention's softmax runs on every (head, query) row of scores — 12×128 r
 MiniLM layer — and in numpy it is five passes over the whole array (max, subtract, exp, sum,
 divide) with two reductions along a short axis: 0.4-0.6 ms a layer.  Here each row is worked
 on in place while it is in L1: a max, then ``exp(x - max)`` written and summed, then the
-division, with :mod:`._vexp`'s vectorised ``exp`` (0.18 ms).  The loop is compiled with
+division, with :mod:`._vexp`'s vectorised ``exp`` and :mod:`._row_max_ir`'s 16-lane max (BERT-base's
+1536 rows of 128 on one thread: 126 µs with a scalar max, 70 with it).  The loop is compiled with
 ``reassoc`` (the exp keeps its own flags), so LLVM vectorises the sum; it is added in another
 order than numpy's pairwise sum, equally accurate for rows this short.
 
