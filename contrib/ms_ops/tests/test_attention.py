@@ -93,6 +93,15 @@ def test_mha_separate_qkv(run_both, close, rng, mask, unidirectional):
     close(*run_both("MultiHeadAttention", inputs, ["y"], num_heads=N, unidirectional=unidirectional))
 
 
+def test_mha_bias_with_present_outputs(run_both, close, rng):
+    """Where present_key and present_value are read, they carry the biases (the products then do
+    not add them later, as they do where only the output is read: test_mha_separate_qkv)."""
+    q, k, v = (rng.standard_normal((B, S, D)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal(3 * D).astype(np.float32)
+    inputs = [("q", q), ("k", k), ("v", v), ("bias", bias)]
+    close(*run_both("MultiHeadAttention", inputs, ["y", "present_key", "present_value"], num_heads=N))
+
+
 def test_mha_cross_attention(run_both, close, rng):
     kv_len = 11
     q = rng.standard_normal((B, S, D)).astype(np.float32)

@@ -283,3 +283,26 @@ def test_batched_products_leave_other_operands_to_numpy():
     np.testing.assert_array_equal(
         numerics.batched_matmul(a[:, :4], np.ones((2, 8, 4), np.float32)), np.full((2, 4, 4), 8)
     )
+
+
+@pytest.mark.parametrize("parts", [1, 2, 5])
+def test_shifts_are_added_in_the_laid_out_copies(parts, monkeypatch):
+    """``batched_matmul(a, b, a_shift=, b_shift=)``: attention's per-head Q and V biases (one per
+    column) and K's (one per row of Kᵀ) added in the copies the products make, on contiguous and
+    strided operands: the same bits as adding them first, and numpy's product where the tiles
+    decline."""
+    monkeypatch.setattr(_f32_matmul, "_team_parts", lambda groups, m, width: parts)
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((1, 37, 8 * 16), dtype=np.float32).reshape(1, 37, 8, 16).transpose(0, 2, 1, 3)
+    k = rng.standard_normal((1, 29, 8 * 16), dtype=np.float32).reshape(1, 29, 8, 16).transpose(0, 2, 1, 3)
+    q_shift, k_shift = (rng.standard_normal((1, 8, 1, 16), dtype=np.float32) for _ in range(2))
+    kt, kt_shift = k.swapaxes(-1, -2), k_shift.swapaxes(-1, -2)  # (1, 8, 16, 29) and (1, 8, 16, 1)
+    for left in (q, np.ascontiguousarray(q)):
+        got = numerics.batched_matmul(left, kt, a_shift=q_shift, b_shift=kt_shift)
+        np.testing.assert_array_equal(got, _f32_matmul.batched(left + q_shift, kt + kt_shift))
+        want = np.matmul((left + q_shift).astype(np.float64), (kt + kt_shift).astype(np.float64))
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    few = q[:, :, :4]  # fewer than MIN_ROWS rows: numpy's product, shifts added first
+    np.testing.assert_array_equal(
+        numerics.batched_matmul(few, kt, a_shift=q_shift, b_shift=kt_shift), np.matmul(few + q_shift, kt + kt_shift)
+    )

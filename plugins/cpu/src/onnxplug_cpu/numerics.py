@@ -131,13 +131,20 @@ SHIFTED_MIN_CELLS = 196
 WINOGRAD_F2_MIN_CHANNELS = 128
 
 
-def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)``; float32 ``a`` ``(..., M, K)`` and ``b`` ``(..., K, N)`` with the same
-    leading dimensions (attention's per-head products) run on the AVX-512 tiles split over the
-    run's threads where they are available (``kernels._f32_matmul.batched``), else numpy's.  Not
-    numpy's bits there: each sum runs over ``k`` in order with one rounding per multiply-add."""
-    product = _f32_matmul.batched(a, b)
-    return np.matmul(a, b) if product is None else product
+def batched_matmul(
+    a: np.ndarray, b: np.ndarray, *, a_shift: np.ndarray | None = None, b_shift: np.ndarray | None = None
+) -> np.ndarray:
+    """``np.matmul(a + a_shift, b + b_shift)`` (a shift ``None``: nothing added); float32 ``a``
+    ``(..., M, K)`` and ``b`` ``(..., K, N)`` with the same leading dimensions (attention's
+    per-head products) run on the AVX-512 tiles split over the run's threads where they are
+    available (``kernels._f32_matmul.batched``), else numpy's.  Not numpy's bits there: each sum
+    runs over ``k`` in order with one rounding per multiply-add.  A shift broadcasts to its
+    operand with a 1 in one of the last two axes (attention's biases per head and feature: its
+    operand's copy for the tiles adds it, instead of a numpy pass of its own)."""
+    product = _f32_matmul.batched(a, b, a_shift, b_shift)
+    if product is not None:
+        return product
+    return np.matmul(a if a_shift is None else a + a_shift, b if b_shift is None else b + b_shift)
 
 
 class PackedConv:

@@ -57,18 +57,22 @@ def key_mask(mask_index, batch, seq, past, total, filter_value, causal, op):
     return mask[:, None]
 
 
-def attend(q, k, v, *, scale, mask=None, bias=None, keep_scores=True):
+def attend(q, k, v, *, scale, mask=None, bias=None, keep_scores=True, shifts=None):
     """softmax(scale * q k^T + mask + bias) v on (B, N, S, H) float arrays; returns (out, scores,
     probs), scores ``None`` unless ``keep_scores`` (without them the softmax works in place on
-    the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries)."""
-    scores = batched_matmul(q, np.swapaxes(k, -1, -2))  # a fresh C-contiguous array
+    the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries).
+    ``shifts``: Q, K and V biases ``(1, N, 1, H)`` not yet added to ``q``, ``k`` and ``v`` (the
+    products add them in the copies they make of their operands)."""
+    q_shift, k_shift, v_shift = shifts or (None, None, None)
+    k_shift = None if k_shift is None else np.swapaxes(k_shift, -1, -2)
+    scores = batched_matmul(q, np.swapaxes(k, -1, -2), a_shift=q_shift, b_shift=k_shift)  # fresh, C-contiguous
     scores *= q.dtype.type(scale)
     if mask is not None:
         scores = _add_into(scores, mask)
     if bias is not None:
         scores = _add_into(scores, bias.astype(scores.dtype, copy=False))
     probs = softmax(scores.copy() if keep_scores else scores, in_place=True)
-    return batched_matmul(probs, v), (scores if keep_scores else None), probs
+    return batched_matmul(probs, v, b_shift=v_shift), (scores if keep_scores else None), probs
 
 
 def _add_into(scores, term):
@@ -232,8 +236,10 @@ def attention(
     return run
 
 
-def _mha_inputs(query, key, value, bias, num_heads, op):
-    """Q (B,N,S,H), K and V (B,N,L,H), and whether K/V came as BNSH (cache, not concatenated)."""
+def _mha_inputs(query, key, value, bias, num_heads, op, defer_bias=False):
+    """Q (B,N,S,H), K and V (B,N,L,H), whether K/V came as BNSH (cache, not concatenated), and
+    the Q, K and V biases ``(1, N, 1, H)`` left for :func:`attend` to add (``defer_bias``, 3-D
+    query, key and value only) or ``None`` (added here, or no bias)."""
     if query.ndim == 5:
         if key is not None or value is not None or query.shape[3] != 3:
             raise Fail(f"{op}: packed QKV query must be (B, S, N, 3, H) with no key or value, got {query.shape}")
@@ -241,13 +247,18 @@ def _mha_inputs(query, key, value, bias, num_heads, op):
             b = bias.reshape(3, num_heads, -1)
             query = query + b.transpose(1, 0, 2)
         q, k, v = (query[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
-        return q, k, v, False
+        return q, k, v, False, None
     if query.ndim != 3:
         raise Fail(f"{op}: query must be 3-D or packed 5-D, got shape {query.shape}")
     hidden = query.shape[2]
     q_bias = k_bias = v_bias = None
     if bias is not None:
         q_bias, k_bias, v_bias = bias[:hidden], bias[hidden : 2 * hidden], bias[2 * hidden :]
+        if defer_bias and key is not None and value is not None and key.ndim == 3 and value.ndim == 3:
+            q, k, v = (heads(x, num_heads, op, name) for x, name in ((query, "query"), (key, "key"), (value, "value")))
+            biases = (q_bias, k_bias, v_bias)
+            if all(b.size == t.shape[1] * t.shape[3] for b, t in zip(biases, (q, k, v))):
+                return q, k, v, False, tuple(b.reshape(1, num_heads, 1, -1) for b in biases)
     # the sums laid out as (B, S, D) runs, the heads views of them: the per-head products lay the
     # views out on the run's threads (numpy's transposing add into the heads' layout took ~100 µs
     # a layer for K at 128 tokens, the plain add and that layout ~45)
@@ -259,16 +270,16 @@ def _mha_inputs(query, key, value, bias, num_heads, op):
             raise Fail(f"{op}: packed KV key must be (B, L, N, 2, H) with no value, got {key.shape}")
         if k_bias is not None:
             key = key + np.stack([k_bias, v_bias]).reshape(2, num_heads, -1).transpose(1, 0, 2)
-        return q, key[:, :, :, 0].transpose(0, 2, 1, 3), key[:, :, :, 1].transpose(0, 2, 1, 3), False
+        return q, key[:, :, :, 0].transpose(0, 2, 1, 3), key[:, :, :, 1].transpose(0, 2, 1, 3), False, None
     if value is None:
         raise Fail(f"{op}: value is required with a 3-D or 4-D key")
     if key.ndim == 4 and value.ndim == 4:
-        return q, key, value, True
+        return q, key, value, True, None
     if key.ndim != 3 or value.ndim != 3:
         raise Fail(f"{op}: key {key.shape} and value {value.shape} must both be 3-D (BSD) or 4-D (BNSH)")
     k = heads(key + k_bias if k_bias is not None else key, num_heads, op, "key")
     v = heads(value + v_bias if v_bias is not None else value, num_heads, op, "value")
-    return q, k, v, False
+    return q, k, v, False, None
 
 
 @kernel("MultiHeadAttention", since=(1,), factory=True)
@@ -276,6 +287,8 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
     op = "MultiHeadAttention"
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
     want_qk = ctx.num_outputs > 3 and ctx.outputs_used[3]
+    # K and V with their biases are outputs (present_key, present_value) only where read
+    want_kv = any(ctx.outputs_used[1:3])
 
     def run(
         query,
@@ -296,7 +309,8 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
             )
         dtype = compute_dtype(query.dtype)
         as_float = [None if t is None else t.astype(dtype, copy=False) for t in (query, key, value, bias)]
-        q, k, v, cached = _mha_inputs(*as_float, num_heads, op)
+        defer = not want_kv and past_key is None and past_value is None
+        q, k, v, cached, shifts = _mha_inputs(*as_float, num_heads, op, defer_bias=defer)
         batch, _, seq, head_size = q.shape
         if (past_key is None) != (past_value is None):
             raise Fail(f"{op}: past_key and past_value must be given together")
@@ -315,7 +329,9 @@ def multi_head_attention(ctx, *, num_heads, unidirectional, scale=None, mask_fil
         _check_bias(attention_bias, batch, num_heads, seq, total, op)
         mask = key_mask(key_padding_mask, batch, seq, past_len, total, filter_value, unidirectional, op)
         head_scale = scale if scale else 1.0 / math.sqrt(head_size)
-        out, scores, _ = attend(q, k, v, scale=head_scale, mask=mask, bias=attention_bias, keep_scores=want_qk)
+        out, scores, _ = attend(
+            q, k, v, scale=head_scale, mask=mask, bias=attention_bias, keep_scores=want_qk, shifts=shifts
+        )
         dt = query.dtype
         qk = None
         if want_qk:

@@ -189,11 +189,15 @@ def prepare(b: Any) -> ConstantRight | None:
     return ConstantRight(b)
 
 
-def batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """``np.matmul(a, b)`` for float32 ``a`` ``(..., M, K)`` and ``b`` ``(..., K, N)`` with the same
-    leading dimensions, every product's tiles split over numba's team in one call (attention's
-    ``q kᵀ`` and ``p v``, which BLAS, pinned to one thread in a team run, computed on one
-    core); ``None`` where that does not apply (numpy's product then)."""
+def batched(
+    a: np.ndarray, b: np.ndarray, a_shift: np.ndarray | None = None, b_shift: np.ndarray | None = None
+) -> np.ndarray | None:
+    """``np.matmul(a + a_shift, b + b_shift)`` for float32 ``a`` ``(..., M, K)`` and ``b`` ``(...,
+    K, N)`` with the same leading dimensions, every product's tiles split over numba's team in
+    one call (attention's ``q kᵀ`` and ``p v``, which BLAS, pinned to one thread in a team run,
+    computed on one core); ``None`` where that does not apply (numpy's product then).  A shift
+    (float32, broadcastable to its operand with a 1 in one of the last two axes: attention's
+    per-head biases) is added in the copy that lays the operand out for the tiles."""
     if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 3 or a.shape[:-2] != b.shape[:-2]:
         return None
     m, depth, width = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -202,19 +206,34 @@ def batched(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     lead = a.shape[:-2]
     groups = a.size // (m * depth)
     parts = _team_parts(groups, m, width)
-    left = _laid_out(a.reshape(groups, m, depth), parts)
-    right = _laid_out(b.reshape(groups, depth, width), parts)
+    left = _laid_out(a.reshape(groups, m, depth), parts, _per_group(a_shift, a.shape, groups))
+    right = _laid_out(b.reshape(groups, depth, width), parts, _per_group(b_shift, b.shape, groups))
     y = np.empty((groups, m, width), dtype=np.float32)
     offsets = np.arange(depth, dtype=np.int64) * width
     loops().batched_parallel(left, right, offsets, y, parts)
     return y.reshape(*lead, m, width)
 
 
-def _laid_out(x: np.ndarray, parts: int) -> np.ndarray:
-    """``x`` ``(G, R, C)`` C-contiguous: itself, or a copy made on the run's threads
-    (``_f32_matmul_loops.gather_groups``: attention's per-head views)."""
-    if x.flags.c_contiguous:
+def _per_group(shift: np.ndarray | None, shape: tuple[int, ...], groups: int) -> tuple[np.ndarray, bool] | None:
+    """``shift`` (broadcastable to ``shape``, a 1 in one of its last two axes) as ``(groups, n)``
+    float32 rows and whether it runs along the rows (one value a row) rather than the columns."""
+    if shift is None:
+        return None
+    along_rows = shift.shape[-1] == 1 and shape[-1] != 1
+    kept = shape[-2] if along_rows else shape[-1]
+    full = np.broadcast_to(shift, (*shape[:-2], kept, 1) if along_rows else (*shape[:-2], 1, kept))
+    return np.ascontiguousarray(full, dtype=np.float32).reshape(groups, kept), along_rows
+
+
+def _laid_out(x: np.ndarray, parts: int, shift: tuple[np.ndarray, bool] | None = None) -> np.ndarray:
+    """``x`` ``(G, R, C)`` C-contiguous (plus ``shift``, see :func:`_per_group`): itself, or a
+    copy made on the run's threads (``_f32_matmul_loops.gather_groups``: attention's per-head
+    views)."""
+    if shift is None and x.flags.c_contiguous:
         return x
     copy = np.empty(x.shape, dtype=np.float32)
-    loops().gather_groups(x, copy, parts)
+    if shift is None:
+        loops().gather_groups(x, copy, parts)
+    else:
+        loops().gather_groups_shifted(x, shift[0], shift[1], copy, parts)
     return copy

@@ -202,6 +202,34 @@ def batched_parallel(a, b, offsets, y, parts):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
+def gather_groups_shifted(source, shift, along_rows, target, parts):  # pragma: no cover - compiled
+    """:func:`gather_groups` with a shift added on the way: ``target[g] = source[g] + shift[g]``
+    broadcast down the columns (``shift`` ``(G, C)``) or, ``along_rows``, across each row
+    (``shift`` ``(G, R)``): attention's per-head Q, K and V biases, added in the copy the
+    products make anyway instead of in three numpy passes before it."""
+    groups = source.shape[0]
+    for part in prange(parts):
+        for g in range(groups * part // parts, groups * (part + 1) // parts):
+            rows, into, by = source[g], target[g], shift[g]
+            height, width = rows.shape
+            if rows.strides[1] == 4 and not along_rows:  # Q's heads, V's: each row one run
+                for r in range(height):
+                    for c in range(width):
+                        into[r, c] = rows[r, c] + by[c]
+                continue
+            for c0 in range(0, width, 16):  # (apart values: see gather_groups)
+                c1 = min(width, c0 + 16)
+                for r in range(height):
+                    if along_rows:
+                        step = by[r]
+                        for c in range(c0, c1):
+                            into[r, c] = rows[r, c] + step
+                    else:
+                        for c in range(c0, c1):
+                            into[r, c] = rows[r, c] + by[c]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
 def gather_groups(source, target, parts):  # pragma: no cover - compiled
     """``target[g] = source[g]`` for a strided float32 ``(G, R, C)`` ``source`` and a C-contiguous
     ``target``, the groups split into ``parts`` on numba's threading layer: the per-head operands
