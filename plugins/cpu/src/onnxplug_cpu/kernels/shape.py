@@ -74,14 +74,34 @@ def reshape_1(x, *, shape=None, consumed_inputs=None):
     return _reshape(x, shape or (), 0)
 
 
-@kernel("Reshape", since=(5, 13), host_inputs=(1,))
-def reshape_5(x, shape):
-    return _reshape(x, shape, 0)
+@kernel("Reshape", since=(5, 13), host_inputs=(1,), factory=True)
+def reshape_5(ctx):
+    return _reshape_kernel(ctx.constant(1), 0)
 
 
-@kernel("Reshape", since=(14, 19) + _LATEST, host_inputs=(1,))
-def reshape_14(x, shape, *, allowzero):
-    return _reshape(x, shape, allowzero)
+@kernel("Reshape", since=(14, 19) + _LATEST, host_inputs=(1,), factory=True)
+def reshape_14(ctx, *, allowzero):
+    return _reshape_kernel(ctx.constant(1), allowzero)
+
+
+def _reshape_kernel(constant_shape, allowzero):
+    """Reshape's call.  A constant shape (every exported model's) free of zeros is read once: a
+    run then calls ``x.reshape`` alone (reading the shape tensor and checking it again was ~3 µs
+    a call, ShuffleNet's channel shuffles 32 of them a run); a shape that does not fit falls to
+    :func:`_reshape` for its error."""
+    if constant_shape is None:
+        return lambda x, shape: _reshape(x, shape, allowzero)
+    target = tuple(int_values(constant_shape))
+    if 0 in target or target.count(-1) > 1 or any(d < -1 for d in target):
+        return lambda x, shape: _reshape(x, shape, allowzero)
+
+    def run(x, shape):
+        try:
+            return x.reshape(target)
+        except ValueError:
+            return _reshape(x, shape, allowzero)  # raises, naming both shapes
+
+    return run
 
 
 @kernel("Flatten", since=(1, 9, 11, 13) + _LATEST)
