@@ -56,3 +56,17 @@ def test_separable_reduce_is_the_window_reduction():
     view = np.lib.stride_tricks.sliding_window_view(padded, (3, 7), axis=(2, 3))[:, :, ::2, ::3, :, ::2]
     want = view[:, :, : out[0], : out[1]].max(axis=(-2, -1))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((1, 64, 7, 7), dict(kernel_shape=[7, 7])),  # ResNet-50's head: a global average
+        ((1, 8, 6, 6), dict(kernel_shape=[7, 7], pads=[1, 1, 0, 0])),  # padding not counted
+        ((1, 8, 6, 6), dict(kernel_shape=[7, 7], pads=[1, 1, 0, 0], count_include_pad=1)),  # counted
+    ],
+)
+def test_an_average_pool_whose_one_window_is_the_map_matches_the_reference(shape, attrs):
+    """The node's global-average path (``average_pool_node`` declines a compiled plan for it)."""
+    got, want = _run("AveragePool", shape, attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

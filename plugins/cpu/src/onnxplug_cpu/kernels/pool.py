@@ -258,6 +258,8 @@ def average_pool_node(ctx, *, kernel_shape=None, auto_pad, pads=None, strides=No
 
     def plan_for(x):
         out, begin, end, declared = _spatial_setup(x, *geometry)
+        if _one_window_over_the_map(x.shape[2:], out, begin, end, kernel_shape, dilations, attrs):
+            return None  # a global average: average_pool's matrix-vector product (ResNet-50's head 105 → 20 µs)
         include_pad = attrs.get("count_include_pad", 0)
         counts = _window_counts(
             x.shape[2:], out, begin, end, declared, kernel_shape, strides, dilations, include_pad, np.float32
