@@ -412,3 +412,35 @@ def test_a_rule_set_with_roots_is_tried_only_at_nodes_of_those_types(roots, expe
 def test_roots_are_op_types_not_a_string():
     with pytest.raises(TypeError, match="not a string"):
         RuleSet("test.bad", [], roots="Relu")
+
+
+def test_sessions_with_the_same_providers_share_their_rule_gate(monkeypatch):
+    """The gate's answers (``runtime._rule_gates``) are worked out for the first session of an
+    Environment, providers and first provider's kernels, and reused by the next."""
+    asked = []
+    real_has = onnxplug.api.KernelLookup.has
+    monkeypatch.setattr(onnxplug.api.KernelLookup, "has", lambda self, *key: asked.append(key) or real_has(self, *key))
+    environment = Environment(autoload=False, only=["cpu", "ms_ops"])
+    data = _double_relu_model().SerializeToString()
+    onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"], environment=environment)
+    assert asked
+    asked.clear()
+    onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"], environment=environment)
+    assert asked == []
+    other = Environment(autoload=False, only=["cpu", "ms_ops"])
+    onnxplug.InferenceSession(data, providers=["CPUExecutionProvider"], environment=other)
+    assert asked  # another Environment: a gate of its own
+
+
+def test_a_shared_gate_tells_rule_sets_at_one_address_apart(monkeypatch):
+    """A gate keeps each answer with its rule set, so a set made after another was freed, at its
+    address, is asked again (every set given one id here stands for that reuse)."""
+    from onnxplug.optimizer import RuleGate, pipeline
+
+    monkeypatch.setattr(pipeline, "id", lambda obj: 7, raising=False)
+    gate = RuleGate({"cpu"}, lambda domain, op_type, version: op_type == "Relu")
+    unrunnable = RuleSet(name="tanh", rules=(), produces=[OpRef("", "Tanh")])
+    runnable = RuleSet(name="relu", rules=(), produces=[OpRef("", "Relu")])
+    assert gate.why_not(unrunnable, {"": 17}) == "no provider of the session runs ai.onnx::Tanh"
+    assert gate.why_not(runnable, {"": 17}) is None
+    assert gate.why_not(unrunnable, {"": 17}) is not None

@@ -119,16 +119,18 @@ class RuleGate:
     def __init__(self, providers: Iterable[str], has_kernel: Callable[[str, str, int], bool]) -> None:
         self._providers = frozenset(providers)
         self._has_kernel = has_kernel
-        # (id(rule set), opsets) → answer: a session asks for its cache key, then optimize asks
-        # again; the sets live in the Environment, which outlives the session's gate.
-        self._answers: dict[tuple[int, frozenset], str | None] = {}
+        # (id(rule set), opsets) → (the rule set, answer): a session asks for its cache key, then
+        # optimize asks again, and sessions may share a gate (``runtime._rule_gates``); the rule
+        # set kept beside its answer tells a set made again at a freed one's address apart.
+        self._answers: dict[tuple[int, frozenset], tuple[RuleSet, str | None]] = {}
 
     def why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         """``None`` when ``rule_set`` may run; otherwise the reason it may not."""
         key = (id(rule_set), frozenset(opsets.items()))
-        if key not in self._answers:
-            self._answers[key] = self._why_not(rule_set, opsets)
-        return self._answers[key]
+        known = self._answers.get(key)
+        if known is None or known[0] is not rule_set:
+            known = self._answers[key] = (rule_set, self._why_not(rule_set, opsets))
+        return known[1]
 
     def _why_not(self, rule_set: RuleSet, opsets: Mapping[str, int]) -> str | None:
         if rule_set.providers is not None and not self._providers.intersection(rule_set.providers):

@@ -27,7 +27,7 @@ from ..compile_cache import default_compile_cache
 from ..errors import InvalidArgument, NoModel
 from ..graph import LoadedModel, release_tensors
 from ..kernels import RunState, enter_run, leave_run
-from ..optimizer import OptimizedModel, RuleGate, optimize, stages_for_level
+from ..optimizer import OptimizedModel, optimize, stages_for_level
 from ..partition import PartitionedModel, ProviderSlot, node_opsets, partition_model
 from ._blas_threads import CONFIG_KEY as ADAPTIVE_THREADS_KEY
 from ._blas_threads import controller_for
@@ -41,6 +41,7 @@ from ._model_config import apply_model_config
 from ._plan import GraphPlan, build_plan
 from ._profiler import Profiler
 from ._providers import create_providers, parse_providers, select_factories
+from ._rule_gates import shared_gate
 from ._save import write_optimized_model
 from ._session_info import assignment_info, memory_infos
 from ._session_log import log_creation, session_logger
@@ -225,11 +226,7 @@ class InferenceSession:
         # would take nodes away from a provider ahead of it that runs them unfused (OpenVINO
         # compiles MatMul + Add + Relu, not com.microsoft FusedGemm).
         first = slots[0].kernels if slots else KernelLookup()
-
-        def has_kernel(domain: str, op_type: str, since_version: int) -> bool:
-            return first.has(domain, op_type, since_version)
-
-        gate = RuleGate(names, has_kernel)
+        gate = shared_gate(self._environment, names, first)
         rule_sets = {stage: self._environment.rewrite_rules(stage) for stage in stages_for_level(level)}
         initializers = {
             name: np.asarray(value._onnxplug_value())
