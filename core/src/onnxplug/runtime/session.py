@@ -163,14 +163,15 @@ class InferenceSession:
             start = time.perf_counter()
             self._optimized = self._optimize(loaded, slots)
             self._source.taken()  # a model read again is now the optimized one (large bytes: kept)
-            fusions = self._optimized.fusions()
-            self._logger.info(
-                "optimized in %.2f s: %d -> %d nodes%s",
-                time.perf_counter() - start,
-                self._optimized.nodes_before,
-                self._optimized.nodes_after,
-                f", fusions {fusions}" if fusions else "",
-            )
+            if self._logger.isEnabledFor(logging.INFO):  # (counting the nodes walks the graph)
+                fusions = self._optimized.fusions()
+                self._logger.info(
+                    "optimized in %.2f s: %d -> %d nodes%s",
+                    time.perf_counter() - start,
+                    self._optimized.nodes_before,
+                    self._optimized.nodes_after,
+                    f", fusions {fusions}" if fusions else "",
+                )
             start = time.perf_counter()
             self._partitioned = partition_model(self._optimized.model, self._optimized.opsets, slots)
             self._logger.info("partitioned in %.2f s", time.perf_counter() - start)
