@@ -296,7 +296,8 @@ def prefetching_tile(
     typingctx, w, planes, y, offsets, depth, p0, valid, rows, ldy, bias, residual, keep, at, silu, low, high, alpha
 ):
     """:func:`tile` that also prefetches, for each ``k``, the cache lines ``keep`` values past the
-    ones it reads (``kernels._f32_matmul_loops``: the weights' rows a few rows on)."""
+    ones it reads (``kernels._f32_matmul_loops``: the weights' rows a few rows on;
+    ``kernels._f32_conv_tile``: a deep pointwise layer's input planes a few planes on)."""
     return _SIGNATURE, _codegen(4, prefetch=True)
 
 
