@@ -72,7 +72,26 @@ def compiler(**options: Any) -> Callable[[Any], Any] | None:
         import numba
     except ImportError:
         return None
+    _prefer_openmp(numba)
     return numba.njit(cache=True, nogil=True, **options)
+
+
+@functools.cache
+def _prefer_openmp(numba: Any) -> None:
+    """Ask numba for its OpenMP threading layer, where the application chose none
+    (``NUMBA_THREADING_LAYER``) and libgomp loads, before the first compiled loop starts a
+    layer: numba's default order tries TBB first, and TBB is loadable wherever a library brought
+    it into the process (``import openvino`` does), where the OCR recognizer's 2-thread runs took
+    2.5 ms, its one-thread time, against 1.4 on OpenMP (docs/benchmarks.md, twenty-fifth
+    session).  Without libgomp, numba's thread-safe choice (``kernels._team``)."""
+    if os.environ.get("NUMBA_THREADING_LAYER") or numba.config.THREADING_LAYER != "default":
+        return
+    try:
+        import numba.np.ufunc.omppool  # noqa: F401 - loads libgomp, or fails without it
+    except ImportError:
+        numba.config.THREADING_LAYER = "threadsafe"
+        return
+    numba.config.THREADING_LAYER = "omp"
 
 
 @functools.cache

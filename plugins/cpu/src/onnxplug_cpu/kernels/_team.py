@@ -7,9 +7,10 @@ GIL, about 2.4 µs per parallel region (measured with an empty ``prange`` loop, 
 
 Only two of numba's layers are safe for a runtime library: ``omp`` and ``tbb`` may be entered by
 several threads at once (concurrent ``run()`` calls); ``workqueue`` aborts the process when that
-happens.  So unless the application chose a layer itself (``NUMBA_THREADING_LAYER``), the first
-call asks numba for a thread-safe one, and if there is none (no libgomp, no TBB) the kernels
-keep their serial forms split over Python threads.  GNU OpenMP is not fork-safe: numba aborts a
+happens.  So unless the application chose a layer itself (``NUMBA_THREADING_LAYER``), numba is
+asked for OpenMP, the layer the kernels were measured on (``kernels._jit``, before the first
+compiled loop starts one), else for any thread-safe one, and if there is none (no libgomp, no
+TBB) the kernels keep their serial forms split over Python threads.  GNU OpenMP is not fork-safe: numba aborts a
 forked child that enters a parallel region its parent had used, so after ``fork`` this module
 answers ``False`` in the child.  ``ONNXPLUG_CPU_TEAM=0`` turns the layer off too.
 """
@@ -58,7 +59,7 @@ def _start() -> bool:
     config = numba.config
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
     previous = config.THREADING_LAYER
-    if not chosen and previous == "default":
+    if not chosen and previous == "default":  # (``kernels._jit`` asks for OpenMP first)
         config.THREADING_LAYER = "threadsafe"
     try:
         numba.get_num_threads()  # starts the layer (once per process)
