@@ -87,7 +87,7 @@ def _prefer_openmp(numba: Any) -> None:
     if os.environ.get("NUMBA_THREADING_LAYER") or numba.config.THREADING_LAYER != "default":
         return
     try:
-        import numba.np.ufunc.omppool  # noqa: F401 - loads libgomp, or fails without it
+        import numba.np.ufunc.omppool
     except ImportError:
         numba.config.THREADING_LAYER = "threadsafe"
         return
