@@ -86,12 +86,38 @@ def _prefer_openmp(numba: Any) -> None:
     session).  Without libgomp, numba's thread-safe choice (``kernels._team``)."""
     if os.environ.get("NUMBA_THREADING_LAYER") or numba.config.THREADING_LAYER != "default":
         return
+    spin = _OPENMP_SPIN if not _libgomp_loaded() and not _OPENMP_WAIT_SET.intersection(os.environ) else None
+    if spin is not None:
+        os.environ["GOMP_SPINCOUNT"] = spin
     try:
-        import numba.np.ufunc.omppool
+        import numba.np.ufunc.omppool  # loads libgomp, which reads its settings now and only now
     except ImportError:
         numba.config.THREADING_LAYER = "threadsafe"
         return
+    finally:
+        if spin is not None:
+            del os.environ["GOMP_SPINCOUNT"]  # (for libgomp only: not for child processes)
     numba.config.THREADING_LAYER = "omp"
+
+
+#: The spin count the team's idle threads wait with before they sleep, where the application set
+#: none (``GOMP_SPINCOUNT``, ``OMP_WAIT_POLICY``): about 20 ms of one core's spinning after a
+#: parallel region, as onnxruntime's threads spin after a run.  Why: libgomp's default (300000,
+#: a few ms) lets them sleep between calls, and on this project's virtual machines waking a
+#: sleeping team cost milliseconds: a small convolution's first run after 100 ms idle 7.3 ms
+#: against 0.6 (1.09 with this count; onnxruntime 1.09), SqueezeNet and the OCR recognizer
+#: after 300 ms idle up to 14-17 ms against 2-2.5 (docs/benchmarks.md, twenty-fifth session).
+_OPENMP_SPIN = "1000000"
+_OPENMP_WAIT_SET = frozenset({"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"})
+
+
+def _libgomp_loaded() -> bool:
+    """Whether libgomp is in the process already (its settings then stay as they are)."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:
+        return False
 
 
 @functools.cache
