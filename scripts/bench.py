@@ -39,6 +39,7 @@ the file (100 MB), as exporters write them, so loading and holding real weights 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import math
 import os
 import pathlib
@@ -428,10 +429,12 @@ def main(argv: list[str] | None = None) -> int:
         f"settle={args.settle_ms:g}ms (interleaved rounds, medians); {os.cpu_count()} CPUs"
     )
     versions = [f"python {sys.version.split()[0]}", f"numpy {np.__version__}", f"onnx {onnx.__version__}"]
+    # From the installed metadata, not by importing: importing openvino loads its TBB into the
+    # process, where numba once took it for the CPU provider's team (docs/benchmarks.md).
     for module in ("openvino", "onnxruntime"):
         try:
-            versions.append(f"{module} {__import__(module).__version__.split('-')[0]}")
-        except ImportError:
+            versions.append(f"{module} {importlib.metadata.version(module).split('-')[0]}")
+        except importlib.metadata.PackageNotFoundError:
             versions.append(f"{module} missing")
     print("# " + ", ".join(versions))
     print("# " + _blas_line())
