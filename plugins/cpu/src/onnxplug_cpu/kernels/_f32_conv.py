@@ -52,7 +52,7 @@ from ._sigmoid_jit import silu as silu_pass
 from ._split_rows import thread_budget
 from ._team import join_run, run_settings, tiles_enabled
 
-__all__ = ["BoundLayer", "ConvPlan", "available", "plan", "run", "thread_parts"]
+__all__ = ["BoundLayer", "ConvPlan", "available", "in_weight_order", "plan", "run", "thread_parts"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
@@ -200,6 +200,13 @@ def thread_parts(work: int, minimum: int, budget: int | None = None) -> int:
     return max(1, min(budget, work // minimum)) if budget > 1 else 1
 
 
+def in_weight_order(weights: int, read: int, column_tiles: int) -> bool:
+    """Whether a product's tiles run row tile after row tile, each across the column tiles (one
+    chunk of them all): where its weights outweigh the input the tiles read, or on few columns
+    (see :class:`ConvPlan`)."""
+    return weights > read or column_tiles <= _FEW_COLUMN_TILES
+
+
 class ConvPlan:
     """What a convolution of one input shape computes and where, worked out once (a layer's call
     then costs a few µs of Python around the compiled driver, not 15).
@@ -267,7 +274,7 @@ class ConvPlan:
         read = c * shape[2] * shape[3] if self.in_place else len(geometry.phases) * c * geometry.length
         column_tiles = -(-(self.columns - self.tail) // COLUMNS)
         read_per_column = c * (1 if self.in_place else len(geometry.phases))
-        if maps * self.offsets.size > read or column_tiles <= _FEW_COLUMN_TILES:
+        if in_weight_order(maps * self.offsets.size, read, column_tiles):
             self.chunk = column_tiles
         elif read_per_column <= _STEM_VALUES:
             self.chunk = max(1, min(column_tiles, _CHUNK_INPUT_BYTES // (COLUMNS * 4 * read_per_column)))

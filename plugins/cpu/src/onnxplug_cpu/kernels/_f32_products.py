@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from ._f32_conv import MIN_TILES_PER_PART, available, loops, thread_parts
+from ._f32_conv import COLUMNS, MIN_TILES_PER_PART, available, in_weight_order, loops, thread_parts
 from ._team import run_parts
 
 __all__ = ["matmul", "matrix_product"]
@@ -43,13 +43,18 @@ def matrix_product(w: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) 
     count = compiled.tile_count(rows, 1, length)
     plain_store = (_NO_BIAS, _NO_RESIDUAL, *_NO_CLAMP, _NO_KEEP, _NO_AT)
     geometry = (length, 1, 0)  # columns, groups, group stride
-    # then: column-major (1), no SiLU, not masked, no tail
+    # The tiles' order as a convolution's (``in_weight_order``): ViT-B's patch embedding (768 ×
+    # 768 weights, 196 columns) split by column tiles left one thread the short fourth tile,
+    # 1111 µs on one thread and 719 on two.
+    column_tiles = -(-length // COLUMNS)
+    chunk = column_tiles if in_weight_order(rows * depth, depth * length, column_tiles) else 1
+    # then: the chunk, no SiLU, not masked, no tail
     run_parts(
         compiled.tiles,
         compiled.tiles_parallel,
         count,
         thread_parts(count, MIN_TILES_PER_PART),
-        *(w, x.reshape(-1), _row_offsets(depth, length), y, *geometry, *plain_store, 1, _NO_SILU, False, 0),
+        *(w, x.reshape(-1), _row_offsets(depth, length), y, *geometry, *plain_store, chunk, _NO_SILU, False, 0),
     )
     return y
 
