@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from onnxplug_cpu.kernels import _f32_conv
+from onnxplug_cpu.kernels import _f32_conv, _f32_conv_layout
 from onnxplug_cpu.numerics import PackedConv, convolve
 
 pytest.importorskip("numba")
@@ -29,7 +29,7 @@ def fresh_plans():
     """Layer plans made while a test ran are dropped when it ends."""
     yield
     _f32_conv.plan.cache_clear()
-    _f32_conv._masked_layout.cache_clear()
+    _f32_conv_layout.masked_layout.cache_clear()
 
 
 def _reference(x, weights, bias, attrs):

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxplug
 from onnxplug.testing import make_model
-from onnxplug_cpu.kernels import _f32_conv, _f32_products, _team
+from onnxplug_cpu.kernels import _f32_conv, _f32_conv_layout, _f32_products, _team
 from onnxplug_cpu.numerics import PackedConv, convolve
 
 pytest.importorskip("numba")
@@ -61,7 +61,7 @@ def fresh_plans():
     """Layer plans made while a test patched the planning are dropped when it ends."""
     yield
     _f32_conv.plan.cache_clear()
-    _f32_conv._masked_layout.cache_clear()
+    _f32_conv_layout.masked_layout.cache_clear()
 
 
 def _case(layer, seed=0):
@@ -119,7 +119,7 @@ def test_same_bits_on_any_split(layer, monkeypatch):
 
 
 #: Stride-1 layers whose output rows are as wide as their input's: read in place, the padding's
-#: lanes masked off (``_f32_conv._masked_layout``).  (N, C, M, H, W, kernel, pads, dilations, groups)
+#: lanes masked off (``_f32_conv_layout.masked_layout``).  (N, C, M, H, W, kernel, pads, dilations, groups)
 MASKED = [
     (1, 16, 20, 13, 13, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # three tiles and a short one
     (2, 8, 13, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # one tile, two images
@@ -140,10 +140,10 @@ def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch, fresh_pla
     planes do, bit for bit (a masked lane reads zero, the padding's value), with the bias,
     residual, clamp and SiLU stored as there; and matches a float64 sum.  (Without the tail's
     dot products, which add in another order: tested below.)"""
-    monkeypatch.setattr(_f32_conv, "_TAIL_COLUMNS", -1)
-    monkeypatch.setattr(_f32_conv, "_MASKED_SHARE", 2.0)  # masked wherever it can be, saving or not
+    monkeypatch.setattr(_f32_conv_layout, "TAIL_COLUMNS", -1)
+    monkeypatch.setattr(_f32_conv_layout, "MASKED_SHARE", 2.0)  # masked wherever it can be, saving or not
     _f32_conv.plan.cache_clear()
-    _f32_conv._masked_layout.cache_clear()
+    _f32_conv_layout.masked_layout.cache_clear()
     n, c, m, h, w, kernel, pads, dilations, groups = layer
     rng = np.random.default_rng(7)
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
@@ -157,7 +157,7 @@ def test_masked_layers_give_the_padded_planes_bits(layer, monkeypatch, fresh_pla
     def both(**fused):
         masked = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs, **fused)
         with monkeypatch.context() as patch:
-            patch.setattr(_f32_conv, "_masked_layout", lambda *a: None)
+            patch.setattr(_f32_conv, "masked_layout", lambda *a: None)
             _f32_conv.plan.cache_clear()
             assert not _f32_conv.plan(*geometry).masked
             padded = convolve(x, weights, bias, packed=PackedConv(weights, groups), **attrs, **fused)
@@ -184,14 +184,14 @@ def test_small_maps_are_read_masked_and_large_ones_from_padded_planes():
 
 
 def test_a_huge_kernel_keeps_the_padded_planes_without_a_huge_table(monkeypatch, fresh_plans):
-    """The lane masks are one int64 per tap and column tile: a table over ``_MAX_LANE_MASKS``
+    """The lane masks are one int64 per tap and column tile: a table over ``MAX_LANE_MASKS``
     entries is not built (the padded planes read the layer)."""
-    monkeypatch.setattr(_f32_conv, "_MAX_LANE_MASKS", 9 * 3)  # three tiles of 3×3 taps
-    _f32_conv._masked_layout.cache_clear()
+    monkeypatch.setattr(_f32_conv_layout, "MAX_LANE_MASKS", 9 * 3)  # three tiles of 3×3 taps
+    _f32_conv_layout.masked_layout.cache_clear()
     kernel, pads = (3, 3), (1, 1, 1, 1)
-    assert _f32_conv._masked_layout((4, 13, 13), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
-    assert _f32_conv._masked_layout((4, 13, 14), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
-    assert _f32_conv._masked_layout((4, 15, 14), 1, kernel, None, None, pads, "NOTSET") is None  # 4 tiles: 36
+    assert _f32_conv_layout.masked_layout((4, 13, 13), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
+    assert _f32_conv_layout.masked_layout((4, 13, 14), 1, kernel, None, None, pads, "NOTSET") is not None  # 3 tiles
+    assert _f32_conv_layout.masked_layout((4, 15, 14), 1, kernel, None, None, pads, "NOTSET") is None  # 4 tiles: 36
 
 
 def test_masked_lanes_touch_nothing_outside_the_input():
@@ -245,7 +245,7 @@ def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, 
     silu = expected / (1.0 + np.exp(-expected))
     assert np.abs(got - silu).max() <= 2 * bound
     # and the tail's columns are the ones the tiles compute without one, to float32 accuracy
-    monkeypatch.setattr(_f32_conv, "_TAIL_COLUMNS", -1)
+    monkeypatch.setattr(_f32_conv_layout, "TAIL_COLUMNS", -1)
     _f32_conv.plan.cache_clear()
     assert _f32_conv.plan(x.shape, m, groups, kernel, None, dilations, pads, "NOTSET").tail == 0
     whole = convolve(x, weights, bias, packed=PackedConv(weights, groups), silu_alpha=1.0, **attrs)

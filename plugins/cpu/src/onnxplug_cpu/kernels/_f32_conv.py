@@ -8,7 +8,7 @@ every kernel tap reads the same phase images at a shifted offset (``kernels._con
 the only copy is one padded (and, for strides, phase-split) image.  A pointwise stride-1
 convolution reads its input in place, and so does a stride-1 layer on a small map whose output
 rows are as wide as its input's (3×3 with padding 1): each tap's loads are masked to the lanes
-that fall inside the map (:func:`_masked_layout`), so there is no copy and no padding column is
+that fall inside the map (:func:`kernels._f32_conv_layout.masked_layout`), so there is no copy and no padding column is
 computed.  Grouped layers run as one convolution whose groups read
 their own blocks of channels.  The tiles store the output themselves with the bias, the
 residual, the clamp (Relu/Clip) and FusedConv's SiLU, cropping a padded layer's extra columns as
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from ._conv_bindings import is_float32_c, tile_binding
-from ._conv_geometry import PhaseGeometry
 from ._epilogue import finish
+from ._f32_conv_layout import COLUMNS, crop_tables, layout, masked_layout, tail_columns
 from ._f32_conv_threads import on_python_threads
 from ._jit import compiler, cpu_has, direct_call
 from ._scratch import scratch
@@ -66,33 +66,12 @@ MIN_TILES_PER_PART = 4
 _MIN_VALUES_PER_PART = 1 << 14
 #: Column tiles up to which a layer's tiles are split by their rows (weights first).
 _FEW_COLUMN_TILES = 4
-#: Output columns a tile computes (``kernels._f32_tile_ir.COLUMNS``, which imports numba).
-COLUMNS = 64
-#: A stride-1 layer is read masked (:func:`_masked_layout`) where that computes at most this share
-#: of the columns the padded planes do.
-_MASKED_SHARE = 0.95
-#: ... and on maps of up to this many cells whatever the share: without the padded planes' copy a
-#: ResNet-50's 56×56 layers (64 channels, 3×3) ran its whole model 4-5 % faster (24.4-24.7 →
-#: 23.1-23.6 ms, alternating runs), where their columns alone saved 3 %.
-_MASKED_ALWAYS_CELLS = 56 * 56
-#: Lane masks (one int64 per tap and column tile) a masked layer's table may hold (32 MiB).
-_MAX_LANE_MASKS = 1 << 22
 #: Input values a column reads (channels, times phases) up to which a layer's tiles run in chunks
 #: of column tiles (``ConvPlan.chunk``): the stems.
 _STEM_VALUES = 12
 #: Bytes of input a chunk of column tiles reads (``_f32_conv_tile.tiles``' order), to stay in a
 #: core's L2 cache (1 MiB here) beside the weights and the output's rows.
 _CHUNK_INPUT_BYTES = 256 << 10
-#: A layer read in place whose columns end this many or fewer past a multiple of 16 computes
-#: those last columns as dot products (``_f32_conv_tail.tail_rows``) instead of one more 16-lane
-#: vector a tile: a 7×7 map's 49 columns cost 48 and a dot product, not 64.  Weights-first
-#: layers take each block of row tiles' dot products right after its tiles, while its weights
-#: are in cache (``_f32_conv_tile.TAIL_BLOCK_BYTES``).  At two threads, at 7×7, against 64
-#: columns: 2048 → 512 channels pointwise 265-269 → 233 µs, 512 → 2048 269-274 → 236, a 3×3
-#: 512 → 512 578-592 → 495-500, 160 → 960 46 → 42 (six rows' dot products together,
-#: ``_f32_conv_tail.row_dots``).  Not more: four columns (14×14, 10×10) lost 0-25 % (64 → 256
-#: channels at 10×10: 15 → 16-19 µs).
-_TAIL_COLUMNS = 2
 
 
 @functools.cache
@@ -109,89 +88,6 @@ def available() -> bool:
     """Whether :func:`run` may be called: not switched off (``ONNXPLUG_CPU_CONV_TILE=0``), numba
     usable and the CPU with AVX-512F."""
     return tiles_enabled() and loops() is not None
-
-
-@functools.lru_cache(maxsize=512)
-def _layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str):
-    """``(geometry, offsets, in_place, group_stride)`` for input ``shape`` ``(C, H, W)`` in
-    ``groups`` channel groups.  The offsets (int64, one per weight column of a group,
-    channel-major as the weights) index the phase images laid out ``(P, C, length)``; or, when
-    ``in_place`` (a pointwise stride-1 convolution without padding, whose computed columns are
-    the output's), the input itself.  Group ``g`` reads from ``g · group_stride`` values on."""
-    conv = {"strides": strides, "dilations": dilations, "pads": pads, "auto_pad": auto_pad}
-    geometry = PhaseGeometry(shape[1:], kernel, conv, "Conv")
-    channels, height, width = shape
-    in_place = geometry.shifts == [0] and geometry.wq == width and geometry.hq == height and not any(geometry.pads)
-    plane = height * width if in_place else geometry.length
-    taps = geometry.tap_offsets(channels * plane)
-    per_group = channels // groups
-    offsets = (np.arange(per_group, dtype=np.int64)[:, None] * plane + taps[None, :]).reshape(-1)
-    offsets.flags.writeable = False
-    return geometry, offsets, in_place, per_group * plane
-
-
-def _computed(columns: int) -> int:
-    """The columns the tiles compute for ``columns``: whole tiles, then the last one's vectors."""
-    return columns // COLUMNS * COLUMNS + -(-(columns % COLUMNS) // 16) * 16
-
-
-def _tail(columns: int) -> int:
-    """How many of a layer's last ``columns`` (read in place) are dot products (:data:`_TAIL_COLUMNS`)."""
-    rest = columns % 16
-    return rest if columns > 16 and rest <= _TAIL_COLUMNS else 0
-
-
-@functools.lru_cache(maxsize=512)
-def _masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, pads, auto_pad: str):
-    """``(offsets, taps, lane_masks)`` for reading a stride-1 layer whose output rows are as wide
-    as its input's (``same`` padding across) from the input itself, or ``None`` for other
-    layers (and for pointwise ones without padding, which :func:`_layout` reads in place).
-
-    Why: the padded planes (:func:`_layout`) cost a copy of the input and compute ``Wq - OW``
-    padding columns a row, which on small maps are a large share (2 of 22 at 20×20, and the
-    last tile's rounding: 448 columns computed for 400); masked, the columns are the output's.
-    At two threads, masked against padded: 64 → 64 channels at 20×20 67 against 81 µs, 64 → 256
-    at 13×13 113 against 139, 128 → 128 at 14×14 140 against 146; at 56×56 and 7×7 within 2 %
-    alone, but inside VGG-19's runs its 112×112 and 224×224 layers ran 5-10 % slower masked.  So
-    a layer is masked only where that computes at most :data:`_MASKED_SHARE` of the padded
-    planes' columns (the dot products' tail counted: a 7×7 map's 49 columns cost 48, not 64), or
-    on maps of up to :data:`_MASKED_ALWAYS_CELLS` cells.
-
-    Output column ``p = oy·W + ox`` of tap ``(ky, kx)`` reads ``p + (ky·dh - top)·W + kx·dw -
-    left`` in its channel's plane; the lanes whose cell falls outside the map (the padding) are
-    masked off and read as zeros, the padded planes' values.  ``offsets`` (int64, per weight
-    column of a group, channel-major as the weights), ``taps`` (uint16 per weight column: the
-    tap's index) and ``lane_masks`` (int64, ``taps`` per 64-column tile: bit ``16·v + i`` set
-    where lane ``i`` of vector ``v`` reads the map)."""
-    channels, height, width = shape
-    geometry, _, in_place, _ = _layout(shape, groups, kernel, strides, dilations, pads, auto_pad)
-    (oh, ow), (top, left) = geometry.out, geometry.pads
-    if in_place or geometry.stride != (1, 1) or ow != width or kernel[0] * kernel[1] > np.iinfo(np.uint16).max:
-        return None
-    columns = oh * width
-    share = _computed(columns - _tail(columns)) / _computed(geometry.columns)
-    if share > _MASKED_SHARE and height * width > _MASKED_ALWAYS_CELLS:
-        return None
-    if -(-columns // COLUMNS) * kernel[0] * kernel[1] > _MAX_LANE_MASKS:
-        return None  # a huge kernel on a large map: the padded planes, without a table this size
-    dh, dw = tuple(dilations) if dilations else (1, 1)
-    shifts = [(ky * dh - top, kx * dw - left) for ky in range(kernel[0]) for kx in range(kernel[1])]
-    plane = height * width
-    per_group = channels // groups
-    flat = np.array([dy * width + dx for dy, dx in shifts], dtype=np.int64)
-    offsets = (np.arange(per_group, dtype=np.int64)[:, None] * plane + flat[None, :]).reshape(-1)
-    taps = np.tile(np.arange(len(shifts), dtype=np.uint16), per_group)
-    tiles = -(-columns // COLUMNS)
-    p = np.arange(tiles * COLUMNS)
-    oy, ox = p // width, p % width
-    lane_masks = np.empty((tiles, len(shifts)), dtype=np.int64)
-    for tap, (dy, dx) in enumerate(shifts):
-        inside = (p < columns) & (0 <= oy + dy) & (oy + dy < height) & (0 <= ox + dx) & (ox + dx < width)
-        lane_masks[:, tap] = np.packbits(inside.reshape(tiles, COLUMNS), axis=1, bitorder="little").view("<i8")[:, 0]
-    lane_masks = lane_masks.reshape(-1)
-    for table in (offsets, taps, lane_masks):
-        table.flags.writeable = False
-    return offsets, taps, lane_masks
 
 
 def thread_parts(work: int, minimum: int, budget: int | None = None) -> int:
@@ -211,12 +107,12 @@ class ConvPlan:
     """What a convolution of one input shape computes and where, worked out once (a layer's call
     then costs a few µs of Python around the compiled driver, not 15).
 
-    :ivar geometry: the :class:`PhaseGeometry`; ``offsets``, ``in_place``, ``group_stride``: as
-        :func:`_layout` gives them, or, ``masked``, the input read in place with the padding's
-        lanes masked off (:func:`_masked_layout`: ``keep``/``at`` are then its taps and lane
-        masks); ``columns``: the computed columns, the last ``tail`` of them as dot products
-        (:data:`_TAIL_COLUMNS`); ``direct``: they are the output's, else ``keep``/``at`` say
-        which the tiles store where (:func:`_crop_tables`).
+    :ivar geometry: the ``PhaseGeometry``; ``offsets``, ``in_place``, ``group_stride``: as
+        ``kernels._f32_conv_layout.layout`` gives them, or, ``masked``, the input read in place
+        with the padding's lanes masked off (``masked_layout``: ``keep``/``at`` are then its taps
+        and lane masks); ``columns``: the computed columns, the last ``tail`` of them as dot
+        products (``TAIL_COLUMNS``); ``direct``: they are the output's, else ``keep``/``at`` say
+        which the tiles store where (``crop_tables``).
     :ivar shape: the output ``(N, M, OH, OW)``; ``channels``: the input's; ``groups``: the
         weights' row groups; ``driver``: the geometry arguments of ``convolve_images``.
     """
@@ -243,8 +139,8 @@ class ConvPlan:
     def __init__(self, shape: tuple, maps: int, groups: int, kernel, strides, dilations, pads, auto_pad: str) -> None:
         n, c = shape[:2]
         attributes = (tuple(shape[1:]), groups, kernel, strides, dilations, pads, auto_pad)
-        geometry, offsets, in_place, group_stride = _layout(*attributes)
-        masked = _masked_layout(*attributes)
+        geometry, offsets, in_place, group_stride = layout(*attributes)
+        masked = masked_layout(*attributes)
         oh, ow = geometry.out
         self.geometry, self.masked = geometry, masked is not None
         if masked is not None:
@@ -254,10 +150,10 @@ class ConvPlan:
         else:
             self.offsets, self.in_place, self.group_stride = offsets, in_place, group_stride
             self.columns, self.direct = geometry.columns, geometry.wq == ow
-            self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else _crop_tables(geometry.columns, geometry.wq, ow)
+            self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else crop_tables(geometry.columns, geometry.wq, ow)
         # The last few columns of a layer read in place as dot products, where the tiles would
         # spend a whole 16-lane vector on them (the inputs they read are copied out first).
-        self.tail = _tail(self.columns) if self.in_place else 0
+        self.tail = tail_columns(self.columns) if self.in_place else 0
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
         # Tiles in weight order where the weights outweigh what the tiles read of the input, and
@@ -301,21 +197,6 @@ class ConvPlan:
             )
             self._parts[budget] = parts
         return parts
-
-
-def _crop_tables(columns: int, wq: int, ow: int) -> tuple[np.ndarray, np.ndarray]:
-    """For computed columns ``q = oy·wq + ox`` (``ox < wq``), per 16-column vector: the bits of the
-    lanes the output keeps (``ox < ow``, ``q < columns``; uint16) and the output position of the
-    vector's first kept lane (int64): the count of kept columns before it."""
-    vectors = -(-columns // 16)
-    q = np.arange(vectors * 16, dtype=np.int64)
-    kept = ((q % wq) < ow) & (q < columns)
-    keep = (kept.reshape(vectors, 16).astype(np.int64) << np.arange(16)).sum(axis=1).astype(np.uint16)
-    starts = q[::16]
-    at = (starts // wq) * ow + np.minimum(starts % wq, ow)
-    keep.flags.writeable = False
-    at.flags.writeable = False
-    return keep, at
 
 
 @functools.lru_cache(maxsize=512)

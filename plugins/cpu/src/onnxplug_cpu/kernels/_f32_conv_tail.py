@@ -1,5 +1,5 @@
 """The last one or two columns of a convolution read in place, as dot products of the weights'
-rows (``kernels._f32_conv._TAIL_COLUMNS``): a 7×7 map's 49 columns cost the tiles 48 and a dot
+rows (``kernels._f32_conv_layout.TAIL_COLUMNS``): a 7×7 map's 49 columns cost the tiles 48 and a dot
 product per row, instead of one more 16-lane vector a tile of which one lane is kept.
 
 Imported by ``kernels._f32_conv_tile`` only (it imports numba), which calls them from its

@@ -39,7 +39,7 @@ and its scratch sums, which on large maps cost as much memory traffic as the out
 
 The ``masked_*`` variants read a stride-1 layer's input in place: each ``k``'s loads are also
 masked by its tap's lanes, those whose cell lies inside the map, from a small per-tile table
-(``kernels._f32_conv._masked_layout``); a masked-off lane reads zero, as the padding would.  Their
+(``kernels._f32_conv_layout.masked_layout``); a masked-off lane reads zero, as the padding would.  Their
 loops must be compiled in a function of their own (``kernels._f32_conv_tile._masked_range``):
 inlined into one loop with the other eight variants they ran 25 % slower (LLVM's allocation of
 the mask registers, it seems; the other variants were unaffected).
