@@ -61,10 +61,12 @@ def _loops_for(x: np.ndarray) -> Any | None:
     return _loops()
 
 
-def _parts(size: int) -> int:
-    if size < 2 * PART_ELEMENTS or not team_joined():
+def _parts(size: int, budget: int | None = None, team: bool | None = None) -> int:
+    """Ranges of rows a pass over ``size`` values splits into: one unless it is large and the
+    team is in use (by default: this run's budget, and whether the run joined the team)."""
+    if size < 2 * PART_ELEMENTS or not (team_joined() if team is None else team):
         return 1
-    return max(1, min(thread_budget(), size // PART_ELEMENTS))
+    return max(1, min(thread_budget() if budget is None else budget, size // PART_ELEMENTS))
 
 
 def affine_channels(x: np.ndarray, a: np.ndarray, c: np.ndarray, low=_NO_LOW, high=_NO_HIGH) -> np.ndarray | None:
@@ -96,9 +98,7 @@ def affine_binding(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high, outpu
     if a.shape != (x.shape[1],) or c.shape != (x.shape[1],) or c.dtype != np.float32 or not c.flags.c_contiguous:
         return None
     settings = run_settings()
-    parts = 1
-    if x.size >= 2 * PART_ELEMENTS and settings.team:
-        parts = max(1, min(settings.budget, x.size // PART_ELEMENTS))
+    parts = _parts(x.size, settings.budget, settings.team)
     rows = (x.shape[0] * x.shape[1], -1)
     affine, bound_x, x_rows, output_rows = loops.affine_rows, x, x.reshape(rows), output.reshape(rows)
     low, high = np.float32(low), np.float32(high)
