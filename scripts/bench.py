@@ -6,8 +6,8 @@
     python scripts/bench.py --providers openvino --families cnn  # + an "OpenVINO direct" column
     python scripts/bench.py --sections creation,memory
 
-Models come from ``scripts/bench_families/`` (cnn, transformers, sklearn, micro; see each
-module), built locally and cached under ``~/.cache/onnxplug-bench/``.  Every runtime gets the same
+Models come from ``scripts/bench_families/`` (cnn, transformers, sklearn, micro, sequence; see
+each module), built locally and cached under ``~/.cache/onnxplug-bench/``.  Every runtime gets the same
 model bytes, FP32 and the same thread count (``--threads``, default 2: onnxplug's
 ``intra_op_num_threads``, onnxruntime's ``intra_op_num_threads`` with one inter-op thread,
 OpenVINO's ``INFERENCE_NUM_THREADS``).  After warm-up the runtimes are timed in interleaved rounds
@@ -23,7 +23,8 @@ Sections:
 - ``latency``: per-model table, the geometric mean of onnxplug/onnxruntime over the cnn and
   transformers families, per-node overhead (``elementwise-1000``), a small model's run
   (``six-nodes``) and the cost of a small convolution layer (``small-convs``) from the micro
-  family, classical ML at batch 1 and 1000 (sklearn family);
+  family, classical ML at batch 1 and 1000 (sklearn family), recurrent networks that begin with
+  their LSTM or GRU layers (sequence family; outside the geometric mean, as sklearn is);
 - ``creation``: session creation in this process (median of 5, after one untimed) and the first
   session of a fresh process (``python -c`` importing the runtime and creating it; bytecode
   caching on, as users run), for ``six-nodes``, ``resnet50`` and ``resnet50-weights``;

@@ -19,32 +19,15 @@ rebuilds it):
 
 from __future__ import annotations
 
-import hashlib
-import io
+import functools
 import os
-import pathlib
-import warnings
 
 import numpy as np
 import onnx
 
-from . import BenchModel
+from . import BenchModel, cached_torch_model, export_torch, random_feeds
 
-_CACHE = pathlib.Path(os.environ.get("ONNXPLUG_BENCH_CACHE", pathlib.Path.home() / ".cache" / "onnxplug-bench"))
 LIGHT = ("resnet50", "densenet121", "inception_v1", "inception_v2", "vgg19", "squeezenet", "shufflenet")
-
-
-def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Standard-normal float32 feeds (seed 0) for the graph inputs that are not initializers."""
-    initializers = {t.name for t in model.graph.initializer}
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for info in model.graph.input:
-        if info.name in initializers:
-            continue
-        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in info.type.tensor_type.shape.dim)
-        feeds[info.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
 
 
 def _light(name: str):
@@ -57,7 +40,7 @@ def _light(name: str):
         del model.graph.input[:]
         model.graph.input.extend(inputs)
         model.ir_version = max(model.ir_version, 4)
-        return model.SerializeToString(), _random_feeds(model)
+        return model.SerializeToString(), random_feeds(model)
 
     return build
 
@@ -295,10 +278,6 @@ def _torch_models():
     }
 
 
-def _source_key() -> str:
-    return hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:12]
-
-
 def _export(name: str) -> bytes:
     import torch
 
@@ -309,29 +288,10 @@ def _export(name: str) -> bytes:
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with torch.no_grad():
-            torch.onnx.export(
-                module, (torch.zeros(shape),), buffer, dynamo=False, opset_version=17, input_names=["input"]
-            )
-    return buffer.getvalue()
-
-
-def _torch(name: str):
-    def build() -> tuple[bytes, dict[str, np.ndarray]]:
-        path = _CACHE / f"cnn-{name}-{_source_key()}.onnx"
-        if path.exists():
-            data = path.read_bytes()
-        else:
-            data = _export(name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        return data, _random_feeds(onnx.load_from_string(data))
-
-    return build
+    return export_torch(module, shape)
 
 
 TORCH = ("mobilenetv2", "shufflenetv2", "unet", "yolo", "ocr_det", "ocr_rec")
-MODELS = [BenchModel(name, _light(name)) for name in LIGHT] + [BenchModel(name, _torch(name)) for name in TORCH]
+MODELS = [BenchModel(name, _light(name)) for name in LIGHT] + [
+    BenchModel(name, cached_torch_model("cnn", name, __file__, functools.partial(_export, name))) for name in TORCH
+]

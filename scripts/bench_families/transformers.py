@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import pathlib
 import warnings
 
 import numpy as np
 
-from . import BenchModel
+from . import CACHE, BenchModel
 
-_CACHE = pathlib.Path(os.environ.get("ONNXPLUG_BENCH_CACHE", pathlib.Path.home() / ".cache" / "onnxplug-bench"))
 SEQ = 128
 
 
@@ -110,7 +108,7 @@ def _export(name: str) -> tuple[bytes, dict[str, np.ndarray]]:
 def _cached(name: str):
     def build() -> tuple[bytes, dict[str, np.ndarray]]:
         key = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:12]
-        path = _CACHE / f"xfmr-{name}-{key}.onnx"
+        path = CACHE / f"xfmr-{name}-{key}.onnx"
         feeds_path = path.with_suffix(".npz")
         if path.exists() and feeds_path.exists():
             with np.load(feeds_path) as stored:

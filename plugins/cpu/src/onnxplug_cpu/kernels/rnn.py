@@ -1,9 +1,9 @@
 """Recurrent layers: RNN, GRU and LSTM.
 
 The input projection ``X·Wᵀ + Wb`` of every time step is one matmul up front; only the
-recurrent part runs in the per-step loop, vectorised over the batch.  float32 LSTMs with the
-default activations run that loop compiled (``kernels._lstm_jit``: a step's twenty numpy calls
-on a few hundred values were most of its time).  Per-batch
+recurrent part runs in the per-step loop, vectorised over the batch.  float32 LSTMs and GRUs with
+the default activations run that loop compiled (``kernels._recurrent_jit``: a step's twenty numpy
+calls on a few hundred values were most of its time), on numba's team where it is safe.  Per-batch
 ``sequence_lens`` are applied with masks: a finished entry keeps its last state and emits zeros,
 and a reverse pass starts at each entry's own last valid step.  float16/bfloat16 are computed in
 float32 and cast back.
@@ -17,11 +17,11 @@ from onnxplug.errors import InvalidArgument
 from onnxplug.kernels import check_terminate
 
 from . import _f32_conv, _f32_products
-from ._lstm_jit import compiled as _compiled_lstm
-from ._lstm_jit import compiled_both as _compiled_both
+from ._recurrent_jit import loops as _compiled
+from ._recurrent_jit import packed_columns
 from ._registry import kernel
-from ._split_rows import run_in_row_blocks, thread_budget
-from ._team import team_joined
+from ._split_rows import run_in_row_blocks
+from ._team import join_run, run_settings, team_joined
 
 
 def _sigmoid(x):
@@ -70,6 +70,8 @@ class _Inputs:
     """The shared input handling: layout, direction count, biases, lengths, initial states."""
 
     def __init__(self, op, X, W, R, B, sequence_lens, initial, gates, hidden_size, direction, layout):
+        if X.ndim != 3:
+            raise InvalidArgument(f"{op}: X has shape {list(X.shape)}, expected 3 dimensions")
         self.out_dtype = X.dtype
         work = np.float32 if X.dtype.itemsize < 4 else X.dtype
         self.x = (np.swapaxes(X, 0, 1) if layout else X).astype(work, copy=False)
@@ -80,12 +82,17 @@ class _Inputs:
         if direction not in ("forward", "reverse", "bidirectional"):
             raise InvalidArgument(f"{op}: unknown direction {direction!r}")
         self.reverse = [direction == "reverse"] if self.directions == 1 else [False, True]
-        steps, batch, _ = self.x.shape
+        steps, batch, width = self.x.shape
         hidden = hidden_size if hidden_size is not None else R.shape[-1]
-        if W.shape[0] != self.directions or W.shape[1] != gates * hidden or R.shape[1:] != (gates * hidden, hidden):
+        if W.shape != (self.directions, gates * hidden, width) or R.shape != (self.directions, gates * hidden, hidden):
             raise InvalidArgument(
-                f"{op}: W {list(W.shape)} / R {list(R.shape)} do not fit hidden_size {hidden} "
-                f"and {self.directions} direction(s)"
+                f"{op}: W {list(W.shape)} / R {list(R.shape)} do not fit hidden_size {hidden}, "
+                f"{self.directions} direction(s) and input size {width}: expected W "
+                f"{[self.directions, gates * hidden, width]} and R {[self.directions, gates * hidden, hidden]}"
+            )
+        if B is not None and B.shape != (self.directions, 2 * gates * hidden):
+            raise InvalidArgument(
+                f"{op}: B has shape {list(B.shape)}, expected {[self.directions, 2 * gates * hidden]}"
             )
         self.hidden, self.steps, self.batch = hidden, steps, batch
         self.w = W.astype(work, copy=False)
@@ -100,31 +107,42 @@ class _Inputs:
                 )
             if np.any(lens < steps):
                 self.lens = lens
-        self.initial = [self.state(s, work) for s in initial]
+        self.initial = [self.state(op, name, s, work) for name, s in zip(("initial_h", "initial_c"), initial)]
 
-    def state(self, value, work):
+    def state(self, op, name, value, work):
+        """An initial state as ``(directions, batch, hidden)`` (zeros where not given)."""
+        expected = (self.directions, self.batch, self.hidden)
         if value is None:
-            return np.zeros((self.directions, self.batch, self.hidden), work)
+            return np.zeros(expected, work)
         value = np.swapaxes(value, 0, 1) if self.layout else value
+        if value.shape != expected:
+            given = list(np.swapaxes(value, 0, 1).shape if self.layout else value.shape)
+            wanted = [expected[1], expected[0], expected[2]] if self.layout else list(expected)
+            raise InvalidArgument(f"{op}: {name} has shape {given}, expected {wanted}")
         return value.astype(work, copy=False)
 
-    def projected(self, d, gates):
+    def projected(self, d, gates, wt=None):
         """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``,
-        as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector product per step).
+        C-contiguous, as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector
+        product per step).  ``wt``: ``W[d]ᵀ`` C-contiguous, when the node made it at creation
+        (:func:`transposed_inputs`).
 
-        Inside a run on numba's team (a CRNN's LSTM after its convolutions, BLAS pinned to one
-        thread) the product is ``W·Xᵀ`` on the convolution tiles, which read ``W`` as it is
-        stored: OpenBLAS ran ocr_rec's 41×256 by 256×384 at 26 G multiply-adds/s on one thread
-        (156 µs a direction; 91 on two), the tiles run at about 50 a thread."""
+        Inside a run on numba's team (BLAS pinned to one thread) the product is ``X·Wᵀ`` on the
+        convolution tiles: OpenBLAS ran ocr_rec's 41×256 by 256×384 at 26 G multiply-adds/s on
+        one thread (156 µs a direction; 91 on two), the tiles at about 50 a thread.  They take
+        ``Wᵀ`` as their second operand, so that the result comes out in the layout the compiled
+        loops read; ``(W·Xᵀ)ᵀ`` made it a transposed view, whose copy cost more than the product
+        (an LSTM of 64 over 8 × 48 steps: 81 µs against 14)."""
         steps, batch, width = self.x.shape
         x = self.x.reshape(steps * batch, width)
-        w = self.w[d]
-        if x.dtype == np.float32 and w.flags.c_contiguous and team_joined() and _f32_conv.available():
-            flat = _f32_products.matrix_product(w, np.ascontiguousarray(x.T)).T
+        bias = self.b[d, : gates * self.hidden]
+        if x.dtype == np.float32 and team_joined() and _f32_conv.available():
+            wt = np.ascontiguousarray(self.w[d].T) if wt is None else wt
+            out = _f32_products.matrix_product(np.ascontiguousarray(x), wt)
+            out += bias
         else:
-            flat = x @ w.T
-        flat = flat + self.b[d, : gates * self.hidden]
-        return flat.reshape(steps, batch, -1)
+            out = x @ self.w[d].T + bias
+        return out.reshape(steps, batch, -1)
 
     def run(self, step, d, states):
         """Run ``step(x_t, states) -> states`` (hidden first) over time; returns Y and states."""
@@ -194,8 +212,21 @@ def rnn(
     return data.outputs(ys, finals)
 
 
-@kernel("GRU", since=(1, 3, 7, 14, 22))
-def gru(
+@kernel("GRU", since=(1, 3, 7, 14, 22), factory=True)
+def gru(ctx, **attributes):
+    """The GRU node: :func:`gru_values` on every run, with ``Wᵀ`` and ``Rᵀ`` laid out at creation
+    where ``W`` and ``R`` are constants (as :func:`lstm` does)."""
+    weights, recurrence = ctx.constant(1), ctx.constant(2)
+    laid_out = (transposed_inputs(weights), packed_recurrence(recurrence, GRU_GROUPS))
+
+    def run(X, W, R, B=None, sequence_lens=None, initial_h=None):
+        known = (laid_out[0] if W is weights else None, laid_out[1] if R is recurrence else None)
+        return gru_values(X, W, R, B, sequence_lens, initial_h, laid_out=known, **attributes)
+
+    return run
+
+
+def gru_values(
     X,
     W,
     R,
@@ -209,13 +240,21 @@ def gru(
     clip=None,
     direction,
     hidden_size=None,
+    laid_out=(None, None),
     **legacy,
 ):
+    """A GRU's outputs; ``laid_out``: :func:`transposed_inputs` of ``W`` and
+    :func:`packed_recurrence` of ``R``, where known."""
     data = _Inputs("GRU", X, W, R, B, sequence_lens, [initial_h], 3, hidden_size, direction, legacy.get("layout", 0))
     funcs = rnn_activations(
         activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU"
     )
     linear_before_reset = legacy.get("linear_before_reset", 0)
+    if data.x.dtype == np.float32 and _default_activations(activations, data.directions, ("sigmoid", "tanh")):
+        cell = _compiled("gru")
+        if cell is not None:
+            flags = (bool(linear_before_reset), _clip_bound(clip))
+            return data.outputs(*_compiled_directions(cell, data, GRU_GROUPS, laid_out, (), data.initial, flags))
     clipped = _clipper(clip)
     size = data.hidden
     ys, finals = [], [[]]
@@ -244,69 +283,123 @@ def gru(
     return data.outputs(ys, finals)
 
 
-def _default_lstm(activations, directions) -> bool:
-    """Whether an LSTM's activations are the default Sigmoid, Tanh, Tanh in every direction
-    (named as :func:`rnn_activations` reads them)."""
-    names = [str(a).lower() for a in activations] if activations else ["sigmoid", "tanh", "tanh"] * directions
-    if len(names) < 3 * directions:
-        names = (names[:3] or ["sigmoid", "tanh", "tanh"]) * directions
-    return names[: 3 * directions] == ["sigmoid", "tanh", "tanh"] * directions
+def _default_activations(activations, directions, defaults) -> bool:
+    """Whether a recurrent node's activations are its ``defaults`` (lower-case names) in every
+    direction (named as :func:`rnn_activations` reads them): only those are compiled."""
+    count = len(defaults)
+    names = [str(a).lower() for a in activations] if activations else list(defaults) * directions
+    if len(names) < count * directions:
+        names = (names[:count] or list(defaults)) * directions
+    return names[: count * directions] == list(defaults) * directions
 
 
-def transposed_recurrence(r: np.ndarray | None) -> np.ndarray | None:
-    """``Rᵀ`` per direction, C-contiguous, as the compiled recurrence reads it: for a float32
-    ``R`` ``(directions, 4H, H)``, else ``None``.  Made once per node when ``R`` is a constant
-    (on every run it was a 45 µs copy, ocr_rec's 2×384×96)."""
+def _clip_bound(clip) -> np.float32:
+    """The compiled loops' ``clip``: ``inf`` for none."""
+    return np.float32(np.inf if clip is None else clip)
+
+
+#: The gate groups of ``Rᵀ`` the compiled loops read as separate products, in units of the hidden
+#: size: an LSTM's four gates at once; a GRU's z and r gates, then its h gate (whose product reads
+#: ``r ⊙ h`` when the reset is not linear).
+LSTM_GROUPS, GRU_GROUPS = (4,), (2, 1)
+
+
+def transposed_inputs(w: np.ndarray | None) -> np.ndarray | None:
+    """``Wᵀ`` per direction, C-contiguous, as the tiles' input projection reads it
+    (:meth:`_Inputs.projected`): for a float32 ``W`` ``(directions, gates·H, input)``, else
+    ``None``.  Made once per node when ``W`` is a constant."""
+    if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 3:
+        return None
+    transposed = np.ascontiguousarray(np.swapaxes(w, 1, 2))
+    transposed.flags.writeable = False
+    return transposed
+
+
+def packed_recurrence(r: np.ndarray | None, groups: tuple[int, ...]) -> tuple[np.ndarray, ...] | None:
+    """``Rᵀ`` as the compiled recurrence reads it (``_recurrent_jit.packed_columns``), one array
+    per gate group of ``groups`` (:data:`LSTM_GROUPS`, :data:`GRU_GROUPS`), each stacked over the
+    directions: for a float32 ``R`` ``(directions, gates·H, H)``, else ``None``.  Made once per
+    node when ``R`` is a constant (on every run it was a 45 µs copy, ocr_rec's 2×384×96)."""
     if not isinstance(r, np.ndarray) or r.dtype != np.float32 or r.ndim != 3:
         return None
-    packed = np.ascontiguousarray(np.swapaxes(r, 1, 2))
-    packed.flags.writeable = False
-    return packed
+    hidden = r.shape[2]
+    packed, first = [], 0
+    for count in groups:
+        rows = slice(first * hidden, (first + count) * hidden)
+        group = np.stack([packed_columns(r[d, rows].T) for d in range(r.shape[0])])
+        group.flags.writeable = False
+        packed.append(group)
+        first += count
+    return tuple(packed)
 
 
-def _compiled_directions(compiled, data, peep, clip, input_forget, rt=None):
-    """Every direction of a float32 LSTM through the compiled recurrence (``kernels._lstm_jit``):
-    ``(ys, finals)`` for :meth:`_Inputs.outputs`.  A bidirectional layer's two directions run at
-    once on two threads (numba's team inside a run that started it, else Python threads: the
-    loop releases the GIL), when the run has two.  ``rt``: :func:`transposed_recurrence` of
-    ``data.r`` when the node made it at creation."""
+def _on_team() -> bool:
+    """Whether a compiled recurrence runs on numba's team: its input projection on the
+    convolution tiles (``_Inputs.projected``), a bidirectional layer's two directions as one
+    parallel call.  Whenever the team is safe and the run has two threads, joining the run if
+    nothing before it had (BLAS goes to one thread, ``kernels._team.join_run``).
+
+    Why not only inside a run that had started the team (a CRNN's LSTM after its convolutions):
+    a model that begins with its recurrent layers split their directions over Python threads
+    while the team's worker still spun from the previous run's products, and OpenBLAS's worker
+    polled after the projection; three busy threads on two cores, ``lstm-tagger``'s two directions
+    (183 µs of work each) took 458 µs.  On the team they take one region."""
+    settings = run_settings()
+    if not (settings.team and settings.budget >= 2):
+        return False
+    join_run()
+    return team_joined()  # (outside a session's run nothing is joined)
+
+
+def _compiled_directions(cell, data, groups, known, inputs, states, flags):
+    """Every direction of a float32 recurrent layer through ``cell``'s compiled loops
+    (``kernels._recurrent_jit``): ``(ys, finals)`` for :meth:`_Inputs.outputs`.
+
+    ``groups``: :data:`LSTM_GROUPS` or :data:`GRU_GROUPS`; ``known``: ``(wt, rt)``, the
+    node's :func:`transposed_inputs` of ``W`` and :func:`packed_recurrence` of ``R`` where it made
+    them at creation (``None`` each where not); ``inputs``: the per-direction arrays the loops read after ``Rb``
+    (the LSTM's peepholes); ``states``: the initial states, ``(directions, batch, H)`` each,
+    copied and run to the final ones; ``flags``: the loops' arguments after ``reverse``.  A
+    bidirectional layer's two directions run at once on two threads: on numba's team
+    (:func:`_on_team`), else on Python threads (the loop releases the GIL)."""
     size, n = data.hidden, data.directions
+    team = _on_team()  # before the projection, which then runs on the tiles
     lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
-    bound = np.float32(np.inf if clip is None else clip)
     # Stacked per direction, so that both directions can be one compiled call.
-    xw = np.stack([data.projected(d, 4) for d in range(n)])
+    gates = sum(groups)
+    wt, rt = known
+    xw = np.stack([data.projected(d, gates, None if wt is None else wt[d]) for d in range(n)])
     if rt is None:
-        rt = transposed_recurrence(data.r)
-    rb = np.ascontiguousarray(data.b[:, 4 * size :])
-    peep = np.ascontiguousarray(peep)
-    h, c = (np.array(state, np.float32, order="C") for state in data.initial)
+        rt = packed_recurrence(data.r, groups)
+    rb = np.ascontiguousarray(data.b[:, gates * size :])
+    inputs = [np.ascontiguousarray(a) for a in inputs]
+    states = [np.array(state, np.float32, order="C") for state in states]
     y = np.zeros((n, data.steps, data.batch, size), np.float32)
-    flags = (bool(input_forget), bound)
 
     def one(d):
-        compiled(xw[d], rt[d], rb[d], peep[d], h[d], c[d], lens, data.reverse[d], *flags, y[d])
+        per_direction = [a[d] for a in (*inputs, *states)]
+        cell.direction(xw[d], *[group[d] for group in rt], rb[d], *per_direction, lens, data.reverse[d], *flags, y[d])
 
-    if n == 2 and thread_budget() >= 2:
-        if team_joined():
-            _compiled_both()(xw, rt, rb, peep, h, c, y, lens, False, *flags)
-        else:
-            run_in_row_blocks(lambda lo, hi: [one(d) for d in range(lo, hi)], 2, min_rows=1)
+    if n == 2 and team:
+        cell.both_directions(xw, *rt, rb, *inputs, *states, y, lens, *flags)
+    elif n == 2 and run_settings().budget >= 2:
+        run_in_row_blocks(lambda lo, hi: [one(d) for d in range(lo, hi)], 2, min_rows=1)
     else:
         for d in range(n):
             one(d)
-    return list(y), [list(h), list(c)]
+    return list(y), [list(state) for state in states]
 
 
 @kernel("LSTM", since=(1, 7, 14, 22), factory=True)
 def lstm(ctx, **attributes):
-    """The LSTM node: :func:`lstm_values` on every run, with ``Rᵀ`` made at creation when ``R``
-    is a constant (a run whose ``R`` is another array makes its own)."""
-    recurrence = ctx.constant(2)
-    transposed = transposed_recurrence(recurrence)
+    """The LSTM node: :func:`lstm_values` on every run, with ``Wᵀ`` and ``Rᵀ`` laid out at
+    creation where ``W`` and ``R`` are constants (a run given other arrays lays out its own)."""
+    weights, recurrence = ctx.constant(1), ctx.constant(2)
+    laid_out = (transposed_inputs(weights), packed_recurrence(recurrence, LSTM_GROUPS))
 
     def run(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
-        known = transposed if R is recurrence else None
-        return lstm_values(X, W, R, B, sequence_lens, initial_h, initial_c, P, transposed_r=known, **attributes)
+        known = (laid_out[0] if W is weights else None, laid_out[1] if R is recurrence else None)
+        return lstm_values(X, W, R, B, sequence_lens, initial_h, initial_c, P, laid_out=known, **attributes)
 
     return run
 
@@ -328,10 +421,11 @@ def lstm_values(
     direction,
     hidden_size=None,
     input_forget,
-    transposed_r=None,
+    laid_out=(None, None),
     **legacy,
 ):
-    """An LSTM's outputs; ``transposed_r``: :func:`transposed_recurrence` of ``R``, if known."""
+    """An LSTM's outputs; ``laid_out``: :func:`transposed_inputs` of ``W`` and
+    :func:`packed_recurrence` of ``R``, where known."""
     data = _Inputs(
         "LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size, direction, legacy.get("layout", 0)
     )
@@ -348,9 +442,11 @@ def lstm_values(
         if peep.shape != (data.directions, 3 * size):
             raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected {[data.directions, 3 * size]}")
     ys, finals = [], [[], []]
-    compiled = _compiled_lstm() if work == np.float32 and _default_lstm(activations, data.directions) else None
-    if compiled is not None:
-        return data.outputs(*_compiled_directions(compiled, data, peep, clip, input_forget, transposed_r))
+    if work == np.float32 and _default_activations(activations, data.directions, ("sigmoid", "tanh", "tanh")):
+        cell = _compiled("lstm")
+        if cell is not None:
+            flags = (bool(input_forget), _clip_bound(clip))
+            return data.outputs(*_compiled_directions(cell, data, LSTM_GROUPS, laid_out, (peep,), data.initial, flags))
     for d in range(data.directions):
         xw = data.projected(d, 4)
         rt, rb = data.r[d].T, data.b[d, 4 * size :]
