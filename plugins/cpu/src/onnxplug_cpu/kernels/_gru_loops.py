@@ -19,7 +19,9 @@ _ONE = np.float32(1.0)
 
 
 @_jit
-def direction(xw, rt_zr, rt_h, rb, h, lens, reverse, linear_before_reset, clip, y):  # pragma: no cover - compiled
+def direction(
+    xw, rt_zr, rt_h, rb, h, lens, reverse, linear_before_reset, clip, y, which
+):  # pragma: no cover - compiled
     """One direction over every step: see :func:`._recurrent_jit.loops` for the arguments."""
     steps, batch, width = xw.shape
     size = width // 3
@@ -49,7 +51,7 @@ def direction(xw, rt_zr, rt_h, rb, h, lens, reverse, linear_before_reset, clip, 
         for b in range(batch):
             if t >= lens[b]:
                 continue  # finished: the state is kept, Y stays 0
-            hidden, inputs, row, out = h[b], x[b], sums[b], y[t, b]
+            hidden, inputs, row, out = h[b], x[b], sums[b], y[t, which, b]
             for j in range(size):
                 update = sigmoid_value(clip_value(inputs[j] + row[j], clip))
                 if linear_before_reset:
@@ -67,4 +69,4 @@ def both_directions(xw, rt_zr, rt_h, rb, h, y, lens, linear_before_reset, clip):
     """:func:`direction` for the forward (0) and reverse (1) directions at once on numba's team;
     every argument but the last three stacked on a first axis of 2."""
     for d in numba.prange(2):
-        direction(xw[d], rt_zr[d], rt_h[d], rb[d], h[d], lens, d == 1, linear_before_reset, clip, y[d])
+        direction(xw[d], rt_zr[d], rt_h[d], rb[d], h[d], lens, d == 1, linear_before_reset, clip, y, d)

@@ -31,7 +31,7 @@ def sigmoid_value(v):  # pragma: no cover - compiled
 
 
 @_jit
-def direction(xw, rt, rb, peep, h, c, lens, reverse, input_forget, clip, y):  # pragma: no cover - compiled
+def direction(xw, rt, rb, peep, h, c, lens, reverse, input_forget, clip, y, which):  # pragma: no cover - compiled
     """One direction over every step: see :func:`._recurrent_jit.loops` for the arguments."""
     steps, batch, width = xw.shape
     size = width // 4
@@ -51,7 +51,7 @@ def direction(xw, rt, rb, peep, h, c, lens, reverse, input_forget, clip, y):  # 
         for b in range(batch):
             if t >= lens[b]:
                 continue  # finished: the state is kept, Y stays 0
-            cells, hidden, out, row = c[b], h[b], y[t, b], gates[b]
+            cells, hidden, out, row = c[b], h[b], y[t, which, b], gates[b]
             g_i, g_o, g_f, g_c = row[:size], row[size : 2 * size], row[2 * size : 3 * size], row[3 * size :]
             p_i, p_o, p_f = peep[:size], peep[size : 2 * size], peep[2 * size :]
             for j in range(size):
@@ -71,4 +71,4 @@ def both_directions(xw, rt, rb, peep, h, c, y, lens, input_forget, clip):  # pra
     """:func:`direction` for the forward (0) and reverse (1) directions at once on numba's team;
     every argument but the last three stacked on a first axis of 2."""
     for d in numba.prange(2):
-        direction(xw[d], rt[d], rb[d], peep[d], h[d], c[d], lens, d == 1, input_forget, clip, y[d])
+        direction(xw[d], rt[d], rb[d], peep[d], h[d], c[d], lens, d == 1, input_forget, clip, y, d)

@@ -46,18 +46,19 @@ def loops(cell: str) -> ModuleType | None:
     ``ONNXPLUG_CPU_JIT=0``): a module with
 
     - ``direction(...)``: one direction over every step.  LSTM: ``(xw, rt, rb, peep, h, c, lens,
-      reverse, input_forget, clip, y)``; GRU: ``(xw, rt_zr, rt_h, rb, h, lens, reverse,
-      linear_before_reset, clip, y)``.  ``xw`` ``(steps, batch, gates·H)``: the projected inputs
+      reverse, input_forget, clip, y, which)``; GRU: ``(xw, rt_zr, rt_h, rb, h, lens, reverse,
+      linear_before_reset, clip, y, which)``.  ``xw`` ``(steps, batch, gates·H)``: the projected inputs
       with ``Wb``; ``rt``: ``Rᵀ`` as :func:`packed_columns` lays it out (the GRU: two arguments,
       ``rt_zr`` the z and r gates' columns and ``rt_h`` the h gate's); ``rb`` ``(gates·H,)``; ``peep``
       ``(3H,)`` (i, o, f); ``h``, ``c`` ``(batch, H)``: the initial states, updated in place to the
       final ones; ``lens`` ``(batch,)`` int64 (``steps`` for every entry when there are no
-      ``sequence_lens``); ``clip`` ``inf`` for none; ``y`` ``(steps, batch, H)`` zeros, filled
-      with the hidden states.
+      ``sequence_lens``); ``clip`` ``inf`` for none; ``y`` ``(steps, directions, batch, H)``
+      zeros (the node's ``Y``), whose ``which`` column the direction fills with its hidden
+      states.
     - ``both_directions(...)``: the two directions of a bidirectional layer at once on numba's
-      threading layer (direction 1 reversed), each array argument but ``lens`` and ``y``'s
-      followers stacked on a first axis of 2.  LSTM: ``(xw, rt, rb, peep, h, c, y, lens, input_forget,
-      clip)``; GRU: ``(xw, rt_zr, rt_h, rb, h, y, lens, linear_before_reset, clip)``."""
+      threading layer (direction 1 reversed), each argument before ``y`` stacked on a first axis
+      of 2 (``y`` as above: the directions fill its columns 0 and 1).  LSTM: ``(xw, rt, rb, peep,
+      h, c, y, lens, input_forget, clip)``; GRU: ``(xw, rt_zr, rt_h, rb, h, y, lens, linear_before_reset, clip)``."""
     if cell not in _CELLS:
         raise ValueError(f"no compiled recurrence for {cell!r}; known: {', '.join(_CELLS)}")
     if compiler() is None:

@@ -121,11 +121,11 @@ class _Inputs:
             raise InvalidArgument(f"{op}: {name} has shape {given}, expected {wanted}")
         return value.astype(work, copy=False)
 
-    def projected(self, d, gates, wt=None):
+    def projected(self, d, gates, wt=None, out=None):
         """``X·Wᵀ + Wb`` for all steps of direction ``d``: ``[steps, batch, gates*hidden]``,
-        C-contiguous, as one 2-D product (a 3-D ``x`` would make numpy call one matrix-vector
-        product per step).  ``wt``: ``W[d]ᵀ`` C-contiguous, when the node made it at creation
-        (:func:`transposed_inputs`).
+        C-contiguous (into ``out`` where given: float32, C-contiguous, that shape), as one 2-D
+        product (a 3-D ``x`` would make numpy call one matrix-vector product per step).  ``wt``:
+        ``W[d]ᵀ`` C-contiguous, when the node made it at creation (:func:`transposed_inputs`).
 
         Inside a run on numba's team (BLAS pinned to one thread) the product is ``X·Wᵀ`` on the
         convolution tiles: OpenBLAS ran ocr_rec's 41×256 by 256×384 at 26 G multiply-adds/s on
@@ -135,14 +135,14 @@ class _Inputs:
         (an LSTM of 64 over 8 × 48 steps: 81 µs against 14)."""
         steps, batch, width = self.x.shape
         x = self.x.reshape(steps * batch, width)
-        bias = self.b[d, : gates * self.hidden]
+        flat = None if out is None else out.reshape(steps * batch, -1)
         if x.dtype == np.float32 and team_joined() and _f32_conv.available():
             wt = np.ascontiguousarray(self.w[d].T) if wt is None else wt
-            out = _f32_products.matrix_product(np.ascontiguousarray(x), wt)
-            out += bias
+            flat = _f32_products.matrix_product(np.ascontiguousarray(x), wt, flat)
         else:
-            out = x @ self.w[d].T + bias
-        return out.reshape(steps, batch, -1)
+            flat = np.matmul(x, self.w[d].T, out=flat)
+        flat += self.b[d, : gates * self.hidden]
+        return flat.reshape(steps, batch, -1)
 
     def run(self, step, d, states):
         """Run ``step(x_t, states) -> states`` (hidden first) over time; returns Y and states."""
@@ -161,8 +161,9 @@ class _Inputs:
         return y, states
 
     def outputs(self, ys, finals):
-        """Y ``[steps, directions, batch, hidden]`` and the final states, in the node's layout."""
-        y = np.stack(ys, axis=1)
+        """Y and the final states in the node's layout, from ``ys`` (one ``[steps, batch, hidden]``
+        array per direction, or Y ``[steps, directions, batch, hidden]`` itself)."""
+        y = ys if isinstance(ys, np.ndarray) else np.stack(ys, axis=1)
         finals = [np.stack(f) for f in finals]
         if self.layout:
             y = y.transpose(2, 0, 1, 3)
@@ -365,20 +366,23 @@ def _compiled_directions(cell, data, groups, known, inputs, states, flags):
     size, n = data.hidden, data.directions
     team = _on_team()  # before the projection, which then runs on the tiles
     lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
-    # Stacked per direction, so that both directions can be one compiled call.
+    # Stacked per direction, so that both directions can be one compiled call; each direction's
+    # projection made in its place, and the loops' hidden states written into the node's Y.
     gates = sum(groups)
     wt, rt = known
-    xw = np.stack([data.projected(d, gates, None if wt is None else wt[d]) for d in range(n)])
+    xw = np.empty((n, data.steps, data.batch, gates * size), np.float32)
+    for d in range(n):
+        data.projected(d, gates, None if wt is None else wt[d], out=xw[d])
     if rt is None:
         rt = packed_recurrence(data.r, groups)
     rb = np.ascontiguousarray(data.b[:, gates * size :])
     inputs = [np.ascontiguousarray(a) for a in inputs]
     states = [np.array(state, np.float32, order="C") for state in states]
-    y = np.zeros((n, data.steps, data.batch, size), np.float32)
+    y = np.zeros((data.steps, n, data.batch, size), np.float32)
 
     def one(d):
         per_direction = [a[d] for a in (*inputs, *states)]
-        cell.direction(xw[d], *[group[d] for group in rt], rb[d], *per_direction, lens, data.reverse[d], *flags, y[d])
+        cell.direction(xw[d], *[group[d] for group in rt], rb[d], *per_direction, lens, data.reverse[d], *flags, y, d)
 
     if n == 2 and team:
         cell.both_directions(xw, *rt, rb, *inputs, *states, y, lens, *flags)
@@ -387,7 +391,7 @@ def _compiled_directions(cell, data, groups, known, inputs, states, flags):
     else:
         for d in range(n):
             one(d)
-    return list(y), [list(state) for state in states]
+    return y, [list(state) for state in states]
 
 
 @kernel("LSTM", since=(1, 7, 14, 22), factory=True)
