@@ -56,10 +56,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._simd_ir import F32, I16, I32, I64, INDICES, LANES, MASK, i64, splat
+from ._simd_ir import prefetch as prefetch_line
 
 ROWS = 6
 COLUMNS = 64
-_I8 = ir.IntType(8)
 
 
 _LN2_HI = 0.693359375  # 9 significant bits: n·_LN2_HI is exact for |n| < 2^15
@@ -137,10 +137,6 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
             for r in range(row_count)
         ]
         accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(row_count)]
-        if prefetch:
-            touch = cgutils.get_or_insert_function(
-                module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), I32, I32, I32]), "llvm.prefetch.p0"
-            )
         if masked:
             tap_classes = builder.inttoptr(keep, I16.as_pointer())
             class_masks = builder.inttoptr(at, I16.as_pointer())
@@ -158,10 +154,8 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
                     bits = builder.load(builder.gep(class_masks, [builder.add(first, i64(v))]))
                     lane_mask = builder.and_(builder.bitcast(bits, MASK), lane_mask)
                 columns.append(builder.call(load, [address, four, lane_mask, zero]))
-                if prefetch:  # one cache line per vector: read, keep in all levels, data
-                    ahead = builder.gep(source, [builder.add(builder.add(base, keep), i64(16 * v))])
-                    flags = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
-                    builder.call(touch, [builder.bitcast(ahead, _I8.as_pointer()), *flags])
+                if prefetch:  # one cache line per vector
+                    prefetch_line(builder, builder.gep(source, [builder.add(builder.add(base, keep), i64(16 * v))]))
             for r in range(row_count):
                 weight = builder.load(builder.gep(weights, [builder.add(row_starts[r], k)]))
                 broadcast = splat(builder, weight, LANES)

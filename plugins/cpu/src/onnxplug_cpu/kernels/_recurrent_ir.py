@@ -1,18 +1,20 @@
-"""A recurrent step's product ``sums += state @ rows`` for one batch entry, as a numba intrinsic in
-LLVM IR (as ``kernels._row_max_ir``), holding 64 columns of sums in four vector registers while it
-runs down the rows.
+"""A recurrent step's product ``sums += state @ rows`` for up to four batch entries, as a numba
+intrinsic in LLVM IR (as ``kernels._row_max_ir``), holding 64 columns of each entry's sums in four
+vector registers while it runs down the rows.
 
 Why: written in numba, the product was an axpy per row (``sums[j] += state[k] * rows[k, j]``),
-which loads and stores every sum once per row: the stores bound it, at about 30 G multiply-adds
-a second (a GRU layer of 192 over 60 steps: 290 µs of its 295; an LSTM of 64 at batch 8: 216 of
-249).  numba's LLVM does not keep a block of sums in registers across the row loop by itself (a
-32-wide local block ran 8× slower, scalar).  Here each row costs four loads and four fused
-multiply-adds per 64 columns, in eight chains, and nothing is stored until the rows end.
+which loads and stores every sum once per row, about 30 G multiply-adds a second on this machine
+(a GRU layer of 192 over 60 steps: 290 µs of its 295; an LSTM of 64 at batch 8: 216 of 249).
+numba's LLVM does not keep a block of sums in registers across the row loop by itself (a 32-wide
+local block ran 8× slower, scalar).  Here each row's four vectors are loaded once for every
+entry and multiplied into sums held in registers, stored when the rows end: four entries run at
+about 130 G multiply-adds a second (that LSTM's product 216 → 51 µs).  One entry alone does four
+multiply-adds a row, and runs as fast as ``Rᵀ`` comes from L2 (:data:`PREFETCH_ROWS`).
 
-The rows come packed by blocks of 64 columns (:func:`._recurrent_jit.packed_columns`, made once per node when
-``R`` is a constant); the sums past the last full block are loaded and stored under masks (a
-masked-off lane touches no memory).  Portable IR: on a CPU without AVX-512 LLVM splits the 16 lanes into what
-the CPU has.
+The rows come packed by blocks of 64 columns (:func:`._recurrent_jit.packed_columns`, made once
+per node when ``R`` is a constant); the sums past the last full block are loaded and stored under
+masks (a masked-off lane touches no memory).  Portable IR: on a CPU without AVX-512 LLVM splits
+the 16 lanes into what the CPU has.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._recurrent_jit import BLOCK
-from ._simd_ir import ALL, F32, LANES, Intrinsics, i64, lanes_below, splat
+from ._simd_ir import ALL, F32, LANES, Intrinsics, i64, lanes_below, prefetch, splat
 
 __all__ = ["add_products"]
 
@@ -41,13 +43,6 @@ ENTRIES = 4
 #: arithmetic a row that the prefetch only cost (89 → 87 G at two entries).  A prefetch past the
 #: array's end is harmless: prefetches never fault.
 PREFETCH_ROWS = 8
-_I8, _I32 = ir.IntType(8), ir.IntType(32)
-
-
-def simd_prefetch(builder):
-    """LLVM's prefetch intrinsic, declared in the builder's module."""
-    signature = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
-    return cgutils.get_or_insert_function(builder.module, signature, "llvm.prefetch.p0")
 
 
 class _Rows:
@@ -64,8 +59,9 @@ def _block(builder, simd, at, rows, column, masks, entries):
     rows`` (``at.count`` rows of 64 floats one after another), the sums under ``masks`` (one lane
     mask per vector of 16 columns).  Every row's four vectors are loaded once for all entries.
 
-    One entry alone adds even and odd rows into separate registers, summed at the end, so that
-    eight multiply-add chains are in flight (each waits ~4 cycles for the one before it)."""
+    One entry alone adds even and odd rows into separate registers, summed at the end: eight
+    multiply-add chains in flight instead of four, 5-9 % faster with the prefetch (hidden
+    96-192; within the noise without it)."""
     chains = 2 if entries == 1 else 1
     sums_rows = [builder.gep(at.sums, [builder.mul(at.sums_stride, i64(e))]) for e in range(entries)]
     state_rows = [builder.gep(at.state, [builder.mul(at.state_stride, i64(e))]) for e in range(entries)]
@@ -86,11 +82,9 @@ def _block(builder, simd, at, rows, column, masks, entries):
 
     def add_row(index, chain):
         start = builder.mul(index, i64(BLOCK))
-        if entries == 1:  # a row's cache lines PREFETCH_ROWS rows on: see PREFETCH_ROWS
+        if entries == 1:  # the cache lines PREFETCH_ROWS rows on
             for v in range(_VECTORS):
-                ahead = builder.gep(rows, [builder.add(start, i64(PREFETCH_ROWS * BLOCK + 16 * v))])
-                flags = [ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)]  # read, all levels, data
-                builder.call(simd_prefetch(builder), [builder.bitcast(ahead, _I8.as_pointer()), *flags])
+                prefetch(builder, builder.gep(rows, [builder.add(start, i64(PREFETCH_ROWS * BLOCK + 16 * v))]))
         vectors = [simd.masked_load(builder, rows, builder.add(start, i64(16 * v)), ALL) for v in range(_VECTORS)]
         for e in range(entries):
             factor = splat(builder, builder.load(builder.gep(state_rows[e], [index])))

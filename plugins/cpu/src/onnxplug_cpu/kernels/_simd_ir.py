@@ -62,6 +62,16 @@ class Intrinsics:
         builder.call(self.store, [value, address, ir.Constant(I32, 4), mask])
 
 
+def prefetch(builder, address) -> None:
+    """A prefetch of the cache line at ``address`` (a pointer): for reading, into every cache
+    level, of data.  A prefetch never faults, so it may point past an array's end."""
+    byte = ir.IntType(8).as_pointer()
+    signature = ir.FunctionType(ir.VoidType(), [byte, I32, I32, I32])
+    touch = cgutils.get_or_insert_function(builder.module, signature, "llvm.prefetch.p0")
+    flags = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]  # read, all levels, data
+    builder.call(touch, [builder.bitcast(address, byte), *flags])
+
+
 def flat_masks(height: int, width: int) -> np.ndarray:
     """The lane masks of a ``height × width`` plane run as one flat run of cells
     (``kernels._depthwise_ir.plane_s1``, ``kernels._pool_ir.flat_plane``): five uint16 per
