@@ -136,7 +136,7 @@ class _Inputs:
         steps, batch, width = self.x.shape
         x = self.x.reshape(steps * batch, width)
         flat = None if out is None else out.reshape(steps * batch, -1)
-        if x.dtype == np.float32 and team_joined() and _f32_conv.available():
+        if x.dtype == np.float32 and team_joined() and run_settings().tiles and _f32_conv.available():
             wt = np.ascontiguousarray(self.w[d].T) if wt is None else wt
             flat = _f32_products.matrix_product(np.ascontiguousarray(x), wt, flat)
         else:
@@ -247,15 +247,15 @@ def gru_values(
     """A GRU's outputs; ``laid_out``: :func:`transposed_inputs` of ``W`` and
     :func:`packed_recurrence` of ``R``, where known."""
     data = _Inputs("GRU", X, W, R, B, sequence_lens, [initial_h], 3, hidden_size, direction, legacy.get("layout", 0))
-    funcs = rnn_activations(
-        activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU"
-    )
     linear_before_reset = legacy.get("linear_before_reset", 0)
     if data.x.dtype == np.float32 and _default_activations(activations, data.directions, ("sigmoid", "tanh")):
         cell = _compiled("gru")
         if cell is not None:
             flags = (bool(linear_before_reset), _clip_bound(clip))
             return data.outputs(*_compiled_directions(cell, data, GRU_GROUPS, laid_out, (), data.initial, flags))
+    funcs = rnn_activations(
+        activations, activation_alpha, activation_beta, 2, data.directions, ("Sigmoid", "Tanh"), "GRU"
+    )
     clipped = _clipper(clip)
     size = data.hidden
     ys, finals = [], [[]]
@@ -433,10 +433,6 @@ def lstm_values(
     data = _Inputs(
         "LSTM", X, W, R, B, sequence_lens, [initial_h, initial_c], 4, hidden_size, direction, legacy.get("layout", 0)
     )
-    funcs = rnn_activations(
-        activations, activation_alpha, activation_beta, 3, data.directions, ("Sigmoid", "Tanh", "Tanh"), "LSTM"
-    )
-    clipped = _clipper(clip)
     size = data.hidden
     work = data.x.dtype
     if P is None:
@@ -445,12 +441,16 @@ def lstm_values(
         peep = P.astype(work, copy=False)
         if peep.shape != (data.directions, 3 * size):
             raise InvalidArgument(f"LSTM: P has shape {list(P.shape)}, expected {[data.directions, 3 * size]}")
-    ys, finals = [], [[], []]
     if work == np.float32 and _default_activations(activations, data.directions, ("sigmoid", "tanh", "tanh")):
         cell = _compiled("lstm")
         if cell is not None:
             flags = (bool(input_forget), _clip_bound(clip))
             return data.outputs(*_compiled_directions(cell, data, LSTM_GROUPS, laid_out, (peep,), data.initial, flags))
+    funcs = rnn_activations(
+        activations, activation_alpha, activation_beta, 3, data.directions, ("Sigmoid", "Tanh", "Tanh"), "LSTM"
+    )
+    clipped = _clipper(clip)
+    ys, finals = [], [[], []]
     for d in range(data.directions):
         xw = data.projected(d, 4)
         rt, rb = data.r[d].T, data.b[d, 4 * size :]
