@@ -354,15 +354,15 @@ def _on_team() -> bool:
 
 def _compiled_directions(cell, data, groups, known, inputs, states, flags):
     """Every direction of a float32 recurrent layer through ``cell``'s compiled loops
-    (``kernels._recurrent_jit``): ``(ys, finals)`` for :meth:`_Inputs.outputs`.
+    (``kernels._recurrent_jit``): ``(Y, finals)`` for :meth:`_Inputs.outputs`.
 
-    ``groups``: :data:`LSTM_GROUPS` or :data:`GRU_GROUPS`; ``known``: ``(wt, rt)``, the
-    node's :func:`transposed_inputs` of ``W`` and :func:`packed_recurrence` of ``R`` where it made
-    them at creation (``None`` each where not); ``inputs``: the per-direction arrays the loops read after ``Rb``
-    (the LSTM's peepholes); ``states``: the initial states, ``(directions, batch, H)`` each,
-    copied and run to the final ones; ``flags``: the loops' arguments after ``reverse``.  A
-    bidirectional layer's two directions run at once on two threads: on numba's team
-    (:func:`_on_team`), else on Python threads (the loop releases the GIL)."""
+    ``groups``: :data:`LSTM_GROUPS` or :data:`GRU_GROUPS`; ``known``: ``(wt, rt)``, the node's
+    :func:`transposed_inputs` of ``W`` and :func:`packed_recurrence` of ``R`` where it made them
+    at creation (``None`` each where not); ``inputs``: the per-direction arrays the loops read
+    after ``Rb`` (the LSTM's peepholes); ``states``: the initial states, ``(directions, batch,
+    H)`` each, copied and run to the final ones; ``flags``: the loops' arguments after
+    ``reverse``.  A bidirectional layer's two directions run at once on two threads: on numba's
+    team (:func:`_on_team`), else on Python threads (the loop releases the GIL)."""
     size, n = data.hidden, data.directions
     team = _on_team()  # before the projection, which then runs on the tiles
     lens = data.lens if data.lens is not None else np.full(data.batch, data.steps, np.int64)
