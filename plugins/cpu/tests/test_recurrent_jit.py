@@ -203,7 +203,7 @@ def test_both_directions_at_once_on_the_team_match_the_numpy_loop(name, monkeypa
 def test_a_model_that_begins_with_its_recurrent_layer_runs_it_on_the_team(op, monkeypatch):
     """With nothing before it to start the team, a bidirectional layer in a two-thread session
     still runs both directions as one call on the team (it had split them over Python threads,
-    beside the team's and OpenBLAS's spinning workers), with the results of the numpy loop."""
+    beside the team's and OpenBLAS's spinning workers), with onnx's reference evaluator's results."""
     _needs_team()
     gates = 4 if op == "LSTM" else 3
     rng = np.random.default_rng(21)
