@@ -470,3 +470,34 @@ def test_malformed_inputs_are_refused_with_the_shape_expected(op, bad, message):
     session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     with pytest.raises(onnxplug.errors.InvalidArgument, match=message):
         session.run(None, feeds)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy_loops"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("shape", [(0, 2, 3), (4, 0, 3)], ids=["no_steps", "no_batch"])
+def test_an_empty_sequence_or_batch_gives_empty_outputs(op, shape, compiled, monkeypatch):
+    """No steps: an empty Y and the final state the initial one (onnxruntime's shapes); no batch
+    entries: empty outputs (the reference evaluator's).  The projection's reshape had no size
+    to infer there and raised."""
+    if not compiled:
+        monkeypatch.setattr(rnn, "_compiled", lambda cell: None)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    rng = np.random.default_rng(3)
+    node = helper.make_node(op, ["X", "W", "R", "", "", "H0"], ["Y", "Y_h"], direction="bidirectional", hidden_size=5)
+    names = ["X", "W", "R", "H0"]
+    model = make_model(
+        [node],
+        [(n, TensorProto.FLOAT, None) for n in names],
+        [("Y", TensorProto.FLOAT, None), ("Y_h", TensorProto.FLOAT, None)],
+        opset=14,
+    )
+    feeds = {
+        "X": np.ones(shape, np.float32),
+        "W": rng.standard_normal((2, gates * 5, 3)).astype(np.float32),
+        "R": rng.standard_normal((2, gates * 5, 5)).astype(np.float32),
+        "H0": rng.standard_normal((2, shape[1], 5)).astype(np.float32),
+    }
+    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, final = session.run(None, feeds)
+    assert y.shape == (shape[0], 2, shape[1], 5) and final.shape == (2, shape[1], 5)
+    np.testing.assert_array_equal(final, feeds["H0"])  # nothing ran: the initial state

@@ -134,15 +134,16 @@ class _Inputs:
         loops read; ``(W·Xᵀ)ᵀ`` made it a transposed view, whose copy cost more than the product
         (an LSTM of 64 over 8 × 48 steps: 81 µs against 14)."""
         steps, batch, width = self.x.shape
+        columns = gates * self.hidden  # (explicit: -1 is undefined for an empty sequence or batch)
         x = self.x.reshape(steps * batch, width)
-        flat = None if out is None else out.reshape(steps * batch, -1)
+        flat = None if out is None else out.reshape(steps * batch, columns)
         if x.dtype == np.float32 and team_joined() and run_settings().tiles and _f32_conv.available():
             wt = np.ascontiguousarray(self.w[d].T) if wt is None else wt
             flat = _f32_products.matrix_product(np.ascontiguousarray(x), wt, flat)
         else:
             flat = np.matmul(x, self.w[d].T, out=flat)
-        flat += self.b[d, : gates * self.hidden]
-        return flat.reshape(steps, batch, -1)
+        flat += self.b[d, :columns]
+        return flat.reshape(steps, batch, columns)
 
     def run(self, step, d, states):
         """Run ``step(x_t, states) -> states`` (hidden first) over time; returns Y and states."""
