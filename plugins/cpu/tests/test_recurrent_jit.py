@@ -1,12 +1,10 @@
 """The compiled LSTM and GRU recurrences (``kernels._recurrent_jit``) against the numpy loops they
 replace and onnx's reference evaluator: directions, peepholes, clip, input_forget,
 linear_before_reset, sequence_lens, initial states, layout and batches wider than one pass of the
-product; other activations and float64 keep the numpy loops.  The product itself
-(``kernels._recurrent_ir``) against numpy over every tail of its blocks."""
+product; other activations and float64 keep the numpy loops.  The product itself is checked in
+``test_recurrent_product.py``, the inputs' checks in ``test_recurrent_inputs.py``."""
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import pytest
@@ -376,56 +374,6 @@ def test_which_grus_are_compiled(monkeypatch):
     assert ("gru" in spies) == compiled
 
 
-# -- the product --------------------------------------------------------------------------------
-
-
-@functools.cache
-def _product():
-    numba = pytest.importorskip("numba")
-    from onnxplug_cpu.kernels._recurrent_ir import add_products
-
-    @numba.njit
-    def call(sums, state, packed, count, width, entries, sums_stride, state_stride):
-        add_products(
-            sums.ctypes.data, state.ctypes.data, packed.ctypes.data, count, width, entries, sums_stride, state_stride
-        )
-
-    return call
-
-
-@pytest.mark.numba
-@pytest.mark.parametrize("entries", [1, 2, 3, 4])
-@pytest.mark.parametrize("count,width", [(1, 1), (3, 16), (5, 63), (6, 64), (7, 65), (2, 130), (9, 200)])
-def test_the_product_adds_each_entrys_rows_and_touches_nothing_else(entries, count, width):
-    from onnxplug_cpu.kernels._recurrent_jit import packed_columns
-
-    rng = np.random.default_rng(count * 1000 + width)
-    w = rng.standard_normal((count, width)).astype(np.float32)
-    # Positive states, so that a lane past ``width`` that a mutated product wrote back would add
-    # +0 (the packed padding times a state) to the guard columns' -0.0 and flip their sign.
-    state = np.abs(rng.standard_normal((6, count + 3))).astype(np.float32) + 0.1  # count + 3 floats apart
-    sums = rng.standard_normal((6, width + 5)).astype(np.float32)
-    sums[:, width:] = -0.0  # 5 guard columns after each row
-    before = sums.copy()
-    _product()(sums, state, packed_columns(w), count, width, entries, width + 5, count + 3)
-    want = before.copy()
-    want[:entries, :width] += state[:entries, :count].astype(np.float64) @ w.astype(np.float64)
-    np.testing.assert_allclose(sums, want, rtol=1e-5, atol=1e-5)
-    assert np.signbit(sums[:, width:]).all()  # the guard columns, untouched
-    np.testing.assert_array_equal(sums[entries:], before[entries:])  # the entries past ``entries``
-
-
-def test_packed_columns_lays_out_blocks_of_64():
-    from onnxplug_cpu.kernels._recurrent_jit import BLOCK, packed_columns
-
-    w = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
-    packed = packed_columns(w)
-    assert packed.shape == (2, 3, BLOCK) and packed.flags.c_contiguous
-    np.testing.assert_array_equal(packed[0], w[:, :64])
-    np.testing.assert_array_equal(packed[1, :, :6], w[:, 64:])
-    assert not packed[1, :, 6:].any()  # zero padding
-
-
 @pytest.mark.numba
 def test_a_new_process_loads_the_recurrent_loops_from_numba_cache(cache_misses_in_new_processes):
     code = (
@@ -440,64 +388,3 @@ def test_a_new_process_loads_the_recurrent_loops_from_numba_cache(cache_misses_i
     )
     first, second = cache_misses_in_new_processes(code)
     assert first > 0 and second == 0
-
-
-@pytest.mark.parametrize("op", ["LSTM", "GRU"])
-@pytest.mark.parametrize(
-    "bad,message",
-    [
-        ("initial_h", r"initial_h has shape \[1, 1, 6\], expected \[1, 3, 6\]"),
-        ("W", r"expected W \[1, \d+, 5\]"),
-        ("B", r"B has shape \[1, 7\], expected"),
-    ],
-)
-def test_malformed_inputs_are_refused_with_the_shape_expected(op, bad, message):
-    """The compiled loops read every array by its expected shape: a wrong one is an error naming
-    the input and the shape it needed, never a read past an array's end."""
-    gates = 4 if op == "LSTM" else 3
-    rng = np.random.default_rng(5)
-    feeds = {
-        "X": rng.standard_normal((STEPS, BATCH, INPUT)),
-        "W": rng.standard_normal((1, gates * HIDDEN, INPUT - 1 if bad == "W" else INPUT)),
-        "R": rng.standard_normal((1, gates * HIDDEN, HIDDEN)),
-        "B": rng.standard_normal((1, 7 if bad == "B" else 2 * gates * HIDDEN)),
-        "H0": rng.standard_normal((1, 1 if bad == "initial_h" else BATCH, HIDDEN)),
-    }
-    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
-    names = ["X", "W", "R", "B", "", "H0"]
-    node = helper.make_node(op, names, ["Y"], direction="forward", hidden_size=HIDDEN)
-    model = make_model([node], [(n, TensorProto.FLOAT, None) for n in names if n], [("Y", TensorProto.FLOAT, None)])
-    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    with pytest.raises(onnxplug.errors.InvalidArgument, match=message):
-        session.run(None, feeds)
-
-
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy_loops"])
-@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
-@pytest.mark.parametrize("shape", [(0, 2, 3), (4, 0, 3)], ids=["no_steps", "no_batch"])
-def test_an_empty_sequence_or_batch_gives_empty_outputs(op, shape, compiled, monkeypatch):
-    """No steps: an empty Y and the final state the initial one (onnxruntime's shapes); no batch
-    entries: empty outputs (the reference evaluator's).  The projection's reshape had no size
-    to infer there and raised."""
-    if not compiled:
-        monkeypatch.setattr(rnn, "_compiled", lambda cell: None)
-    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
-    rng = np.random.default_rng(3)
-    node = helper.make_node(op, ["X", "W", "R", "", "", "H0"], ["Y", "Y_h"], direction="bidirectional", hidden_size=5)
-    names = ["X", "W", "R", "H0"]
-    model = make_model(
-        [node],
-        [(n, TensorProto.FLOAT, None) for n in names],
-        [("Y", TensorProto.FLOAT, None), ("Y_h", TensorProto.FLOAT, None)],
-        opset=14,
-    )
-    feeds = {
-        "X": np.ones(shape, np.float32),
-        "W": rng.standard_normal((2, gates * 5, 3)).astype(np.float32),
-        "R": rng.standard_normal((2, gates * 5, 5)).astype(np.float32),
-        "H0": rng.standard_normal((2, shape[1], 5)).astype(np.float32),
-    }
-    session = onnxplug.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    y, final = session.run(None, feeds)
-    assert y.shape == (shape[0], 2, shape[1], 5) and final.shape == (2, shape[1], 5)
-    np.testing.assert_array_equal(final, feeds["H0"])  # nothing ran: the initial state
