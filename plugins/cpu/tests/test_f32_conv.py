@@ -219,8 +219,12 @@ def test_masked_lanes_touch_nothing_outside_the_input():
         (1, 16, 12, 7, 7, (3, 3), (1, 1, 1, 1), (1, 1), 4),  # grouped
         (1, 8, 9, 3, 11, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 33 columns: 32 and one
         (1, 2050, 31, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # weights in blocks of two row tiles
+        (1, 1024, 13, 14, 14, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 196 columns: four, deep enough
+        (2, 128, 9, 14, 14, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # four, masked, 1152 deep
+        (1, 1024, 7, 6, 11, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 66 columns: two at once
+        (1, 1024, 5, 1, 67, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 67 columns: three at once
     ],
-    ids=["pointwise", "masked", "grouped", "33-columns", "blocks"],
+    ids=["pointwise", "masked", "grouped", "33-columns", "blocks", "four-deep", "four-masked", "two", "three"],
 )
 def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, fresh_plans):
     """The last column or two of a layer read in place are dot products of the weights' rows
@@ -246,11 +250,29 @@ def test_tail_columns_as_dot_products_store_as_the_tiles_do(layer, monkeypatch, 
     assert np.abs(got - silu).max() <= 2 * bound
     # and the tail's columns are the ones the tiles compute without one, to float32 accuracy
     monkeypatch.setattr(_f32_conv_layout, "TAIL_COLUMNS", -1)
+    monkeypatch.setattr(_f32_conv_layout, "WIDE_TAIL_COLUMNS", -1)
+    _f32_conv_layout.masked_layout.cache_clear()
     _f32_conv.plan.cache_clear()
     assert _f32_conv.plan(x.shape, m, groups, kernel, None, dilations, pads, "NOTSET").tail == 0
     whole = convolve(x, weights, bias, packed=PackedConv(weights, groups), silu_alpha=1.0, **attrs)
     _f32_conv.plan.cache_clear()
     np.testing.assert_allclose(got, whole, rtol=1e-5, atol=bound)
+
+
+@pytest.mark.parametrize(
+    "channels,kernel,pads,tail",
+    [
+        (1024, (1, 1), (0, 0, 0, 0), 4),
+        (512, (1, 1), (0, 0, 0, 0), 0),
+        (128, (3, 3), (1, 1, 1, 1), 4),
+        (64, (3, 3), (1, 1, 1, 1), 0),
+    ],
+)
+def test_four_last_columns_are_dot_products_only_where_they_are_deep(channels, kernel, pads, tail, fresh_plans):
+    """A 14×14 map's last four columns are dot products where each is at least WIDE_TAIL_DEPTH
+    long (1024 input channels pointwise, 128 with a 3×3 kernel), else the tiles' vector."""
+    plan = _f32_conv.plan((1, channels, 14, 14), 8, 1, kernel, None, (1, 1), pads, "NOTSET")
+    assert plan.tail == tail
 
 
 def test_integer_valued_sums_are_exact():

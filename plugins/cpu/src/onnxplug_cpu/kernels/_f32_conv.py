@@ -153,7 +153,7 @@ class ConvPlan:
             self.keep, self.at = (_NO_KEEP, _NO_AT) if self.direct else crop_tables(geometry.columns, geometry.wq, ow)
         # The last few columns of a layer read in place as dot products, where the tiles would
         # spend a whole 16-lane vector on them (the inputs they read are copied out first).
-        self.tail = tail_columns(self.columns) if self.in_place else 0
+        self.tail = tail_columns(self.columns, self.offsets.size) if self.in_place else 0
         self.shape = (n, maps, oh, ow)
         self.channels, self.groups = c, groups
         # Tiles in weight order where the weights outweigh what the tiles read of the input, and

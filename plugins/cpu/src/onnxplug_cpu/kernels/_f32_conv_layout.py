@@ -46,8 +46,17 @@ MAX_LANE_MASKS = 1 << 22
 #: columns: 2048 → 512 channels pointwise 265-269 → 233 µs, 512 → 2048 269-274 → 236, a 3×3
 #: 512 → 512 578-592 → 495-500, 160 → 960 46 → 42 (six rows' dot products together,
 #: ``_f32_conv_tail.row_dots``).  Not more: four columns (14×14, 10×10) lost 0-25 % (64 → 256
-#: channels at 10×10: 15 → 16-19 µs).
+#: channels at 10×10: 15 → 16-19 µs), even as four columns' dot products at once (below).
 TAIL_COLUMNS = 2
+#: ... and up to this many where each dot product is at least :data:`WIDE_TAIL_DEPTH` long, four
+#: columns at once (``_f32_conv_tail.row_dots_4``: each row's weights read once for them): a
+#: 14×14 map's last four of 196 columns.  At two threads, against the tiles' 16-lane vector for
+#: them: 1024 → 256 pointwise 233 → 220 µs, a 3×3 256 → 256 485 → 455 (and at one thread 442 →
+#: 410, 957 → 878); shallower, the dot products' closing sums cost more than they save (256 →
+#: 1024 pointwise 235 → 223 but 256 → 256 67 → 65 and 128 → 256 43 → 45, a 3×3 64 → 64 43 → 44),
+#: and nine columns (13×13) lost 8-25 % at every depth tried (up to 1152).
+WIDE_TAIL_COLUMNS = 4
+WIDE_TAIL_DEPTH = 1024
 
 
 @functools.lru_cache(maxsize=512)
@@ -74,10 +83,15 @@ def _computed(columns: int) -> int:
     return columns // COLUMNS * COLUMNS + -(-(columns % COLUMNS) // 16) * 16
 
 
-def tail_columns(columns: int) -> int:
-    """How many of a layer's last ``columns`` (read in place) are dot products (:data:`TAIL_COLUMNS`)."""
+def tail_columns(columns: int, depth: int = 0) -> int:
+    """How many of a layer's last ``columns`` (read in place) are dot products of ``depth`` values
+    each (:data:`TAIL_COLUMNS`, :data:`WIDE_TAIL_COLUMNS`)."""
     rest = columns % 16
-    return rest if columns > 16 and rest <= TAIL_COLUMNS else 0
+    if columns <= 16:
+        return 0
+    if rest <= TAIL_COLUMNS or (rest <= WIDE_TAIL_COLUMNS and depth >= WIDE_TAIL_DEPTH):
+        return rest
+    return 0
 
 
 @functools.lru_cache(maxsize=512)
@@ -108,7 +122,8 @@ def masked_layout(shape: tuple, groups: int, kernel: tuple, strides, dilations, 
     if in_place or geometry.stride != (1, 1) or ow != width or kernel[0] * kernel[1] > np.iinfo(np.uint16).max:
         return None
     columns = oh * width
-    share = _computed(columns - tail_columns(columns)) / _computed(geometry.columns)
+    depth = channels // groups * kernel[0] * kernel[1]
+    share = _computed(columns - tail_columns(columns, depth)) / _computed(geometry.columns)
     if share > MASKED_SHARE and height * width > MASKED_ALWAYS_CELLS:
         return None
     if -(-columns // COLUMNS) * kernel[0] * kernel[1] > MAX_LANE_MASKS:

@@ -27,42 +27,77 @@ from ._f32_tile_ir import COLUMNS, ROWS
 from ._simd_ir import F32, I32, INDICES, LANES, Intrinsics, i64, lanes_below
 
 
-def _row_dots_codegen(context, builder, sig, args):
-    w, x, y, depth, ldw, ldy, rows = args
-    calls = Intrinsics(builder)
-    weights, source = builder.inttoptr(w, F32.as_pointer()), builder.inttoptr(x, F32.as_pointer())
-    target = builder.inttoptr(y, F32.as_pointer())
-    last = builder.sub(rows, i64(1))
-    # rows past the last read the last row's weights (as the tiles do) and are not stored
-    starts = [
-        builder.mul(builder.select(builder.icmp_signed("<", i64(r), rows), i64(r), last), ldw) for r in range(ROWS)
-    ]
-    sums = [cgutils.alloca_once_value(builder, ir.Constant(LANES, None)) for _ in range(ROWS)]
-    steps = builder.sdiv(builder.add(depth, i64(15)), i64(16))
-    with cgutils.for_range(builder, steps) as loop:
-        k = builder.mul(loop.index, i64(16))
-        mask = lanes_below(builder, builder.sub(depth, k))
-        column = calls.masked_load(builder, source, k, mask)
+def _dots_codegen(columns: int):
+    """The IR of six rows' dot products with ``columns`` columns at once (1 to 4): per 16 values
+    of ``k``, each column and each row loaded once and ``6 × columns`` multiply-adds."""
+
+    def codegen(context, builder, sig, args):
+        w, x, y, depth, ldw, ldy, rows, ldx = args
+        calls = Intrinsics(builder)
+        weights, source = builder.inttoptr(w, F32.as_pointer()), builder.inttoptr(x, F32.as_pointer())
+        target = builder.inttoptr(y, F32.as_pointer())
+        last = builder.sub(rows, i64(1))
+        # rows past the last read the last row's weights (as the tiles do) and are not stored
+        starts = [
+            builder.mul(builder.select(builder.icmp_signed("<", i64(r), rows), i64(r), last), ldw) for r in range(ROWS)
+        ]
+        sums = [
+            [cgutils.alloca_once_value(builder, ir.Constant(LANES, None)) for _ in range(columns)] for _ in range(ROWS)
+        ]
+        steps = builder.sdiv(builder.add(depth, i64(15)), i64(16))
+        with cgutils.for_range(builder, steps) as loop:
+            k = builder.mul(loop.index, i64(16))
+            mask = lanes_below(builder, builder.sub(depth, k))
+            values = [
+                calls.masked_load(builder, source, builder.add(builder.mul(i64(c), ldx), k), mask)
+                for c in range(columns)
+            ]
+            for r in range(ROWS):
+                row = calls.masked_load(builder, weights, builder.add(starts[r], k), mask)
+                for c, value in enumerate(values):
+                    builder.store(builder.call(calls.fma, [row, value, builder.load(sums[r][c])]), sums[r][c])
         for r in range(ROWS):
-            row = calls.masked_load(builder, weights, builder.add(starts[r], k), mask)
-            builder.store(builder.call(calls.fma, [row, column, builder.load(sums[r])]), sums[r])
-    for r in range(ROWS):
-        total = builder.load(sums[r])
-        for half in (8, 4, 2, 1):  # lane i plus lane i + half: lane 0 ends with the sum
-            rotated = ir.Constant(INDICES, [(i + half) % 16 for i in range(16)])
-            total = builder.fadd(total, builder.shuffle_vector(total, ir.Constant(LANES, ir.Undefined), rotated))
-        with builder.if_then(builder.icmp_signed("<", i64(r), rows)):
-            place = builder.gep(target, [builder.mul(i64(r), ldy)])
-            builder.store(builder.extract_element(total, ir.Constant(I32, 0)), place)
-    return context.get_dummy_value()
+            with builder.if_then(builder.icmp_signed("<", i64(r), rows)):
+                for c in range(columns):
+                    total = builder.load(sums[r][c])
+                    for half in (8, 4, 2, 1):  # lane i plus lane i + half: lane 0 ends with the sum
+                        rotated = ir.Constant(INDICES, [(i + half) % 16 for i in range(16)])
+                        shuffled = builder.shuffle_vector(total, ir.Constant(LANES, ir.Undefined), rotated)
+                        total = builder.fadd(total, shuffled)
+                    place = builder.gep(target, [builder.add(builder.mul(i64(r), ldy), i64(c))])
+                    builder.store(builder.extract_element(total, ir.Constant(I32, 0)), place)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+_DOTS_SIGNATURE = types.void(*([types.intp] * 8))
 
 
 @intrinsic
-def row_dots(typingctx, w, x, y, depth, ldw, ldy, rows):
+def row_dots(typingctx, w, x, y, depth, ldw, ldy, rows, ldx):
     """``y[r·ldy] = sum_k w[r·ldw + k] · x[k]`` for ``r < rows`` (at most ROWS) and ``k < depth``:
     six rows' dot products with one column at once (pointers and sizes as integers; nothing past
-    ``depth`` is read)."""
-    return types.void(*([types.intp] * 7)), _row_dots_codegen
+    ``depth`` is read; ``ldx`` unused)."""
+    return _DOTS_SIGNATURE, _dots_codegen(1)
+
+
+@intrinsic
+def row_dots_2(typingctx, w, x, y, depth, ldw, ldy, rows, ldx):
+    """:func:`row_dots` with two columns, ``x`` and ``x + ldx``, stored at ``y[r·ldy + c]``."""
+    return _DOTS_SIGNATURE, _dots_codegen(2)
+
+
+@intrinsic
+def row_dots_3(typingctx, w, x, y, depth, ldw, ldy, rows, ldx):
+    """:func:`row_dots` with three columns ``ldx`` apart, stored at ``y[r·ldy + c]``."""
+    return _DOTS_SIGNATURE, _dots_codegen(3)
+
+
+@intrinsic
+def row_dots_4(typingctx, w, x, y, depth, ldw, ldy, rows, ldx):
+    """:func:`row_dots` with four columns ``ldx`` apart, stored at ``y[r·ldy + c]``."""
+    return _DOTS_SIGNATURE, _dots_codegen(4)
 
 
 __all__ = ["tail_inputs", "tail_rows"]
@@ -106,16 +141,18 @@ def tail_rows(w, inputs, y, main, groups, b, z, low, high, alpha, r0, r1):  # pr
         g = r // m_tiles
         m0 = g * per_group + (r - g * m_tiles) * ROWS
         rows = min(ROWS, (g + 1) * per_group - m0)
-        for j in range(tail):
-            row_dots(
-                w[m0].ctypes.data,
-                inputs[g, j].ctypes.data,
-                y[m0, main + j :].ctypes.data,
-                depth,
-                depth,
-                y.shape[1],
-                rows,
-            )
+        for j in range(0, tail, 4):  # up to four columns at once: each row's weights read once
+            count = min(4, tail - j)
+            arguments = (w[m0].ctypes.data, inputs[g, j].ctypes.data, y[m0, main + j :].ctypes.data)
+            sizes = (depth, depth, y.shape[1], rows, depth)
+            if count == 4:
+                row_dots_4(*arguments, *sizes)
+            elif count == 3:
+                row_dots_3(*arguments, *sizes)
+            elif count == 2:
+                row_dots_2(*arguments, *sizes)
+            else:
+                row_dots(*arguments, *sizes)
         for row in range(m0, m0 + rows):
             for j in range(tail):
                 value = y[row, main + j]
