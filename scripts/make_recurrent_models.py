@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import warnings
 
 import numpy as np
+from _torch_exports import export_with_outputs
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "recurrent"
 SEED = 0
-OPSET = {"torchscript": 17, "dynamo": 18}
 
 
 def _lstm_tagger(nn, torch):
@@ -126,23 +125,7 @@ def _export(name, exporter):
     torch.manual_seed(SEED)
     module, inputs, output_names = MODELS[name](nn, torch)
     module.eval()
-    args = tuple(torch.from_numpy(v) for v in inputs.values())
-    with torch.no_grad():
-        expected = module(*args)
-    if isinstance(expected, torch.Tensor):
-        expected = (expected,)
-    path = OUT / f"{name}.{exporter}.onnx"
-    kwargs = dict(input_names=list(inputs), output_names=output_names, opset_version=OPSET[exporter])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "torchscript":
-            torch.onnx.export(module, args, str(path), dynamo=False, **kwargs)
-        else:
-            torch.onnx.export(module, args, str(path), dynamo=True, external_data=False, **kwargs)
-    arrays = dict(inputs)
-    arrays.update({f"out:{n}": t.numpy() for n, t in zip(output_names, expected, strict=True)})
-    np.savez(OUT / f"{name}.npz", **arrays)
-    return path
+    return export_with_outputs(module, inputs, output_names, OUT / f"{name}.{exporter}.onnx", exporter)
 
 
 def main(argv=None) -> int:

@@ -27,16 +27,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import warnings
 
 import numpy as np
+from _torch_exports import export_with_outputs
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "transformers"
 SEED = 0
-# The TorchScript exporter writes opset 17 directly; the dynamo exporter writes 18 and its
-# down-conversion to 17 keeps Split's opset-18 num_outputs attribute (an invalid model), so it
-# stays at 18.
-OPSET = {"torchscript": 17, "dynamo": 18}
 
 
 def _bert(attn="eager"):
@@ -170,23 +166,8 @@ def _export(name, exporter):
     torch.manual_seed(SEED)
     module, inputs, output_names, dynamic = MODELS[name]()
     module.eval()
-    args = tuple(torch.from_numpy(v) for v in inputs.values())
-    with torch.no_grad():
-        expected = module(*args)
-    if isinstance(expected, torch.Tensor):
-        expected = (expected,)
     path = OUT / f"{name}.{exporter}.onnx"
-    kwargs = dict(input_names=list(inputs), output_names=output_names, opset_version=OPSET[exporter])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "torchscript":
-            torch.onnx.export(module, args, str(path), dynamo=False, dynamic_axes=dynamic, **kwargs)
-        else:
-            torch.onnx.export(module, args, str(path), dynamo=True, external_data=False, **kwargs)
-    arrays = dict(inputs)
-    arrays.update({f"out:{n}": t.numpy() for n, t in zip(output_names, expected, strict=True)})
-    np.savez(OUT / f"{name}.npz", **arrays)
-    return path
+    return export_with_outputs(module, inputs, output_names, path, exporter, dynamic_axes=dynamic)
 
 
 def main(argv=None) -> int:
