@@ -83,7 +83,7 @@ def _computed(columns: int) -> int:
     return columns // COLUMNS * COLUMNS + -(-(columns % COLUMNS) // 16) * 16
 
 
-def tail_columns(columns: int, depth: int = 0) -> int:
+def tail_columns(columns: int, depth: int) -> int:
     """How many of a layer's last ``columns`` (read in place) are dot products of ``depth`` values
     each (:data:`TAIL_COLUMNS`, :data:`WIDE_TAIL_COLUMNS`)."""
     rest = columns % 16

@@ -19,6 +19,8 @@ the 16 lanes into what the CPU has.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -45,13 +47,16 @@ ENTRIES = 4
 PREFETCH_ROWS = 8
 
 
-class _Rows:
-    """Where :func:`add_products`' operands are: the first entry's sums and state, the strides (in
-    floats) between entries, the packed rows."""
+class _Rows(NamedTuple):
+    """Where :func:`add_products`' operands are (IR values): the first entry's sums and state, the
+    packed rows and their count, the strides (in floats) between entries."""
 
-    def __init__(self, builder, sums, state, packed, count, sums_stride, state_stride):
-        self.sums, self.state, self.packed, self.count = sums, state, packed, count
-        self.sums_stride, self.state_stride = sums_stride, state_stride
+    sums: Any
+    state: Any
+    packed: Any
+    count: Any
+    sums_stride: Any
+    state_stride: Any
 
 
 def _block(builder, simd, at, rows, column, masks, entries):
@@ -139,7 +144,7 @@ def add_products(typingctx, sums, state, packed, count, width, entries, sums_str
         simd = Intrinsics(builder)
         pointer = F32.as_pointer()
         sums, state, packed = (builder.inttoptr(a, pointer) for a in (sums, state, packed))
-        at = _Rows(builder, sums, state, packed, count, sums_stride, state_stride)
+        at = _Rows(sums, state, packed, count, sums_stride, state_stride)
         # One specialised loop per entry count: the registers each holds are fixed at compile time.
         after = builder.append_basic_block("products.done")
         switch = builder.switch(entries, after)

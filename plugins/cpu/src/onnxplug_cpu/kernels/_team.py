@@ -10,9 +10,9 @@ several threads at once (concurrent ``run()`` calls); ``workqueue`` aborts the p
 happens.  So unless the application chose a layer itself (``NUMBA_THREADING_LAYER``), numba is
 asked for OpenMP, the layer the kernels were measured on (``kernels._jit``, before the first
 compiled loop starts one), else for any thread-safe one, and if there is none (no libgomp, no
-TBB) the kernels keep their serial forms split over Python threads.  GNU OpenMP is not fork-safe: numba aborts a
-forked child that enters a parallel region its parent had used, so after ``fork`` this module
-answers ``False`` in the child.  ``ONNXPLUG_CPU_TEAM=0`` turns the layer off too.
+TBB) the kernels keep their serial forms split over Python threads.  GNU OpenMP is not
+fork-safe: numba aborts a forked child that enters a parallel region its parent had used, so
+after ``fork`` this module answers ``False`` in the child.  ``ONNXPLUG_CPU_TEAM=0`` turns the layer off too.
 """
 
 from __future__ import annotations

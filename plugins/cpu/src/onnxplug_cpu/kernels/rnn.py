@@ -114,11 +114,11 @@ class _Inputs:
         expected = (self.directions, self.batch, self.hidden)
         if value is None:
             return np.zeros(expected, work)
+        given = value.shape
         value = np.swapaxes(value, 0, 1) if self.layout else value
         if value.shape != expected:
-            given = list(np.swapaxes(value, 0, 1).shape if self.layout else value.shape)
             wanted = [expected[1], expected[0], expected[2]] if self.layout else list(expected)
-            raise InvalidArgument(f"{op}: {name} has shape {given}, expected {wanted}")
+            raise InvalidArgument(f"{op}: {name} has shape {list(given)}, expected {wanted}")
         return value.astype(work, copy=False)
 
     def projected(self, d, gates, wt=None, out=None):
@@ -137,7 +137,7 @@ class _Inputs:
         columns = gates * self.hidden  # (explicit: -1 is undefined for an empty sequence or batch)
         x = self.x.reshape(steps * batch, width)
         flat = None if out is None else out.reshape(steps * batch, columns)
-        if x.dtype == np.float32 and team_joined() and run_settings().tiles and _f32_conv.available():
+        if x.dtype == np.float32 and team_joined() and _f32_conv.available():
             wt = np.ascontiguousarray(self.w[d].T) if wt is None else wt
             flat = _f32_products.matrix_product(np.ascontiguousarray(x), wt, flat)
         else:
