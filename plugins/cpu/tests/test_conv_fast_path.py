@@ -15,7 +15,7 @@ import onnxplug
 from onnxplug.kernels import RunState, current_run, enter_run, leave_run
 from onnxplug.testing import make_model
 from onnxplug_cpu import numerics
-from onnxplug_cpu.kernels import _f32_conv, _team
+from onnxplug_cpu.kernels import _f32_conv, _row_conv, _team
 
 pytest.importorskip("numba")
 if os.environ.get("ONNXPLUG_CPU_JIT", "1") == "0":
@@ -58,16 +58,21 @@ def test_later_runs_go_straight_to_the_kept_layers(monkeypatch):
     x = np.random.default_rng(6).standard_normal((1, 16, 20, 20), dtype=np.float32)
     first = session.run(None, {"x": x})[0]
     routed, layers = [], []
-    original_convolve, original_again = numerics.convolve, _f32_conv.BoundLayer.again
+    original_convolve = numerics.convolve
 
-    def again(*arguments):  # the kept call, counted where it ran
-        y = original_again(*arguments)
-        if y is not None:
-            layers.append(1)
-        return y
+    def counted(original):
+        def again(*arguments):  # the kept call, counted where it ran
+            y = original(*arguments)
+            if y is not None:
+                layers.append(1)
+            return y
+
+        return again
 
     monkeypatch.setattr(numerics, "convolve", lambda *a, **k: routed.append(1) or original_convolve(*a, **k))
-    monkeypatch.setattr(_f32_conv.BoundLayer, "again", again)
+    # (the 3×3 layer on the row tiles, the pointwise one on the column tiles)
+    for bound in (_f32_conv.BoundLayer, _row_conv.BoundRows):
+        monkeypatch.setattr(bound, "again", counted(bound.again))
     for _ in range(2):
         np.testing.assert_array_equal(session.run(None, {"x": x})[0], first)
     assert routed == [] and layers == [1, 1, 1, 1]  # two layers, two runs, no routing

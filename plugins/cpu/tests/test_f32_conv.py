@@ -32,7 +32,10 @@ threadpoolctl = pytest.importorskip("threadpoolctl")
 
 @pytest.fixture(autouse=True)
 def tiles_on(monkeypatch):
+    """The column tiles on, and the row tiles (``kernels._row_conv``, test_row_conv.py) off:
+    these tests are the column tiles', whose layers the row tiles would otherwise take."""
     monkeypatch.setenv("ONNXPLUG_CPU_CONV_TILE", "1")
+    monkeypatch.setenv("ONNXPLUG_CPU_ROW_TILES", "0")
 
 
 # (batch, channels, maps, height, width, kernel, strides, pads, dilations)

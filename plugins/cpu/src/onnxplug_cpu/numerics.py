@@ -46,7 +46,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 
-from .kernels import _depthwise, _f32_conv, _f32_matmul, _f32_products
+from .kernels import _depthwise, _f32_conv, _f32_matmul, _f32_products, _row_conv
 from .kernels._epilogue import finish
 from .kernels._jit import load_for_feature_maps
 from .kernels._layernorm_jit import layer_norm_last_axis, skip_layer_norm_last_axis
@@ -274,7 +274,7 @@ def _remembered_layer(packed: PackedConv, attributes: tuple, x, b, residual, cla
     bound = packed.remembered(x.shape, attributes)  # this shape's compiled layer, made before
     if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
         return None, None
-    if isinstance(bound, _f32_conv.BoundLayer):
+    if isinstance(bound, (_f32_conv.BoundLayer, _row_conv.BoundRows)):
         settings = run_settings()
         return (bound(x, b, residual, clamp, silu_alpha, settings, out), bound) if settings.tiles else (None, None)
     if residual is None and silu_alpha is None:
@@ -354,7 +354,7 @@ class Convolution:
         bound = packed.remembered(x.shape, self.attributes)
         if bound is None or (b is not None and (b.ndim != 1 or len(b) != bound.out_shape[1])):
             return None
-        if isinstance(bound, _f32_conv.BoundLayer):
+        if isinstance(bound, (_f32_conv.BoundLayer, _row_conv.BoundRows)):
             return bound.bind(x, b, residual, clamp, silu_alpha, output, scratch, residual_index)
         if residual is None and silu_alpha is None and hasattr(bound, "bind"):
             return bound.bind(x, b, clamp, output, scratch)
@@ -431,9 +431,16 @@ def convolve(
     # writes its rows of the output.
     if _f32_conv.available() and ((tiled and not _winograd_beats_tiles(tile, c, out)) or (grouped and not patches)):
         matrix = weights.reshape(-1, weights.shape[-1])
-        geometry = (tuple(a) if a else None for a in (ks, strides, dilations, pads))
-        layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
-        bound = _f32_conv.BoundLayer(layer, matrix)
+        rows = None
+        if tiled and nd == 2 and _row_conv.available():  # (ungrouped: tiled)
+            spacing = tuple(dilations) if dilations else (1, 1)
+            rows = _row_conv.plan(x.shape, matrix.shape[0], ks, tuple(strides or (1, 1)), spacing, (*begin, *end), out)
+        if rows is not None:
+            bound = _row_conv.BoundRows(rows, matrix)
+        else:
+            geometry = (tuple(a) if a else None for a in (ks, strides, dilations, pads))
+            layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)
+            bound = _f32_conv.BoundLayer(layer, matrix)
         if prepared is not None and x.dtype == np.float32:
             prepared.remember(x.shape, attributes, bound)
         return bound(xc, bias, residual, clamp, silu_alpha).astype(x.dtype, copy=False)

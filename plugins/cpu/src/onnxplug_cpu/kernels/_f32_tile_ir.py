@@ -100,6 +100,13 @@ def _exp(builder, y):
     return q
 
 
+def silu_lanes(builder, value, minus_alpha):
+    """``value / (1 + exp(-alpha · value))`` of 16 float32 lanes, ``minus_alpha`` the splat of
+    ``-alpha``: the SiLU the tiles' stores apply (``kernels._row_conv_ir``'s too)."""
+    scaled = builder.fmul(value, minus_alpha)
+    return builder.fdiv(value, builder.fadd(_lanes(1.0), _exp(builder, scaled)))
+
+
 def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: bool = False, row_count: int = ROWS):
     """The tile's LLVM IR for ``vectors`` 16-lane column vectors (1 to 4) of ``row_count`` output
     channels (a short last row tile's, see the module's docstring); ``crop``: the stores
@@ -225,8 +232,7 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
                         value = builder.select(builder.fcmp_ordered("<", value, lows), lows, value)
                         value = builder.select(builder.fcmp_ordered(">", value, highs), highs, value)
                         if with_silu:
-                            scaled = builder.fmul(value, minus_alpha)
-                            value = builder.fdiv(value, builder.fadd(_lanes(1.0), _exp(builder, scaled)))
+                            value = silu_lanes(builder, value, minus_alpha)
                         if crop:
                             value = builder.call(compress, [value, zero, kept[v]])
                         address = builder.bitcast(builder.gep(target, [place]), vector_pointer)

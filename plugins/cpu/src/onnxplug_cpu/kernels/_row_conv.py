@@ -1,0 +1,313 @@
+"""float32 2-D convolutions on row tiles: output channels in the vector lanes, positions along one
+output row in registers (``kernels._row_conv_ir``), read from the input in place.
+
+Why: ``kernels._f32_conv``'s tiles put 64 output columns in the lanes, so a tap that falls in the
+padding for some of them is multiplied (by zeros) for all; on small maps that is much of the
+work (18 % of a 7×7 map's 3×3 taps, 9 % at 14×14, 18 % on a 4×40 map, 35 % of a 2×2 layer's on
+a 2×40 one), and a strided layer first copies its input into phase images and computes the
+phase width's extra column every row.  Here a tile is up to 12 positions of one output row × 32
+output channels: a top or bottom row leaves its padding rows' taps out of its table, a row's
+first and last positions leave out their padding column's taps, and a strided layer reads its
+input in place (each position's broadcast ``stride`` cells on).  Measured one layer at a time
+against the other tiles (hand-made prototype, one thread, same machine): 512 → 512 3×3 at 7×7
+930 → 790 µs, 256 → 256 at 14×14 904 → 847, at 4×40 720 → 577, 256 → 256 at stride 2 on 28×28
+1236 → 1006, 64 → 64 at 56×56 942 → 923.
+
+Which layers (:func:`plan`): ungrouped, dilation 1, at least 32 output channels, output rows of
+at least ``MIN_POSITIONS`` positions, and a geometry whose taps each cover a tile's positions
+from the first or second to the last or the one before (pads of 0 or 1 for a 3×3 or 2×2
+kernel at stride 1 or 2; not a stem's 7×7 with pads of 3, which keeps the other tiles).
+
+Numerics: each output is ``sum w[m, c, ky, kx] · x[c, iy, ix]`` accumulated in float32 with one
+rounding per multiply-add, taps in row-major order and channels in order within each tap (the
+other tiles sum channel-major); the taps that read the padding are skipped, not multiplied by
+zero.  The epilogue adds the bias, then the residual, then clamps, then applies the SiLU.
+
+:func:`loops` is ``None`` (callers keep the other tiles) without numba, with
+``ONNXPLUG_CPU_JIT=0``, on a CPU without AVX-512F, or with ``ONNXPLUG_CPU_ROW_TILES=0``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ._jit import compiler, cpu_has, direct_call, switched_on
+from ._split_rows import run_in_row_blocks
+from ._team import join_run, run_settings
+
+__all__ = ["BoundRows", "RowPlan", "available", "pack", "plan"]
+
+#: Output channels a tile computes (``kernels._row_conv_ir``: two 16-lane vectors).
+CHANNELS = 32
+#: Positions a tile computes (``kernels._row_conv_ir.MIN_POSITIONS`` … ``MAX_POSITIONS``).
+MIN_POSITIONS, MAX_POSITIONS = 4, 12
+#: Fewer output channels than this keep the other tiles: a block of 32 half empty.
+MIN_MAPS = 32
+#: Layers whose output sums are shorter than this (input channels × taps) keep the other tiles,
+#: whose store costs less against so little arithmetic: a 3 → 32 channel 3×3 layer at 32×160
+#: took 77 µs on row tiles against 56, 16 → 32 at 80×80 269 against 271 (one thread).
+MIN_DEPTH = 128
+#: Work items (tiles × blocks of channels) per thread below which one thread computes a layer.
+MIN_ITEMS_PER_PART = 8
+
+_NO_BIAS = np.zeros(0, dtype=np.float32)
+_NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
+_NO_SILU = np.float32(np.nan)
+
+
+@functools.cache
+def loops() -> Any | None:
+    """The compiled module ``kernels._row_conv_loops``, or ``None`` where it cannot run."""
+    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
+        return None
+    from . import _row_conv_loops
+
+    return _row_conv_loops
+
+
+def available() -> bool:
+    """Whether row tiles may run: switched on (``ONNXPLUG_CPU_ROW_TILES``, read on each call) and
+    :func:`loops` there."""
+    return switched_on("ONNXPLUG_CPU_ROW_TILES") and loops() is not None
+
+
+def _positions(width: int) -> list[int]:
+    """A row of ``width`` positions as tiles of at most ``MAX_POSITIONS``, as even as possible."""
+    count = -(-width // MAX_POSITIONS)
+    return [width * (i + 1) // count - width * i // count for i in range(count)]
+
+
+class RowPlan:
+    """The tiles of one input shape: ``tiles`` ``(T, 3)`` int64 rows of (first output cell,
+    positions, taps in the table) and ``tables`` ``(T, taps, 4)`` int64 rows of (input offset of
+    the tile's first position at channel 0, weight offset, first live position, end); ``shape``
+    the output's ``(N, M, OH, OW)``, ``step`` the column stride."""
+
+    __slots__ = ("shape", "tiles", "tables", "step", "taps")
+
+    def __init__(self, shape, maps, kernel, strides, pads, out, tiles, tables) -> None:
+        self.shape = (shape[0], maps, *out)
+        self.tiles, self.tables = tiles, tables
+        self.step = int(strides[1])
+        self.taps = kernel[0] * kernel[1]
+
+    def parts(self, budget: int) -> int:
+        """Threads at a run's thread ``budget``: one per ``MIN_ITEMS_PER_PART`` work items."""
+        items = self.tiles.shape[0] * -(-self.shape[1] // CHANNELS)
+        return max(1, min(budget, items // MIN_ITEMS_PER_PART)) if budget > 1 else 1
+
+
+@functools.lru_cache(maxsize=256)
+def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tuple, pads: tuple, out: tuple):
+    """The :class:`RowPlan` of an input ``shape`` ``(N, C, H, W)`` convolved to ``maps`` channels
+    of ``out`` ``(OH, OW)`` (ungrouped; ``pads`` as ``(top, left, bottom, right)``), or ``None``
+    where row tiles do not take the layer (see the module's docstring)."""
+    if len(shape) != 4 or len(kernel) != 2 or maps < MIN_MAPS or any(d != 1 for d in dilations):
+        return None
+    _, _, height, width = shape
+    (kh, kw), (sh, sw) = kernel, strides
+    top, left, bottom, right = pads
+    oh, ow = (height + top + bottom - kh) // sh + 1, (width + left + right - kw) // sw + 1
+    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or not 1 < kh * kw <= 9 or shape[1] * kh * kw < MIN_DEPTH:
+        return None
+    rows_tiles, rows_tables = [], []
+    for oy in range(oh):
+        ox0 = 0
+        for positions in _positions(ow):
+            table = []
+            for ky in range(kh):
+                iy = oy * sh + ky - top
+                if not 0 <= iy < height:
+                    continue  # a padding row: this tap reads nothing here
+                for kx in range(kw):
+                    # positions p with 0 <= (ox0 + p)·sw + kx - left < width
+                    lo = max(0, -((kx - left) // sw) - ox0)
+                    hi = min(positions, (width - 1 + left - kx) // sw + 1 - ox0)
+                    if hi <= lo:
+                        continue
+                    if lo > 1 or hi < positions - 1:
+                        return None  # a range the tile has no loop for
+                    table.append((iy * width + ox0 * sw + kx - left, (ky * kw + kx) * CHANNELS * shape[1], lo, hi))
+            rows_tiles.append((oy * ow + ox0, positions, len(table)))
+            rows_tables.append(table)
+            ox0 += positions
+    tables = np.zeros((len(rows_tables), kh * kw, 4), dtype=np.int64)
+    for i, table in enumerate(rows_tables):
+        if table:
+            tables[i, : len(table)] = table
+    tiles = np.array(rows_tiles, dtype=np.int64).reshape(-1, 3)
+    for array in (tiles, tables):
+        array.flags.writeable = False
+    return RowPlan(shape, maps, kernel, strides, pads, (oh, ow), tiles, tables)
+
+
+def pack(w: np.ndarray, taps: int) -> np.ndarray:
+    """The weights ``(M, C·taps)`` (channel-major, as the node's) laid out for the row tiles:
+    ``(B, taps·C·32)`` float32, block ``b`` holding channels ``[32b, 32b + 32)`` (zeros past
+    ``M``) tap-major, then input channel, then output channel."""
+    maps = w.shape[0]
+    channels = w.shape[1] // taps
+    blocks = -(-maps // CHANNELS)
+    padded = np.zeros((blocks * CHANNELS, channels, taps), dtype=np.float32)
+    padded[:maps] = w.reshape(maps, channels, taps)
+    packed = padded.reshape(blocks, CHANNELS, channels, taps).transpose(0, 3, 2, 1)
+    return np.ascontiguousarray(packed).reshape(blocks, -1)
+
+
+class BoundRows:
+    """A :class:`RowPlan` with one node's packed weights, called as ``kernels._f32_conv.BoundLayer``
+    is (``numerics.Convolution`` keeps it per input shape): ``(x, bias, residual, clamp, silu,
+    settings, out)``; :meth:`again` and :meth:`bind` as there."""
+
+    __slots__ = ("layer", "w", "out_shape", "_rows", "_stores", "_last")
+
+    def __init__(self, layer: RowPlan, w: np.ndarray) -> None:
+        self.layer, self.w = layer, pack(w, layer.taps)
+        self.out_shape = layer.shape
+        n, m, oh, ow = layer.shape
+        self._rows = (n, m, oh * ow)
+        self._stores: dict[tuple, tuple] = {}
+        self._last: tuple | None = None  # (bias, clamp, silu, settings, arguments after z, parts)
+
+    def __call__(self, x, bias=None, residual=None, clamp=None, silu=None, settings=None, out=None) -> np.ndarray:
+        if settings is None:
+            settings = run_settings()
+        y = self.again(x, bias, residual, clamp, silu, settings, out)
+        if y is not None:
+            return y
+        y = self._output(out)
+        if bias is None:
+            b = _NO_BIAS
+        elif bias.dtype == np.float32 and bias.ndim == 1 and bias.flags.c_contiguous:
+            b = bias
+        else:
+            b = np.ascontiguousarray(bias, dtype=np.float32).reshape(self.out_shape[1])
+        z = self._residual(residual, y)
+        if z is None:  # a residual to broadcast: added after the bias, then clamped, in a pass of its own
+            from ._epilogue import finish
+            from ._sigmoid_jit import silu as silu_pass
+
+            self._run(x, y, b, self._no_residual(), None, None, settings)
+            y = finish(y, None, residual, clamp)
+            return y if silu is None else silu_pass(y, silu, out=y)
+        store = self._run(x, y, b, z, clamp, silu, settings)
+        if store is not None and (b is bias or bias is None):
+            self._last = (bias, clamp, silu, settings, store, residual is not None)
+        return y
+
+    def again(self, x, bias, residual, clamp, silu, settings, out) -> np.ndarray | None:
+        """The layer where the last call had these ``bias``, ``clamp``, ``silu`` and ``settings``
+        objects and a residual exactly where this one has one, else ``None``."""
+        last = self._last
+        if (
+            last is None
+            or last[0] is not bias
+            or last[1] is not clamp
+            or last[2] is not silu
+            or last[3] is not settings
+        ):
+            return None
+        if (residual is not None) != last[5]:
+            return None
+        y = self._output(out)
+        z = self._residual(residual, y)
+        if z is None:
+            return None
+        kernel, parts, arguments = last[4]
+        if parts > 1:
+            join_run()
+        layer = self.layer
+        kernel(
+            np.ascontiguousarray(x),
+            self.w,
+            y.reshape(self._rows),
+            layer.tiles,
+            layer.tables,
+            arguments[0],
+            z,
+            *arguments[1:],
+            parts,
+        )
+        return y
+
+    def bind(self, x, bias, residual, clamp, silu, output, scratch, residual_index=None):
+        """This layer as an ``onnxplug.kernels.Binding`` over ``output`` (``kernels._conv_bindings``),
+        or ``None`` where it would not run compiled on this thread or the team."""
+        from ._conv_bindings import is_float32_c, tile_binding
+
+        settings = run_settings()
+        if not settings.tiles or (bias is not None and not is_float32_c(bias, 1)):
+            return None
+        if residual is not None and (
+            residual_index is None or residual.shape != self.out_shape or not is_float32_c(residual, 4)
+        ):
+            return None
+        parts = self.layer.parts(settings.budget)
+        if parts > 1 and not settings.team:
+            return None
+        z = self._no_residual() if residual is None else residual.reshape(self._rows)
+        low, high, alpha = self._store(clamp, silu)
+        layer = self.layer
+        b = _NO_BIAS if bias is None else bias
+        arguments = (layer.tiles, layer.tables, b, z, low, high, alpha, layer.step, parts)
+        kernel = direct_call(loops().convolve_rows)
+        return tile_binding(kernel, (self.w,), self._rows, arguments, 3, output, residual, residual_index, parts > 1)
+
+    def _output(self, out) -> np.ndarray:
+        fits = out is not None and out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous
+        return out if fits else np.empty(self.out_shape, dtype=np.float32)
+
+    def _no_residual(self) -> np.ndarray:
+        n = self.out_shape[0]
+        return _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
+
+    def _residual(self, residual, y) -> np.ndarray | None:
+        """The residual as the output's rows, the empty one for none, or ``None`` for one that
+        must be broadcast."""
+        if residual is None:
+            return self._no_residual()
+        if residual.shape == y.shape and residual.dtype == np.float32:
+            return np.ascontiguousarray(residual).reshape(self._rows)
+        return None
+
+    def _run(self, x, y, b, z, clamp, silu, settings) -> tuple | None:
+        """The compiled call; ``(kernel, parts, (b, low, high, alpha, step))`` where it ran on
+        the team or one thread (what :meth:`again` repeats), ``None`` on Python threads."""
+        layer = self.layer
+        low, high, alpha = self._store(clamp, silu)
+        parts = layer.parts(settings.budget)
+        x = np.ascontiguousarray(x)
+        rows = y.reshape(self._rows)
+        compiled = loops()
+        if parts > 1 and not settings.team:
+            items = layer.tiles.shape[0] * -(-self.out_shape[1] // CHANNELS)
+
+            def block(lo, hi):
+                serial_range(compiled, x, self.w, rows, layer, b, z, low, high, alpha, lo, hi)
+
+            run_in_row_blocks(block, items, min_rows=max(1, items // parts))
+            return None
+        if parts > 1:
+            join_run()
+        compiled.convolve_rows(x, self.w, rows, layer.tiles, layer.tables, b, z, low, high, alpha, layer.step, parts)
+        return (direct_call(compiled.convolve_rows), parts, (b, low, high, alpha, layer.step))
+
+    def _store(self, clamp, silu) -> tuple:
+        key = (None if clamp is None else tuple(clamp), silu)
+        store = self._stores.get(key)
+        if store is None:
+            low, high = clamp if clamp is not None else (-np.inf, np.inf)
+            alpha = _NO_SILU if silu is None else np.float32(silu)
+            store = self._stores[key] = (np.float32(low), np.float32(high), alpha)
+        return store
+
+
+def serial_range(compiled, x, w, rows, layer: RowPlan, b, z, low, high, alpha, lo, hi) -> None:
+    """Work items ``[lo, hi)`` of every image on the calling thread (the Python threads' share)."""
+    for image in range(x.shape[0]):
+        compiled.tiles_range(
+            x[image], w, rows[image], layer.tiles, layer.tables, b, z[image], low, high, alpha, layer.step, lo, hi
+        )
