@@ -46,7 +46,7 @@ from ._conv_bindings import is_float32_c, tile_binding
 from ._epilogue import finish
 from ._f32_conv_layout import COLUMNS, crop_tables, layout, masked_layout, tail_columns
 from ._f32_conv_threads import on_python_threads
-from ._jit import compiler, cpu_has, direct_call
+from ._jit import avx512_module, direct_call
 from ._scratch import scratch
 from ._sigmoid_jit import silu as silu_pass
 from ._split_rows import thread_budget
@@ -77,11 +77,7 @@ _CHUNK_INPUT_BYTES = 256 << 10
 @functools.cache
 def loops() -> Any | None:
     """The compiled module ``kernels._f32_conv_tile``, or ``None`` without numba or AVX-512F."""
-    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
-        return None
-    from . import _f32_conv_tile
-
-    return _f32_conv_tile
+    return avx512_module("_f32_conv_tile")
 
 
 def available() -> bool:

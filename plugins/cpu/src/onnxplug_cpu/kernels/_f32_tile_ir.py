@@ -100,6 +100,21 @@ def _exp(builder, y):
     return q
 
 
+def store_cases(builder, has_residual, has_silu, stores) -> None:
+    """``stores(with_residual, with_silu)`` written out once for each of the four cases, the one
+    to run chosen by the i1 flags ``has_residual`` and ``has_silu`` once a tile: tested per
+    vector instead, the branches split each vector's store into blocks of its own, which kept
+    the SiLU's ``exp`` chains from interleaving (see the module's docstring)."""
+    with builder.if_else(has_silu) as (silu_case, plain_case):
+        for case, with_silu in ((silu_case, True), (plain_case, False)):
+            with case:
+                with builder.if_else(has_residual) as (residual_case, bare_case):
+                    with residual_case:
+                        stores(True, with_silu)
+                    with bare_case:
+                        stores(False, with_silu)
+
+
 def silu_lanes(builder, value, minus_alpha):
     """``value / (1 + exp(-alpha · value))`` of 16 float32 lanes, ``minus_alpha`` the splat of
     ``-alpha``: the SiLU the tiles' stores apply (``kernels._row_conv_ir``'s too)."""
@@ -238,15 +253,7 @@ def _codegen(vectors: int, crop: bool = False, prefetch: bool = False, masked: b
                         address = builder.bitcast(builder.gep(target, [place]), vector_pointer)
                         builder.call(store, [value, address, four, stored[v]])
 
-        # One store run per case, chosen once a tile (not a branch per vector).
-        with builder.if_else(has_silu) as (silu_case, plain_case):
-            for case, with_silu in ((silu_case, True), (plain_case, False)):
-                with case:
-                    with builder.if_else(has_residual) as (residual_case, bare_case):
-                        with residual_case:
-                            stores(True, with_silu)
-                        with bare_case:
-                            stores(False, with_silu)
+        store_cases(builder, has_residual, has_silu, stores)
         return context.get_dummy_value()
 
     return codegen

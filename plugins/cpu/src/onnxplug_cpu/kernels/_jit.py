@@ -23,6 +23,7 @@ ResNet-50, DenseNet-121, Inception v1/v2, VGG-19, SqueezeNet and ShuffleNet (doc
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -30,7 +31,15 @@ from typing import Any
 
 from onnxplug.kernels import current_run
 
-__all__ = ["compiler", "cpu_has", "direct_call", "load_for_feature_maps", "numba_loaded", "switched_on"]
+__all__ = [
+    "avx512_module",
+    "compiler",
+    "cpu_has",
+    "direct_call",
+    "load_for_feature_maps",
+    "numba_loaded",
+    "switched_on",
+]
 
 
 def switched_on(name: str) -> bool:
@@ -121,6 +130,15 @@ def _libgomp_loaded() -> bool:
 
 
 @functools.cache
+def avx512_module(name: str) -> Any | None:
+    """The kernel module ``kernels.<name>`` whose loops are written for AVX-512F (imported on this
+    first call: it compiles or loads its loops), or ``None`` without numba, with
+    ``ONNXPLUG_CPU_JIT=0`` or on a CPU without AVX-512F.  Callers cache the answer."""
+    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
+        return None
+    return importlib.import_module(f".{name}", __package__)
+
+
 def cpu_has(flags: tuple[str, ...], llvm_names: tuple[str, ...]) -> bool:
     """Whether the CPU has every instruction-set ``flags`` (as /proc/cpuinfo spells them): from
     /proc/cpuinfo where there is one (no import: asked for every session), else from LLVM's host

@@ -29,7 +29,7 @@ import numpy as np
 from onnxplug.kernels import Binding
 
 from ._conv_bindings import team_settings
-from ._jit import compiler, cpu_has, direct_call, numba_loaded
+from ._jit import avx512_module, direct_call, numba_loaded
 from ._pool_jit import compiled as _compiled_pool
 from ._pool_jit import compiled_parallel as _compiled_pool_parallel
 from ._split_rows import run_in_row_blocks, thread_budget
@@ -55,11 +55,7 @@ _NO_MASKS.flags.writeable = False
 def _planes():
     """``kernels._pool_rows`` (imported on first use: it compiles or loads its loops), or ``None``
     without numba, with ``ONNXPLUG_CPU_JIT=0`` or on a CPU without AVX-512F."""
-    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
-        return None
-    from . import _pool_rows
-
-    return _pool_rows
+    return avx512_module("_pool_rows")
 
 
 def _parts(planes: int, plane: int, budget: int) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._jit import compiler, cpu_has, direct_call, switched_on
+from ._jit import avx512_module, direct_call, switched_on
 from ._split_rows import run_in_row_blocks
 from ._team import join_run, run_settings
 
@@ -61,11 +61,7 @@ _NO_SILU = np.float32(np.nan)
 @functools.cache
 def loops() -> Any | None:
     """The compiled module ``kernels._row_conv_loops``, or ``None`` where it cannot run."""
-    if compiler() is None or not cpu_has(("avx512f",), ("avx512f",)):
-        return None
-    from . import _row_conv_loops
-
-    return _row_conv_loops
+    return avx512_module("_row_conv_loops")
 
 
 def available() -> bool:

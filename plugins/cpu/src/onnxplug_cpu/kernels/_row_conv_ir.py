@@ -30,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._f32_tile_ir import silu_lanes
+from ._f32_tile_ir import silu_lanes, store_cases
 from ._simd_ir import F32, I32, I64, INDICES, LANES, MASK, i64, splat
 from ._simd_ir import prefetch as prefetch_line
 
@@ -178,15 +178,7 @@ def _store(builder, accumulators, positions, y, ybase, ostride, bias, residual, 
                 builder.call(store, [value, address, four, mask])
 
     has_silu = builder.icmp_signed("!=", silu, i64(0))
-    has_residual = builder.icmp_signed("!=", residual, i64(0))
-    with builder.if_else(has_silu) as (silu_case, plain_case):
-        for case, with_silu in ((silu_case, True), (plain_case, False)):
-            with case:
-                with builder.if_else(has_residual) as (residual_case, bare_case):
-                    with residual_case:
-                        stores(True, with_silu)
-                    with bare_case:
-                        stores(False, with_silu)
+    store_cases(builder, builder.icmp_signed("!=", residual, i64(0)), has_silu, stores)
 
 
 _SIGNATURE = types.void(*([types.intp] * 14), types.float32, types.float32, types.float32)
