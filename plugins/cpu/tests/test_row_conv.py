@@ -243,3 +243,23 @@ def test_read_only_and_writable_arrays_share_one_compiled_loop():
     np.testing.assert_array_equal(bound(frozen_x, frozen_bias, None, (0.0, 6.0)), want)
     loops = _row_conv.loops()
     assert len(loops.convolve_rows.signatures) == 1 and len(loops.tiles_range.signatures) == 1
+
+
+def test_both_splits_give_the_same_bits(monkeypatch):
+    """Split by output rows (weights that fit a core's cache) or by blocks of channels, every
+    output is one tile's sum in one order: the same bits at any thread count."""
+    x, weights, bias, attrs = _case((1, 64, 64, 14, 14, (3, 3), 1, 1))
+    plan = _plan(x, weights, attrs)
+    results = []
+    for limit in (0, _row_conv.WEIGHTS_IN_CACHE):
+        monkeypatch.setattr(_row_conv, "WEIGHTS_IN_CACHE", limit)
+        bound = _row_conv.BoundRows(plan, weights.reshape(len(weights), -1))
+        assert bound.by_tiles == (limit > 0)
+        for threads in (1, 2):
+            token = enter_run(RunState(threads=threads))
+            try:
+                results.append(bound(x, bias, None, (0.0, 6.0)))
+            finally:
+                leave_run(token)
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])

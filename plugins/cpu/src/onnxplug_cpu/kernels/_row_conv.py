@@ -52,6 +52,11 @@ MIN_MAPS = 32
 MIN_DEPTH = 128
 #: Work items (tiles × blocks of channels) per thread below which one thread computes a layer.
 MIN_ITEMS_PER_PART = 8
+#: Packed weights up to which the threads split a layer by its output rows, each computing all
+#: channels of its rows (every thread reads all the weights, from its own cache), rather than by
+#: blocks of channels (each thread reads its blocks' weights once): the next layer, whose column
+#: tiles split by positions, then finds its input in the cache of the thread that reads it.
+WEIGHTS_IN_CACHE = 512 << 10
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
@@ -158,10 +163,11 @@ class BoundRows:
     is (``numerics.Convolution`` keeps it per input shape): ``(x, bias, residual, clamp, silu,
     settings, out)``; :meth:`again` and :meth:`bind` as there."""
 
-    __slots__ = ("layer", "w", "out_shape", "_rows", "_stores", "_last")
+    __slots__ = ("layer", "w", "out_shape", "by_tiles", "_rows", "_stores", "_last")
 
     def __init__(self, layer: RowPlan, w: np.ndarray) -> None:
         self.layer, self.w = layer, pack(w, layer.taps)
+        self.by_tiles = self.w.nbytes <= WEIGHTS_IN_CACHE
         self.out_shape = layer.shape
         n, m, oh, ow = layer.shape
         self._rows = (n, m, oh * ow)
@@ -226,6 +232,7 @@ class BoundRows:
             z,
             *arguments[1:],
             parts,
+            self.by_tiles,
         )
         return y
 
@@ -248,7 +255,7 @@ class BoundRows:
         low, high, alpha = self._store(clamp, silu)
         layer = self.layer
         b = _NO_BIAS if bias is None else bias
-        arguments = (layer.tiles, layer.tables, b, z, low, high, alpha, layer.step, parts)
+        arguments = (layer.tiles, layer.tables, b, z, low, high, alpha, layer.step, parts, self.by_tiles)
         kernel = direct_call(loops().convolve_rows)
         return tile_binding(kernel, (self.w,), self._rows, arguments, 3, output, residual, residual_index, parts > 1)
 
@@ -282,13 +289,14 @@ class BoundRows:
             items = layer.tiles.shape[0] * -(-self.out_shape[1] // CHANNELS)
 
             def block(lo, hi):
-                serial_range(compiled, x, self.w, rows, layer, b, z, low, high, alpha, lo, hi)
+                serial_range(compiled, x, self.w, rows, layer, b, z, low, high, alpha, lo, hi, self.by_tiles)
 
             run_in_row_blocks(block, items, min_rows=max(1, items // parts))
             return None
         if parts > 1:
             join_run()
-        compiled.convolve_rows(x, self.w, rows, layer.tiles, layer.tables, b, z, low, high, alpha, layer.step, parts)
+        arguments = (b, z, low, high, alpha, layer.step, parts, self.by_tiles)
+        compiled.convolve_rows(x, self.w, rows, layer.tiles, layer.tables, *arguments)
         return (direct_call(compiled.convolve_rows), parts, (b, low, high, alpha, layer.step))
 
     def _store(self, clamp, silu) -> tuple:
@@ -301,9 +309,22 @@ class BoundRows:
         return store
 
 
-def serial_range(compiled, x, w, rows, layer: RowPlan, b, z, low, high, alpha, lo, hi) -> None:
+def serial_range(compiled, x, w, rows, layer: RowPlan, b, z, low, high, alpha, lo, hi, by_tiles) -> None:
     """Work items ``[lo, hi)`` of every image on the calling thread (the Python threads' share)."""
     for image in range(x.shape[0]):
         compiled.tiles_range(
-            x[image], w, rows[image], layer.tiles, layer.tables, b, z[image], low, high, alpha, layer.step, lo, hi
+            x[image],
+            w,
+            rows[image],
+            layer.tiles,
+            layer.tables,
+            b,
+            z[image],
+            low,
+            high,
+            alpha,
+            layer.step,
+            lo,
+            hi,
+            by_tiles,
         )

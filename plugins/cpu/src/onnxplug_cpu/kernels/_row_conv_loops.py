@@ -21,9 +21,9 @@ _INT, _F32 = types.int64, types.float32
 _TABLES = (array_type(_INT, 2), array_type(_INT, 3), array_type(_F32, 1))  # tiles, tables, b
 _STORE = (_F32, _F32, _F32, _INT)  # low, high, alpha, step
 _RANGE = (array_type(_F32, 3), array_type(_F32, 2), array_type(_F32, 2, read_only=False), *_TABLES)
-_RANGE += (array_type(_F32, 2), *_STORE, _INT, _INT)
+_RANGE += (array_type(_F32, 2), *_STORE, _INT, _INT, types.boolean)
 _CONVOLVE = (array_type(_F32, 4), array_type(_F32, 2), array_type(_F32, 3, read_only=False), *_TABLES)
-_CONVOLVE += (array_type(_F32, 3), *_STORE, _INT)
+_CONVOLVE += (array_type(_F32, 3), *_STORE, _INT, types.boolean)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -72,18 +72,24 @@ def _tile(
 
 
 @numba.njit(types.void(*_RANGE), cache=True, nogil=True)
-def tiles_range(x, wp, y, tiles, tables, b, z, low, high, alpha, step, lo, hi):  # pragma: no cover - compiled
-    """Work items ``[lo, hi)`` of one image: item ``j`` is block ``j // T`` of tile ``j % T``
-    (a block's tiles in turn, so that its weights stay in cache)."""
+def tiles_range(x, wp, y, tiles, tables, b, z, low, high, alpha, step, lo, hi, by_tiles):  # pragma: no cover
+    """Work items ``[lo, hi)`` of one image: item ``j`` is block ``j // T`` of tile ``j % T`` (a
+    block's tiles in turn, so that its weights stay in cache), or, ``by_tiles``, tile ``j // B``'s
+    block ``j % B`` (each range a run of output rows with all their channels: see
+    ``kernels._row_conv.WEIGHTS_IN_CACHE``)."""
     channels = x.shape[0]
     hw = x.shape[1] * x.shape[2]
     maps, ostride = y.shape[0], y.shape[1]
-    count = tiles.shape[0]
+    count, blocks = tiles.shape[0], wp.shape[0]
     silu = 0 if np.isnan(alpha) else 1
     residual = z.ctypes.data if z.shape[1] > 0 else 0
     for j in range(lo, hi):
-        block = j // count
-        i = j - block * count
+        if by_tiles:
+            i = j // blocks
+            block = j - i * blocks
+        else:
+            block = j // count
+            i = j - block * count
         first = block * _CHANNELS
         bias = b.ctypes.data + first * 4 if b.shape[0] > 0 else 0
         valid = min(_CHANNELS, maps - first)
@@ -110,7 +116,7 @@ def tiles_range(x, wp, y, tiles, tables, b, z, low, high, alpha, step, lo, hi): 
 
 
 @numba.njit(types.void(*_CONVOLVE), cache=True, nogil=True, parallel=True)
-def convolve_rows(x, wp, y, tiles, tables, b, z, low, high, alpha, step, parts):  # pragma: no cover - compiled
+def convolve_rows(x, wp, y, tiles, tables, b, z, low, high, alpha, step, parts, by_tiles):  # pragma: no cover
     """The layer of ``x`` ``(N, C, H, W)`` into ``y`` ``(N, M, OH·OW)`` (see ``kernels._row_conv``),
     each image's work items in ``parts`` contiguous ranges (on numba's threading layer when more
     than one)."""
@@ -118,8 +124,10 @@ def convolve_rows(x, wp, y, tiles, tables, b, z, low, high, alpha, step, parts):
     items = blocks * tiles.shape[0]
     for image in range(x.shape[0]):
         if parts <= 1:
-            tiles_range(x[image], wp, y[image], tiles, tables, b, z[image], low, high, alpha, step, 0, items)
+            tiles_range(x[image], wp, y[image], tiles, tables, b, z[image], low, high, alpha, step, 0, items, by_tiles)
         else:
             for part in prange(parts):
                 lo, hi = items * part // parts, items * (part + 1) // parts
-                tiles_range(x[image], wp, y[image], tiles, tables, b, z[image], low, high, alpha, step, lo, hi)
+                tiles_range(
+                    x[image], wp, y[image], tiles, tables, b, z[image], low, high, alpha, step, lo, hi, by_tiles
+                )
