@@ -39,7 +39,7 @@ def rows_on(monkeypatch):
 LAYERS = [
     (1, 16, 32, 7, 7, (3, 3), 1, 1),
     (2, 16, 48, 9, 13, (3, 3), 1, 1),
-    (1, 15, 33, 6, 25, (3, 3), 2, 1),
+    (1, 16, 33, 6, 25, (3, 3), 2, 1),
     (2, 32, 64, 2, 40, (2, 2), 1, 1),
     (1, 20, 40, 11, 56, (3, 3), 1, 1),
     (1, 16, 32, 5, 10, (3, 3), 1, 0),
@@ -51,6 +51,9 @@ LAYERS = [
     (1, 16, 32, 6, 9, (3, 3), 1, 1),
     (1, 16, 32, 3, 11, (3, 3), 1, 1),
     (1, 48, 32, 5, 8, (1, 3), 1, 1),
+    (1, 16, 32, 9, 11, (5, 5), 1, 2),
+    (2, 16, 48, 13, 27, (3, 3), 2, 3),
+    (1, 16, 32, 6, 7, (3, 3), 1, 2),
 ]
 
 
@@ -119,13 +122,15 @@ def test_which_layers_row_tiles_take():
 
     assert planned(64, 64, 14, 14, (3, 3), 1, 1) and planned(256, 256, 2, 40, (2, 2), 1, 1)
     assert planned(128, 128, 28, 28, (3, 3), 2, 1) and planned(16, 32, 80, 80, (3, 3), 1, 1)
+    assert planned(16, 32, 27, 27, (5, 5), 1, 2) and planned(64, 64, 14, 14, (3, 3), 1, 2)
     assert not planned(3, 32, 32, 160, (3, 3), 1, 1)  # a stem: too shallow a sum (MIN_DEPTH)
+    assert not planned(3, 64, 224, 224, (7, 7), 2, 3)  # fewer than MIN_CHANNELS input channels
     assert not planned(64, 16, 14, 14, (3, 3), 1, 1)  # fewer than MIN_MAPS output channels
     assert not planned(64, 64, 14, 14, (1, 1), 1, 0)  # pointwise: the column tiles read it in place
     assert not planned(64, 64, 14, 14, (3, 3), 1, 2, dilation=2)
     assert not planned(64, 64, 3, 3, (3, 3), 1, 1)  # rows of fewer than MIN_POSITIONS
-    assert not planned(16, 64, 224, 224, (7, 7), 2, 3)  # a tap range the tile has no loop for
-    assert not planned(64, 64, 14, 14, (3, 3), 1, 2)  # (pads of 2: the same)
+    assert not planned(16, 64, 56, 56, (7, 7), 1, 3)  # a tap that skips 3 positions: no loop for it
+    assert not planned(16, 64, 28, 28, (7, 7), 1, 1)  # more than MAX_TAPS
 
 
 def test_padding_taps_are_left_out_of_the_tables():

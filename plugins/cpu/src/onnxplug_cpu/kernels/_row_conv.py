@@ -13,10 +13,11 @@ against the other tiles (hand-made prototype, one thread, same machine): 512 →
 930 → 790 µs, 256 → 256 at 14×14 904 → 847, at 4×40 720 → 577, 256 → 256 at stride 2 on 28×28
 1236 → 1006, 64 → 64 at 56×56 942 → 923.
 
-Which layers (:func:`plan`): ungrouped, dilation 1, at least 32 output channels, output rows of
-at least ``MIN_POSITIONS`` positions, and a geometry whose taps each cover a tile's positions
-from the first or second to the last or the one before (pads of 0 or 1 for a 3×3 or 2×2
-kernel at stride 1 or 2; not a stem's 7×7 with pads of 3, which keeps the other tiles).
+Which layers (:func:`plan`): ungrouped, dilation 1, kernels of 2 to 25 taps (not pointwise:
+the column tiles read those in place with nothing wasted), at least 32 output channels and 16
+input channels, sums at least 128 long, output rows of at least ``MIN_POSITIONS`` positions,
+and a geometry whose taps each skip at most ``SKIPPED`` positions at either end of a tile (pads
+of up to 2 at stride 1, 3 at stride 2).
 
 Numerics: each output is ``sum w[m, c, ky, kx] · x[c, iy, ix]`` accumulated in float32 with one
 rounding per multiply-add, taps in row-major order and channels in order within each tap (the
@@ -44,12 +45,19 @@ __all__ = ["BoundRows", "RowPlan", "available", "pack", "plan"]
 CHANNELS = 32
 #: Positions a tile computes (``kernels._row_conv_ir.MIN_POSITIONS`` … ``MAX_POSITIONS``).
 MIN_POSITIONS, MAX_POSITIONS = 4, 12
+#: Positions at either end of a tile a tap may skip (``kernels._row_conv_ir.SKIPPED``).
+SKIPPED = 2
 #: Fewer output channels than this keep the other tiles: a block of 32 half empty.
 MIN_MAPS = 32
 #: Layers whose output sums are shorter than this (input channels × taps) keep the other tiles,
 #: whose store costs less against so little arithmetic: a 3 → 32 channel 3×3 layer at 32×160
 #: took 77 µs on row tiles against 56, 16 → 32 at 80×80 269 against 271 (one thread).
 MIN_DEPTH = 128
+#: ... and layers with fewer input channels than this: each tap's loop over the channels is the
+#: tile's inner loop (a 3-channel 7×7 stem at stride 2: 1140 against 946 µs on the column tiles).
+MIN_CHANNELS = 16
+#: Taps a kernel may have (5×5: 70 against 84 µs for 16 → 32 channels at 27×27).
+MAX_TAPS = 25
 #: Work items (tiles × blocks of channels) per thread below which one thread computes a layer.
 MIN_ITEMS_PER_PART = 8
 #: Packed weights up to which the threads split a layer by its output rows, each computing all
@@ -112,7 +120,8 @@ def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tupl
     (kh, kw), (sh, sw) = kernel, strides
     top, left, bottom, right = pads
     oh, ow = (height + top + bottom - kh) // sh + 1, (width + left + right - kw) // sw + 1
-    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or not 1 < kh * kw <= 9 or shape[1] * kh * kw < MIN_DEPTH:
+    too_shallow = shape[1] < MIN_CHANNELS or shape[1] * kh * kw < MIN_DEPTH
+    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or not 1 < kh * kw <= MAX_TAPS or too_shallow:
         return None
     rows_tiles, rows_tables = [], []
     for oy in range(oh):
@@ -129,7 +138,7 @@ def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tupl
                     hi = min(positions, (width - 1 + left - kx) // sw + 1 - ox0)
                     if hi <= lo:
                         continue
-                    if lo > 1 or hi < positions - 1:
+                    if lo > SKIPPED or hi < positions - SKIPPED:
                         return None  # a range the tile has no loop for
                     table.append((iy * width + ox0 * sw + kx - left, (ky * kw + kx) * CHANNELS * shape[1], lo, hi))
             rows_tiles.append((oy * ow + ox0, positions, len(table)))

@@ -9,10 +9,10 @@ numba is usable and the CPU has AVX-512F).  Module-level intrinsics (``row_tile_
 For each tap of the tile's table (the taps whose input row lies inside the map: a top or bottom
 row's dead taps are not in it) and each input channel ``c``, the two weight vectors
 ``wp[tap, c, 0:32]`` are loaded and each live position's input value is broadcast and multiplied
-into its two accumulators (``llvm.fma.v16f32``).  A tap is live for positions ``[lo, hi)`` with
-``lo`` 0 or 1 and ``hi`` ``P - 1`` or ``P`` (a row's first and last positions, whose left or
-right tap falls in the padding): the loop over the channels is written out once for each of
-those four ranges, so that no multiply-add is spent on a padding cell.  That is the difference
+into its two accumulators (``llvm.fma.v16f32``).  A tap is live for positions ``[lo, hi)``,
+``lo`` up to :data:`SKIPPED` and ``hi`` from ``P - SKIPPED`` (a row's first and last positions,
+whose left or right taps fall in the padding): the loop over the channels is written out once
+for each of those nine ranges, so that no multiply-add is spent on a padding cell.  That is the difference
 from ``kernels._f32_tile_ir``'s tiles (output columns in the lanes), which multiply the
 padding's zeros: 18 % of a 7×7 map's taps, 35 % of a 3×41 map's 2×2 ones.
 
@@ -42,6 +42,10 @@ VECTORS = 2
 #: accumulators than the multiply-adds in flight leave the FMA units idle).
 MAX_POSITIONS = 12
 MIN_POSITIONS = 4
+#: Positions at either end of a tile a tap may skip: its loop over the channels is written out for
+#: each first live position ``0 … SKIPPED`` and each end ``P - SKIPPED … P`` (pads of up to 2 at
+#: stride 1, 3 at stride 2).
+SKIPPED = 2
 #: Channels ahead whose weights each step prefetches.
 PREFETCH_STEPS = 8
 
@@ -64,8 +68,8 @@ def _codegen(positions: int):
                 builder.load(builder.gep(entries, [builder.add(entry, i64(f))])) for f in range(4)
             )
             done = builder.append_basic_block("tap_done")
-            for first in (0, 1):
-                for last in (positions - 1, positions):
+            for first in range(SKIPPED + 1):
+                for last in range(positions - SKIPPED, positions + 1):
                     chosen = builder.and_(
                         builder.icmp_signed("==", lo, i64(first)), builder.icmp_signed("==", hi, i64(last))
                     )
