@@ -54,6 +54,7 @@ LAYERS = [
     (1, 16, 32, 9, 11, (5, 5), 1, 2),
     (2, 16, 48, 13, 27, (3, 3), 2, 3),
     (1, 16, 32, 6, 7, (3, 3), 1, 2),
+    (2, 16, 64, 14, 23, (1, 1), 2, 0),
 ]
 
 
@@ -127,6 +128,7 @@ def test_which_layers_row_tiles_take():
     assert not planned(3, 64, 224, 224, (7, 7), 2, 3)  # fewer than MIN_CHANNELS input channels
     assert not planned(64, 16, 14, 14, (3, 3), 1, 1)  # fewer than MIN_MAPS output channels
     assert not planned(64, 64, 14, 14, (1, 1), 1, 0)  # pointwise: the column tiles read it in place
+    assert planned(32, 64, 80, 80, (1, 1), 2, 0)  # ... but strided, they copy a phase first
     assert not planned(64, 64, 14, 14, (3, 3), 1, 2, dilation=2)
     assert not planned(64, 64, 3, 3, (3, 3), 1, 1)  # rows of fewer than MIN_POSITIONS
     assert not planned(16, 64, 56, 56, (7, 7), 1, 3)  # a tap that skips 3 positions: no loop for it

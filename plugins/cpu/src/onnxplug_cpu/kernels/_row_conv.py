@@ -13,9 +13,10 @@ against the other tiles (hand-made prototype, one thread, same machine): 512 →
 930 → 790 µs, 256 → 256 at 14×14 904 → 847, at 4×40 720 → 577, 256 → 256 at stride 2 on 28×28
 1236 → 1006, 64 → 64 at 56×56 942 → 923.
 
-Which layers (:func:`plan`): ungrouped, dilation 1, kernels of 2 to 25 taps (not pointwise:
-the column tiles read those in place with nothing wasted), at least 32 output channels and 16
-input channels, sums at least 128 long, output rows of at least ``MIN_POSITIONS`` positions,
+Which layers (:func:`plan`): ungrouped, dilation 1, kernels of up to 25 taps (pointwise ones
+only at a stride: the column tiles read the others in place with nothing wasted), at least 32
+output channels and 16 input channels, sums at least 128 long (but a strided pointwise layer's),
+output rows of at least ``MIN_POSITIONS`` positions,
 and a geometry whose taps each skip at most ``SKIPPED`` positions at either end of a tile (pads
 of up to 2 at stride 1, 3 at stride 2).
 
@@ -51,7 +52,9 @@ SKIPPED = 2
 MIN_MAPS = 32
 #: Layers whose output sums are shorter than this (input channels × taps) keep the other tiles,
 #: whose store costs less against so little arithmetic: a 3 → 32 channel 3×3 layer at 32×160
-#: took 77 µs on row tiles against 56, 16 → 32 at 80×80 269 against 271 (one thread).
+#: took 77 µs on row tiles against 56, 16 → 32 at 80×80 269 against 271 (one thread).  Not for
+#: a strided pointwise layer, whose column tiles first copy a phase of its input: 32 → 64 at
+#: stride 2 on 80×80 60 → 55 µs, 64 → 128 on 40×40 47 → 38, 128 → 256 on 20×20 49 → 35.
 MIN_DEPTH = 128
 #: ... and layers with fewer input channels than this: each tap's loop over the channels is the
 #: tile's inner loop (a 3-channel 7×7 stem at stride 2: 1140 against 946 µs on the column tiles).
@@ -120,8 +123,12 @@ def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tupl
     (kh, kw), (sh, sw) = kernel, strides
     top, left, bottom, right = pads
     oh, ow = (height + top + bottom - kh) // sh + 1, (width + left + right - kw) // sw + 1
-    too_shallow = shape[1] < MIN_CHANNELS or shape[1] * kh * kw < MIN_DEPTH
-    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or not 1 < kh * kw <= MAX_TAPS or too_shallow:
+    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or kh * kw > MAX_TAPS or shape[1] < MIN_CHANNELS:
+        return None
+    if kh * kw == 1:
+        if (sh, sw) == (1, 1):
+            return None  # the column tiles read a pointwise layer in place, nothing wasted
+    elif shape[1] * kh * kw < MIN_DEPTH:
         return None
     rows_tiles, rows_tables = [], []
     for oy in range(oh):
