@@ -133,6 +133,24 @@ def test_which_layers_row_tiles_take():
     assert not planned(64, 64, 3, 3, (3, 3), 1, 1)  # rows of fewer than MIN_POSITIONS
     assert not planned(16, 64, 56, 56, (7, 7), 1, 3)  # a tap that skips 3 positions: no loop for it
     assert not planned(16, 64, 28, 28, (7, 7), 1, 1)  # more than MAX_TAPS
+    assert not planned(64, 64, 224, 224, (3, 3), 1, 1)  # a map of more than MAX_CELLS
+
+
+def test_a_node_s_layers_for_several_shapes_share_one_packing():
+    x, weights, bias, attrs = _case(LAYERS[0])
+    packed = PackedConv(weights, 1)
+    for size in (7, 9, 11):
+        image = np.random.default_rng(size).standard_normal((1, 16, size, size), dtype=np.float32)
+        got = convolve(image, weights, bias, packed=packed, **attrs)
+        np.testing.assert_allclose(got, _reference(image, weights, bias, attrs), rtol=2e-5, atol=1e-4)
+    remembered = [
+        packed.remembered(
+            (1, 16, size, size), (None, *(attrs.get(k) for k in ("strides", "dilations", "pads")), "NOTSET")
+        )
+        for size in (7, 9, 11)
+    ]
+    layers = [layer for layer in remembered if isinstance(layer, _row_conv.BoundRows)]
+    assert len(layers) == 3 and all(layer.w is packed.row_weights() for layer in layers)
 
 
 def test_padding_taps_are_left_out_of_the_tables():

@@ -178,6 +178,7 @@ class PackedConv:
         self.shiftable = w.ndim == 4 and group == 1 and w.shape[0] <= w.shape[1] and w.shape[2:] != (1, 1)
         self._shape = w.shape
         self._stacked = None
+        self._rows = None
         self._bound: dict[tuple, tuple] = {}
         if self.shiftable and 2 * w.shape[0] <= w.shape[1] and not _f32_conv.available():
             self.stacked_filters()  # not with the compiled tiles, which take these layers
@@ -222,6 +223,13 @@ class PackedConv:
         if m not in self.winograd:  # idempotent: a concurrent first call computes the same array
             self.winograd[m] = winograd_weights(self._w, m)
         return self.winograd[m]
+
+    def row_weights(self) -> np.ndarray:
+        """The weights laid out for the row tiles (``kernels._row_conv.pack``), made on the first
+        call that takes them and kept: the layers of every input shape share one copy."""
+        if self._rows is None:  # idempotent, as winograd_filters
+            self._rows = _row_conv.pack(self.matrix.reshape(-1, self.matrix.shape[-1]), math.prod(self._shape[2:]))
+        return self._rows
 
 
 def _winograd_tile(packed: PackedConv | None, x, strides, dilations, out) -> int:
@@ -438,7 +446,7 @@ def convolve(
             spacing = tuple(dilations) if dilations else (1, 1)
             rows = _row_conv.plan(x.shape, matrix.shape[0], ks, tuple(strides or (1, 1)), spacing, (*begin, *end), out)
         if rows is not None:
-            bound = _row_conv.BoundRows(rows, matrix)
+            bound = _row_conv.BoundRows(rows, matrix, None if prepared is None else prepared.row_weights())
         else:
             geometry = (tuple(a) if a else None for a in (ks, strides, dilations, pads))
             layer = _f32_conv.plan(x.shape, matrix.shape[0], group, *geometry, auto_pad)

@@ -16,7 +16,7 @@ against the other tiles (hand-made prototype, one thread, same machine): 512 →
 Which layers (:func:`plan`): ungrouped, dilation 1, kernels of up to 25 taps (pointwise ones
 only at a stride: the column tiles read the others in place with nothing wasted), at least 32
 output channels and 16 input channels, sums at least 128 long (but a strided pointwise layer's),
-output rows of at least ``MIN_POSITIONS`` positions,
+output rows of at least ``MIN_POSITIONS`` positions, maps of at most ``MAX_CELLS`` cells,
 and a geometry whose taps each skip at most ``SKIPPED`` positions at either end of a tile (pads
 of up to 2 at stride 1, 3 at stride 2).
 
@@ -61,6 +61,10 @@ MIN_DEPTH = 128
 MIN_CHANNELS = 16
 #: Taps a kernel may have (5×5: 70 against 84 µs for 16 → 32 channels at 27×27).
 MAX_TAPS = 25
+#: Output maps larger than this keep the column tiles, which ran as fast there (64 → 64 3×3 at
+#: 224×224 14.9 ms either way, 128 → 128 at 112×112 13.6 against 14.0): the plan's tables, worked
+#: out in Python on a layer's first call, stay under ~20 ms and 2 MB.
+MAX_CELLS = 160 * 160
 #: Work items (tiles × blocks of channels) per thread below which one thread computes a layer.
 MIN_ITEMS_PER_PART = 8
 #: Packed weights up to which the threads split a layer by its output rows, each computing all
@@ -123,7 +127,9 @@ def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tupl
     (kh, kw), (sh, sw) = kernel, strides
     top, left, bottom, right = pads
     oh, ow = (height + top + bottom - kh) // sh + 1, (width + left + right - kw) // sw + 1
-    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or kh * kw > MAX_TAPS or shape[1] < MIN_CHANNELS:
+    if (oh, ow) != tuple(out) or ow < MIN_POSITIONS or oh * ow > MAX_CELLS:
+        return None
+    if kh * kw > MAX_TAPS or shape[1] < MIN_CHANNELS:
         return None
     if kh * kw == 1:
         if (sh, sw) == (1, 1):
@@ -181,8 +187,10 @@ class BoundRows:
 
     __slots__ = ("layer", "w", "out_shape", "by_tiles", "_rows", "_stores", "_last")
 
-    def __init__(self, layer: RowPlan, w: np.ndarray) -> None:
-        self.layer, self.w = layer, pack(w, layer.taps)
+    def __init__(self, layer: RowPlan, w: np.ndarray, packed: np.ndarray | None = None) -> None:
+        """``w`` the node's weights ``(M, C·taps)``; ``packed`` their :func:`pack` where the caller
+        keeps it (a node's layers for several input shapes share it), else packed here."""
+        self.layer, self.w = layer, pack(w, layer.taps) if packed is None else packed
         self.by_tiles = self.w.nbytes <= WEIGHTS_IN_CACHE
         self.out_shape = layer.shape
         n, m, oh, ow = layer.shape
