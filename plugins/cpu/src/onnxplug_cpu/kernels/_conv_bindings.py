@@ -21,13 +21,29 @@ from onnxplug.kernels import Binding
 
 from ._team import RunSettings, join_run, run_settings
 
-__all__ = ["depthwise_binding", "is_float32_c", "team_settings", "tile_binding"]
+__all__ = ["depthwise_binding", "is_float32_c", "store_arguments", "team_settings", "tile_binding"]
 
 
 def is_float32_c(array: np.ndarray, ndim: int) -> bool:
     """Whether ``array`` is a C-contiguous float32 array of ``ndim`` dimensions (what a bound
     layer may pass to a compiled entry point as it is)."""
     return array.dtype == np.float32 and array.ndim == ndim and array.flags.c_contiguous
+
+
+_NO_SILU = np.float32(np.nan)
+
+
+def store_arguments(stores: dict, clamp, silu) -> tuple:
+    """A layer's store arguments for a node's ``clamp`` ``(low, high)`` (or ``None``) and SiLU
+    ``alpha`` (or ``None``): float32 ``(low, high, alpha)``, NaN for no SiLU; kept in ``stores``
+    (the layer's own dict) per setting, so that a node's calls make them once."""
+    key = (None if clamp is None else tuple(clamp), silu)
+    store = stores.get(key)
+    if store is None:
+        low, high = clamp if clamp is not None else (-np.inf, np.inf)
+        alpha = _NO_SILU if silu is None else np.float32(silu)
+        store = stores[key] = (np.float32(low), np.float32(high), alpha)
+    return store
 
 
 def team_settings() -> RunSettings:

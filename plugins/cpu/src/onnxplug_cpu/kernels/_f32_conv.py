@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ._conv_bindings import is_float32_c, tile_binding
+from ._conv_bindings import is_float32_c, store_arguments, tile_binding
 from ._epilogue import finish
 from ._f32_conv_layout import COLUMNS, crop_tables, layout, masked_layout, tail_columns
 from ._f32_conv_threads import on_python_threads
@@ -59,7 +59,6 @@ _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for ba
 _NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
 _NO_KEEP = np.zeros(0, dtype=np.uint16)
 _NO_AT = np.zeros(0, dtype=np.int64)
-_NO_SILU = np.float32(np.nan)
 #: Tiles (6 channels × 64 columns) per thread below which one thread computes a layer alone.
 MIN_TILES_PER_PART = 4
 #: Values per thread below which one thread gathers alone.
@@ -354,13 +353,7 @@ class BoundLayer:
 
     def _store(self, clamp, silu) -> tuple:
         """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
-        key = (None if clamp is None else tuple(clamp), silu)
-        store = self._stores.get(key)
-        if store is None:
-            low, high = clamp if clamp is not None else (-np.inf, np.inf)
-            alpha = _NO_SILU if silu is None else np.float32(silu)
-            store = self._stores[key] = (np.float32(low), np.float32(high), alpha)
-        return store
+        return store_arguments(self._stores, clamp, silu)
 
 
 #: Where :meth:`BoundLayer._arguments` puts the residual (``z``) among the compiled call's arguments.

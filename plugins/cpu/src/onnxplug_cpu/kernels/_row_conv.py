@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ._conv_bindings import is_float32_c, store_arguments, tile_binding
 from ._jit import avx512_module, direct_call, switched_on
 from ._split_rows import run_in_row_blocks
 from ._team import join_run, run_settings
@@ -75,7 +76,6 @@ WEIGHTS_IN_CACHE = 512 << 10
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
 _NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
-_NO_SILU = np.float32(np.nan)
 
 
 @functools.cache
@@ -263,7 +263,6 @@ class BoundRows:
     def bind(self, x, bias, residual, clamp, silu, output, scratch, residual_index=None):
         """This layer as an ``onnxplug.kernels.Binding`` over ``output`` (``kernels._conv_bindings``),
         or ``None`` where it would not run compiled on this thread or the team."""
-        from ._conv_bindings import is_float32_c, tile_binding
 
         settings = run_settings()
         if not settings.tiles or (bias is not None and not is_float32_c(bias, 1)):
@@ -324,13 +323,8 @@ class BoundRows:
         return (direct_call(compiled.convolve_rows), parts, (b, low, high, alpha, layer.step))
 
     def _store(self, clamp, silu) -> tuple:
-        key = (None if clamp is None else tuple(clamp), silu)
-        store = self._stores.get(key)
-        if store is None:
-            low, high = clamp if clamp is not None else (-np.inf, np.inf)
-            alpha = _NO_SILU if silu is None else np.float32(silu)
-            store = self._stores[key] = (np.float32(low), np.float32(high), alpha)
-        return store
+        """The store's float32 clamp bounds and SiLU alpha (NaN: none), kept per node setting."""
+        return store_arguments(self._stores, clamp, silu)
 
 
 def serial_range(compiled, x, w, rows, layer: RowPlan, b, z, low, high, alpha, lo, hi, by_tiles) -> None:
