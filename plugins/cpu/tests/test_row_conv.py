@@ -55,6 +55,7 @@ LAYERS = [
     (2, 16, 48, 13, 27, (3, 3), 2, 3),
     (1, 16, 32, 6, 7, (3, 3), 1, 2),
     (2, 16, 64, 14, 23, (1, 1), 2, 0),
+    (1, 32, 32, 5, 8, (2, 2), 1, 2),  # the top and bottom rows read only padding: the bias alone
 ]
 
 

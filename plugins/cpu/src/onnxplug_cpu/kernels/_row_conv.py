@@ -104,7 +104,7 @@ class RowPlan:
 
     __slots__ = ("shape", "tiles", "tables", "step", "taps")
 
-    def __init__(self, shape, maps, kernel, strides, pads, out, tiles, tables) -> None:
+    def __init__(self, shape, maps, kernel, strides, out, tiles, tables) -> None:
         self.shape = (shape[0], maps, *out)
         self.tiles, self.tables = tiles, tables
         self.step = int(strides[1])
@@ -164,7 +164,7 @@ def plan(shape: tuple, maps: int, kernel: tuple, strides: tuple, dilations: tupl
     tiles = np.array(rows_tiles, dtype=np.int64).reshape(-1, 3)
     for array in (tiles, tables):
         array.flags.writeable = False
-    return RowPlan(shape, maps, kernel, strides, pads, (oh, ow), tiles, tables)
+    return RowPlan(shape, maps, kernel, strides, (oh, ow), tiles, tables)
 
 
 def pack(w: np.ndarray, taps: int) -> np.ndarray:
