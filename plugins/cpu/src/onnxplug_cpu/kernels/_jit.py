@@ -139,6 +139,7 @@ def avx512_module(name: str) -> Any | None:
     return importlib.import_module(f".{name}", __package__)
 
 
+@functools.cache
 def cpu_has(flags: tuple[str, ...], llvm_names: tuple[str, ...]) -> bool:
     """Whether the CPU has every instruction-set ``flags`` (as /proc/cpuinfo spells them): from
     /proc/cpuinfo where there is one (no import: asked for every session), else from LLVM's host
