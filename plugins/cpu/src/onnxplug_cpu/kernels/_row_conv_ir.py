@@ -34,7 +34,8 @@ from ._f32_tile_ir import silu_lanes, store_cases
 from ._simd_ir import F32, I32, I64, INDICES, LANES, MASK, i64, splat
 from ._simd_ir import prefetch as prefetch_line
 
-__all__ = ["MAX_POSITIONS", "MIN_POSITIONS", "VECTORS", "row_tile_4"]
+__all__ = ["MAX_POSITIONS", "MIN_POSITIONS", "PREFETCH_STEPS", "SKIPPED", "VECTORS"]
+__all__ += [f"row_tile_{positions}" for positions in range(4, 13)]
 
 #: Output channels a tile computes: this many 16-lane vectors.
 VECTORS = 2
