@@ -25,7 +25,7 @@ rounding per multiply-add, taps in row-major order and channels in order within 
 other tiles sum channel-major); the taps that read the padding are skipped, not multiplied by
 zero.  The epilogue adds the bias, then the residual, then clamps, then applies the SiLU.
 
-:func:`loops` is ``None`` (callers keep the other tiles) without numba, with
+:func:`available` is ``False`` (callers keep the other tiles) without numba, with
 ``ONNXPLUG_CPU_JIT=0``, on a CPU without AVX-512F, or with ``ONNXPLUG_CPU_ROW_TILES=0``.
 """
 

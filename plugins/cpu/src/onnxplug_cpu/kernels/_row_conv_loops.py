@@ -1,6 +1,6 @@
-"""The compiled loop of ``kernels._row_conv``: every tile of a layer, each block of 32 output
-channels in turn, split over numba's threading layer (imported only through
-``kernels._row_conv.loops``: this module needs numba and AVX-512F)."""
+"""The compiled loop of ``kernels._row_conv``: every tile of a layer for every block of 32 output
+channels, split over numba's threading layer (imported only through ``kernels._row_conv.loops``:
+this module needs numba and AVX-512F)."""
 
 from __future__ import annotations
 
