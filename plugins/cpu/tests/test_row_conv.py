@@ -125,7 +125,8 @@ def test_which_layers_row_tiles_take():
     assert planned(64, 64, 14, 14, (3, 3), 1, 1) and planned(256, 256, 2, 40, (2, 2), 1, 1)
     assert planned(128, 128, 28, 28, (3, 3), 2, 1) and planned(16, 32, 80, 80, (3, 3), 1, 1)
     assert planned(16, 32, 27, 27, (5, 5), 1, 2) and planned(64, 64, 14, 14, (3, 3), 1, 2)
-    assert not planned(3, 32, 32, 160, (3, 3), 1, 1)  # a stem: too shallow a sum (MIN_DEPTH)
+    assert not planned(16, 32, 32, 160, (2, 2), 1, 0)  # 64-long sums: too shallow (MIN_DEPTH)
+    assert not planned(3, 32, 32, 160, (3, 3), 1, 1)  # a 3-channel stem (MIN_CHANNELS, MIN_DEPTH)
     assert not planned(3, 64, 224, 224, (7, 7), 2, 3)  # fewer than MIN_CHANNELS input channels
     assert not planned(64, 16, 14, 14, (3, 3), 1, 1)  # fewer than MIN_MAPS output channels
     assert not planned(64, 64, 14, 14, (1, 1), 1, 0)  # pointwise: the column tiles read it in place
