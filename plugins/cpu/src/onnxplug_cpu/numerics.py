@@ -35,9 +35,10 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   ``kernels._shifted_jit``), with filters prepared once in :class:`PackedConv`.  Where numba
   and AVX-512F are present (and ``ONNXPLUG_CPU_CONV_TILE`` is not ``0``), float32 2-D
   convolutions other than depthwise layers and non-overlapping patches run on compiled tiles
-  instead (``kernels._f32_conv``), except the wide 3×3 layers Winograd still wins; padded and
-  strided 3×3 and 2×2 layers of 32 or more output channels on row tiles (``kernels._row_conv``:
-  channels in the lanes, the padding's taps skipped).
+  instead (``kernels._f32_conv``), except the wide 3×3 layers Winograd still wins and the
+  layers the row tiles take (``kernels._row_conv``: channels in the lanes, the padding's taps
+  skipped, strided layers read in place; kernels of up to 5×5 and strided pointwise ones, of at
+  least 32 output and 16 input channels).
 """
 
 from __future__ import annotations
