@@ -21,7 +21,7 @@ from onnxplug.kernels import Binding
 
 from ._team import RunSettings, join_run, run_settings
 
-__all__ = ["depthwise_binding", "is_float32_c", "store_arguments", "team_settings", "tile_binding"]
+__all__ = ["depthwise_binding", "is_float32_c", "no_residuals", "store_arguments", "team_settings", "tile_binding"]
 
 
 def is_float32_c(array: np.ndarray, ndim: int) -> bool:
@@ -31,6 +31,12 @@ def is_float32_c(array: np.ndarray, ndim: int) -> bool:
 
 
 _NO_SILU = np.float32(np.nan)
+_NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
+
+
+def no_residuals(images: int) -> np.ndarray:
+    """The empty ``(N, 0, 0)`` residual a layer passes its compiled call for none."""
+    return _NO_RESIDUALS[:images] if len(_NO_RESIDUALS) >= images else np.zeros((images, 0, 0), np.float32)
 
 
 def store_arguments(stores: dict, clamp, silu) -> tuple:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ._conv_bindings import is_float32_c, store_arguments, tile_binding
+from ._conv_bindings import is_float32_c, no_residuals, store_arguments, tile_binding
 from ._epilogue import finish
 from ._f32_conv_layout import COLUMNS, crop_tables, layout, masked_layout, tail_columns
 from ._f32_conv_threads import on_python_threads
@@ -55,7 +55,6 @@ from ._team import join_run, run_settings, tiles_enabled
 __all__ = ["BoundLayer", "ConvPlan", "available", "in_weight_order", "plan", "run", "thread_parts"]
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
-_NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
 _NO_PLANES = np.zeros((0, 0, 0), dtype=np.float32)
 _NO_KEEP = np.zeros(0, dtype=np.uint16)
 _NO_AT = np.zeros(0, dtype=np.int64)
@@ -223,7 +222,7 @@ class BoundLayer:
         geometry = layer.geometry
         self._planes = None if layer.in_place else (len(geometry.phases), layer.channels, geometry.length)
         self._rows = (n, m, oh * ow)
-        self._no_residual = _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
+        self._no_residual = no_residuals(n)
         self._stores: dict[tuple, tuple] = {}  # (clamp, silu) -> float32 (low, high, alpha)
         self._empty = math.prod(layer.shape) == 0
         # (bias, clamp, silu, settings, the compiled call, its arguments after the output,

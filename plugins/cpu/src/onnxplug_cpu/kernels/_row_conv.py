@@ -36,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from ._conv_bindings import is_float32_c, store_arguments, tile_binding
+from ._conv_bindings import is_float32_c, no_residuals, store_arguments, tile_binding
+from ._epilogue import finish
 from ._jit import avx512_module, direct_call, switched_on
+from ._sigmoid_jit import silu as silu_pass
 from ._split_rows import run_in_row_blocks
 from ._team import join_run, run_settings
 
@@ -75,7 +77,6 @@ MIN_ITEMS_PER_PART = 8
 WEIGHTS_IN_CACHE = 512 << 10
 
 _NO_BIAS = np.zeros(0, dtype=np.float32)
-_NO_RESIDUALS = np.zeros((64, 0, 0), dtype=np.float32)  # (N, 0, 0) views for batches up to 64
 
 
 @functools.cache
@@ -185,7 +186,7 @@ class BoundRows:
     is (``numerics.Convolution`` keeps it per input shape): ``(x, bias, residual, clamp, silu,
     settings, out)``; :meth:`again` and :meth:`bind` as there."""
 
-    __slots__ = ("layer", "w", "out_shape", "by_tiles", "_rows", "_stores", "_last")
+    __slots__ = ("layer", "w", "out_shape", "by_tiles", "_rows", "_no_residual", "_stores", "_last")
 
     def __init__(self, layer: RowPlan, w: np.ndarray, packed: np.ndarray | None = None) -> None:
         """``w`` the node's weights ``(M, C·taps)``; ``packed`` their :func:`pack` where the caller
@@ -195,8 +196,11 @@ class BoundRows:
         self.out_shape = layer.shape
         n, m, oh, ow = layer.shape
         self._rows = (n, m, oh * ow)
+        self._no_residual = no_residuals(n)
         self._stores: dict[tuple, tuple] = {}
-        self._last: tuple | None = None  # (bias, clamp, silu, settings, arguments after z, parts)
+        # (bias, clamp, silu, settings, (kernel, parts, arguments), with a residual) of the last
+        # call that ran compiled on the team or one thread
+        self._last: tuple | None = None
 
     def __call__(self, x, bias=None, residual=None, clamp=None, silu=None, settings=None, out=None) -> np.ndarray:
         if settings is None:
@@ -213,10 +217,7 @@ class BoundRows:
             b = np.ascontiguousarray(bias, dtype=np.float32).reshape(self.out_shape[1])
         z = self._residual(residual, y)
         if z is None:  # a residual to broadcast: added after the bias, then clamped, in a pass of its own
-            from ._epilogue import finish
-            from ._sigmoid_jit import silu as silu_pass
-
-            self._run(x, y, b, self._no_residual(), None, None, settings)
+            self._run(x, y, b, self._no_residual, None, None, settings)
             y = finish(y, None, residual, clamp)
             return y if silu is None else silu_pass(y, silu, out=y)
         store = self._run(x, y, b, z, clamp, silu, settings)
@@ -274,7 +275,7 @@ class BoundRows:
         parts = self.layer.parts(settings.budget)
         if parts > 1 and not settings.team:
             return None
-        z = self._no_residual() if residual is None else residual.reshape(self._rows)
+        z = self._no_residual if residual is None else residual.reshape(self._rows)
         low, high, alpha = self._store(clamp, silu)
         layer = self.layer
         b = _NO_BIAS if bias is None else bias
@@ -286,15 +287,11 @@ class BoundRows:
         fits = out is not None and out.shape == self.out_shape and out.dtype == np.float32 and out.flags.c_contiguous
         return out if fits else np.empty(self.out_shape, dtype=np.float32)
 
-    def _no_residual(self) -> np.ndarray:
-        n = self.out_shape[0]
-        return _NO_RESIDUALS[:n] if len(_NO_RESIDUALS) >= n else np.zeros((n, 0, 0), np.float32)
-
     def _residual(self, residual, y) -> np.ndarray | None:
         """The residual as the output's rows, the empty one for none, or ``None`` for one that
         must be broadcast."""
         if residual is None:
-            return self._no_residual()
+            return self._no_residual
         if residual.shape == y.shape and residual.dtype == np.float32:
             return np.ascontiguousarray(residual).reshape(self._rows)
         return None

@@ -27,30 +27,9 @@ _CONVOLVE += (array_type(_F32, 3), *_STORE, _INT, types.boolean)
 
 
 @numba.njit(cache=True, nogil=True)
-def _tile(
-    wp, x, y, channels, hw, tile, table, ybase, ostride, bias, residual, valid, step, silu, low, high, alpha
-):  # pragma: no cover - compiled
-    """One tile of ``tile[1]`` positions (``ir.MIN_POSITIONS`` to ``ir.MAX_POSITIONS``)."""
-    positions, taps = tile[1], tile[2]
-    arguments = (
-        wp,
-        x,
-        y,
-        channels,
-        hw,
-        taps,
-        table,
-        ybase,
-        ostride,
-        bias,
-        residual,
-        valid,
-        step,
-        silu,
-        low,
-        high,
-        alpha,
-    )
+def _tile(positions, arguments):  # pragma: no cover - compiled
+    """One tile of ``positions`` (``ir.MIN_POSITIONS`` to ``ir.MAX_POSITIONS``): the intrinsic
+    compiled for that width, given ``arguments`` (``ir.row_tile_4``'s, in order)."""
     if positions == 4:
         ir.row_tile_4(*arguments)
     elif positions == 5:
@@ -91,27 +70,29 @@ def tiles_range(x, wp, y, tiles, tables, b, z, low, high, alpha, step, lo, hi, b
             block = j // count
             i = j - block * count
         first = block * _CHANNELS
-        bias = b.ctypes.data + first * 4 if b.shape[0] > 0 else 0
+        bias = np.int64(b.ctypes.data) + first * 4 if b.shape[0] > 0 else 0  # (an address: kept integer)
         valid = min(_CHANNELS, maps - first)
         ybase = first * ostride + tiles[i, 0]
+        pointers = (wp[block].ctypes.data, x.ctypes.data, y.ctypes.data)
         _tile(
-            wp[block].ctypes.data,
-            x.ctypes.data,
-            y.ctypes.data,
-            channels,
-            hw,
-            tiles[i],
-            tables[i].ctypes.data,
-            ybase,
-            ostride,
-            bias,
-            residual,
-            valid,
-            step,
-            silu,
-            low,
-            high,
-            alpha,
+            tiles[i, 1],
+            (
+                *pointers,
+                channels,
+                hw,
+                tiles[i, 2],
+                tables[i].ctypes.data,
+                ybase,
+                ostride,
+                bias,
+                residual,
+                valid,
+                step,
+                silu,
+                low,
+                high,
+                alpha,
+            ),
         )
 
 
