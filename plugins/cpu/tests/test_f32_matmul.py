@@ -269,7 +269,7 @@ def test_strided_heads_are_laid_out_as_copies_of_themselves(parts):
     for view in (heads, heads.swapaxes(-1, -2)):
         grouped = view.reshape(8, *view.shape[2:])
         assert not grouped.flags.c_contiguous
-        copy = _f32_matmul._laid_out(grouped, parts)
+        copy = _f32_matmul.laid_out(grouped, parts)
         assert copy.flags.c_contiguous
         np.testing.assert_array_equal(copy, np.ascontiguousarray(grouped))
 
@@ -291,7 +291,7 @@ def test_shifts_are_added_in_the_laid_out_copies(parts, monkeypatch):
     column) and K's (one per row of Kᵀ) added in the copies the products make, on contiguous and
     strided operands: the same bits as adding them first, and numpy's product where the tiles
     decline."""
-    monkeypatch.setattr(_f32_matmul, "_team_parts", lambda groups, m, width: parts)
+    monkeypatch.setattr(_f32_matmul, "team_parts", lambda groups, m, width: parts)
     rng = np.random.default_rng(11)
     q = rng.standard_normal((1, 37, 8 * 16), dtype=np.float32).reshape(1, 37, 8, 16).transpose(0, 2, 1, 3)
     k = rng.standard_normal((1, 29, 8 * 16), dtype=np.float32).reshape(1, 29, 8, 16).transpose(0, 2, 1, 3)

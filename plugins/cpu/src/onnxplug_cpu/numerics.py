@@ -15,7 +15,8 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   loop per row, with its mean and inverse deviation (``None`` where it does not apply);
   :func:`skip_layer_norm_last_axis`: the same of ``x + skip (+ bias)``, the sum in the same pass.
 * :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
-  (attention's scores), or ``None`` where it does not apply (no numba, another dtype).
+  (attention's scores), or ``None`` where it does not apply (no numba, another dtype);
+  :func:`attention_heads`: attention's heads, products and softmax, block by block of queries.
 * :func:`sigmoid`, :func:`silu`: the logistic function and ``x * sigmoid(alpha * x)``, float32
   in one compiled pass (``kernels._sigmoid_jit``), other types with numpy.
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
@@ -51,6 +52,7 @@ from onnxplug.errors import Fail, InvalidArgument
 
 from .kernels import _depthwise, _f32_conv, _f32_matmul, _f32_products, _row_conv
 from .kernels._epilogue import finish
+from .kernels._f32_attention import attend_merged as attention_heads
 from .kernels._jit import load_for_feature_maps
 from .kernels._layernorm_jit import layer_norm_last_axis, skip_layer_norm_last_axis
 from .kernels._numeric import erf, gelu_single, gelu_tanh_single, is_float, widen
@@ -64,6 +66,7 @@ from .kernels.pool import pool_geometry, windows
 from .kernels.rnn import rnn_activations
 
 __all__ = [
+    "attention_heads",
     "Convolution",
     "Gemm",
     "PackedConv",

@@ -14,7 +14,7 @@ import numpy as np
 
 from onnxplug.errors import Fail, InvalidArgument
 from onnxplug.errors import NotImplemented as NotImplementedError_
-from onnxplug_cpu.numerics import batched_matmul
+from onnxplug_cpu.numerics import attention_heads, batched_matmul
 
 from ._common import compute_dtype, softmax
 from ._registry import kernel
@@ -26,6 +26,12 @@ def key_mask(mask_index, batch, seq, past, total, filter_value, causal, op):
     """The additive (batch, 1, seq, total) mask, or ``None`` when nothing is masked."""
     if mask_index is None and not causal:
         return None
+    if not causal and mask_index.ndim in (2, 3) and mask_index.shape[0] == batch and bool((mask_index > 0).all()):
+        # (batch, total) or (batch, seq, total) that keeps every key (a batch of one unpadded
+        # sequence, BERT's usual feed): adding a mask of zeros would change nothing.  Its shape
+        # is checked below only where something is masked; here it must still fit.
+        if mask_index.shape in ((batch, total), (batch, seq, total)):
+            return None
     mask = np.zeros((batch, seq, total), dtype=np.float32)
     if mask_index is not None:
         dims = mask_index.shape
@@ -60,9 +66,17 @@ def key_mask(mask_index, batch, seq, past, total, filter_value, causal, op):
 def attend(q, k, v, *, scale, mask=None, bias=None, keep_scores=True, shifts=None):
     """softmax(scale * q k^T + mask + bias) v on (B, N, S, H) float arrays; returns (out, scores,
     probs), scores ``None`` unless ``keep_scores`` (without them the softmax works in place on
-    the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries).
+    the product, and the scale and the additions are in place too: no (B, N, S, T) temporaries;
+    float32 on the CPU provider's tiles computes the heads block by block of queries,
+    ``onnxplug_cpu.numerics.attention_heads``, and returns no probs either).
     ``shifts``: Q, K and V biases ``(1, N, 1, H)`` not yet added to ``q``, ``k`` and ``v`` (the
     products add them in the copies they make of their operands)."""
+    if not keep_scores:  # float32 on the CPU provider's tiles: one block of queries at a time
+        term = mask if bias is None else bias if mask is None else mask + bias
+        merged = attention_heads(q, k, v, scale, None if term is None else term.astype(q.dtype, copy=False), shifts)
+        if merged is not None:  # (B, S, N·H) seen as (B, N, S, H): merge_heads gives it back uncopied
+            batch, heads_count, seq, head_size = q.shape
+            return merged.reshape(batch, seq, heads_count, head_size).transpose(0, 2, 1, 3), None, None
     q_shift, k_shift, v_shift = shifts or (None, None, None)
     k_shift = None if k_shift is None else np.swapaxes(k_shift, -1, -2)
     scores = batched_matmul(q, np.swapaxes(k, -1, -2), a_shift=q_shift, b_shift=k_shift)  # fresh, C-contiguous

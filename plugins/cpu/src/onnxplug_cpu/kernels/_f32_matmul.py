@@ -39,7 +39,7 @@ from ._jit import cpu_has
 from ._split_rows import thread_budget
 from ._team import join_run, parallel_ready, tiles_enabled
 
-__all__ = ["ConstantRight", "batched", "prepare"]
+__all__ = ["ConstantRight", "batched", "laid_out", "per_group", "prepare", "team_parts"]
 
 #: Right operands of fewer values are left to numpy (their products take microseconds).
 MIN_VALUES = 1 << 14
@@ -123,7 +123,7 @@ class ConstantRight:
         if start is not None:
             np.copyto(y, start)
         compiled = loops()
-        parts = _team_parts(1, rows.shape[0], width)
+        parts = team_parts(1, rows.shape[0], width)
         if self.panels is None:
             right, serial, parallel = self.b, compiled.product, compiled.product_parallel
         else:
@@ -167,7 +167,7 @@ def panels(b: np.ndarray) -> np.ndarray:
     return copied
 
 
-def _team_parts(matrices: int, rows: int, width: int) -> int:
+def team_parts(matrices: int, rows: int, width: int) -> int:
     """Threads for ``matrices`` products of ``rows × width`` tiles' worth: the run's budget, at
     most one per :data:`_MIN_TILES_PER_PART` tiles; more than one joins the run to the team
     (BLAS pinned to one thread for the rest of it)."""
@@ -205,16 +205,16 @@ def batched(
         return None
     lead = a.shape[:-2]
     groups = a.size // (m * depth)
-    parts = _team_parts(groups, m, width)
-    left = _laid_out(a.reshape(groups, m, depth), parts, _per_group(a_shift, a.shape, groups))
-    right = _laid_out(b.reshape(groups, depth, width), parts, _per_group(b_shift, b.shape, groups))
+    parts = team_parts(groups, m, width)
+    left = laid_out(a.reshape(groups, m, depth), parts, per_group(a_shift, a.shape, groups))
+    right = laid_out(b.reshape(groups, depth, width), parts, per_group(b_shift, b.shape, groups))
     y = np.empty((groups, m, width), dtype=np.float32)
     offsets = np.arange(depth, dtype=np.int64) * width
     loops().batched_parallel(left, right, offsets, y, parts)
     return y.reshape(*lead, m, width)
 
 
-def _per_group(shift: np.ndarray | None, shape: tuple[int, ...], groups: int) -> tuple[np.ndarray, bool] | None:
+def per_group(shift: np.ndarray | None, shape: tuple[int, ...], groups: int) -> tuple[np.ndarray, bool] | None:
     """``shift`` (broadcastable to ``shape``, a 1 in one of its last two axes) as ``(groups, n)``
     float32 rows and whether it runs along the rows (one value a row) rather than the columns."""
     if shift is None:
@@ -225,8 +225,8 @@ def _per_group(shift: np.ndarray | None, shape: tuple[int, ...], groups: int) ->
     return np.ascontiguousarray(full, dtype=np.float32).reshape(groups, kept), along_rows
 
 
-def _laid_out(x: np.ndarray, parts: int, shift: tuple[np.ndarray, bool] | None = None) -> np.ndarray:
-    """``x`` ``(G, R, C)`` C-contiguous (plus ``shift``, see :func:`_per_group`): itself, or a
+def laid_out(x: np.ndarray, parts: int, shift: tuple[np.ndarray, bool] | None = None) -> np.ndarray:
+    """``x`` ``(G, R, C)`` C-contiguous (plus ``shift``, see :func:`per_group`): itself, or a
     copy made on the run's threads (``_f32_matmul_loops.gather_groups``: attention's per-head
     views)."""
     if shift is None and x.flags.c_contiguous:
