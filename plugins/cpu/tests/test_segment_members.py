@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxplug
+from onnxplug.runtime._concat_in_place import role_of
 from onnxplug.runtime._segment_layout import plan_buffers
 from onnxplug.runtime._steps import Step
 from onnxplug.testing import make_model
@@ -309,4 +310,27 @@ def test_a_transposed_upsampling_joins_a_segment(monkeypatch, with_bias):
     (segment,) = _segments(replayed)
     assert "ConvTranspose" in segment and "Concat" in segment
     _same_bits(replayed, plain, (1, 16, 32, 32))
+    assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0
+
+
+def test_an_inception_pool_branch_writes_its_relu_into_the_join(monkeypatch):
+    """Inception's pool branch (AveragePool then a narrowing 1×1 layer and its Relu) beside a
+    layer, joined: the optimizer moves the layer in front of the pool
+    (``cpu.pool_after_pointwise``), so the branch ends in a bare Relu writing into the join,
+    which binds; the whole block is one segment with the same bits as without segments."""
+    inits: dict = {}
+    nodes = [
+        *_conv("branch", "x", 16, 24, 3, inits),
+        helper.make_node("AveragePool", ["x"], ["pooled"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        *_conv("proj", "pooled", 16, 8, 1, inits),
+        helper.make_node("Concat", ["branch", "proj"], ["joined"], axis=1, name="join"),
+        *_conv("after", "joined", 32, 8, 3, inits),
+    ]
+    shape = (1, 16, 32, 32)  # (a join of at least MIN_BYTES: written in place)
+    replayed, plain = _sessions(_model(nodes, inits, shape, ["after"]), monkeypatch, shape)
+    (segment,) = _segments(replayed)
+    assert segment.index("Conv") < segment.index("AveragePool") < segment.index("Relu") < segment.index("Concat")
+    relu = next(step for step in replayed._plan._straight.segments[0].steps if step.op_type == "Relu")
+    assert type(role_of(relu.call)).__name__ == "Write"  # straight into its view of the join
+    _same_bits(replayed, plain, shape)
     assert _signatures_bound(replayed) == [True] and _declined(replayed) == 0

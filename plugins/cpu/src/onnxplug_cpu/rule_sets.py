@@ -42,6 +42,14 @@ def rule_sets(stage: str) -> list[RuleSet]:
                 description="inference BatchNormalization followed by a constant per-channel Mul or Add folded into it",
             ),
             RuleSet(
+                "cpu.pool_after_pointwise",
+                _rules("pool_after_pointwise_rules", "onnxplug_cpu.rules_conv"),
+                produces=[OpRef("", "Conv"), OpRef("", "AveragePool")],
+                anchors={"AveragePool"},
+                roots={"Conv"},
+                description="a narrowing 1×1 Conv after an AveragePool moved in front of it (pooling fewer channels)",
+            ),
+            RuleSet(
                 "cpu.matmul_add_gemm",
                 _rules("matmul_add_gemm_rules"),
                 produces=[OpRef("", "Gemm")],

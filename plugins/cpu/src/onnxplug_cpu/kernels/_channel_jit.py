@@ -117,11 +117,12 @@ def affine_binding(x: np.ndarray, a: np.ndarray, c: np.ndarray, low, high, outpu
     return Binding(call, team_settings if parts > 1 else run_settings)
 
 
-def relu(x: np.ndarray) -> np.ndarray | None:
-    """``np.maximum(x, 0)`` of a C-contiguous float32 ``x`` as a fresh array, or ``None``."""
+def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``np.maximum(x, 0)`` of a C-contiguous float32 ``x`` as a fresh array (or into ``out``, a
+    C-contiguous float32 array of ``x``'s shape), or ``None``."""
     loops = _loops()
     if loops is None or x.dtype != np.float32 or x.size < MIN_ELEMENTS or not x.flags.c_contiguous:
         return None
-    y = np.empty_like(x)
+    y = np.empty_like(x) if out is None else out
     loops.relu_flat(x.reshape(-1), y.reshape(-1), _parts(x.size))
     return y

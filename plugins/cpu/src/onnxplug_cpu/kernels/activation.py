@@ -13,6 +13,7 @@ import numpy as np
 from onnx import TensorProto
 
 from onnxplug.errors import Fail, InvalidArgument
+from onnxplug.kernels import Binding
 
 from ._channel_jit import MIN_ELEMENTS as COMPILED_RELU_ELEMENTS
 from ._channel_jit import relu as compiled_relu
@@ -43,15 +44,34 @@ def relu(x):
 _ZERO32 = np.float32(0)
 
 
-def _relu_float32(x):
-    """Relu of an input declared float32 with a known rank (see :mod:`._typed`)."""
+def _relu_float32(x, out=None):
+    """Relu of an input declared float32 with a known rank (see :mod:`._typed`); ``out``: a
+    C-contiguous float32 array of its shape to write (a Concat's view, ``accepts_out``)."""
     if x.size >= COMPILED_RELU_ELEMENTS:
-        fast = compiled_relu(x)
+        fast = compiled_relu(x, out)
         if fast is not None:
             return fast
-    return np.maximum(x, _ZERO32)
+    return np.maximum(x, _ZERO32, out=out)
 
 
+def _relu_into(out, x):
+    _relu_float32(x, out)
+
+
+def _bind_relu(inputs, output, scratch):
+    """The Relu bound into its planned array, so that it may join a segment, also where it
+    writes into a Concat (Inception's pool branches end in one after the pool: their convolution
+    moved in front of it, ``onnxplug_cpu.rules_conv``)."""
+    x = inputs[0]
+    if x.dtype != np.float32 or output.dtype != np.float32 or x.shape != output.shape:
+        return None
+    if not output.flags.c_contiguous:
+        return None
+    return Binding(_relu_into)
+
+
+_relu_float32.bind = _bind_relu
+_relu_float32.accepts_out = True
 kernel("Relu", since=(6, 13, 14), factory=True)(when_typed_single(relu, _relu_float32, (TensorProto.FLOAT,)))
 kernel("Relu", since=(1,))(_legacy(relu, "relu_legacy"))
 
