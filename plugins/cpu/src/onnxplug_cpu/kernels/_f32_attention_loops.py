@@ -27,7 +27,7 @@ def _array(dtype, ndim: int, *, read_only: bool = True):
 @numba.njit(cache=True, nogil=True)
 def _product(left, depth, right, offsets, into, ldy, rows, width):  # pragma: no cover - compiled
     """``into[r·ldy + c] = sum_k left[r·depth + k] · right[offsets[k] + c]`` for ``r < rows`` and
-    ``c < width`` (float32 addresses as integers), tile by tile of ``ROWS`` rows and ``COLUMNS``
+    ``c < width`` (float32 addresses as int64), tile by tile of ``ROWS`` rows and ``COLUMNS``
     columns: each sum ``k`` in order, one rounding a multiply-add, as ``kernels._f32_matmul``'s
     products add them."""
     low, high, no_silu = np.float32(-np.inf), np.float32(np.inf), np.float32(np.nan)
@@ -58,9 +58,10 @@ def _block(q, kt, v, term, heads, scale, out, key_offsets, value_offsets, scores
     head_size, keys = q.shape[2], kt.shape[2]
     rows = r1 - r0
     block = scores[:rows]
-    _product(
-        q[g, r0].ctypes.data, head_size, kt[g].ctypes.data, key_offsets.ctypes.data, block.ctypes.data, keys, rows, keys
-    )
+    # (addresses as int64: numba adds uint64 and int64 in float64)
+    query_rows, keys_t = np.int64(q[g, r0].ctypes.data), np.int64(kt[g].ctypes.data)
+    scores_at, key_steps = np.int64(block.ctypes.data), np.int64(key_offsets.ctypes.data)
+    _product(query_rows, head_size, keys_t, key_steps, scores_at, keys, rows, keys)
     if term.shape[0] > 0:
         added = term[b, n if term.shape[1] > 1 else 0]
         for r in range(rows):
@@ -74,8 +75,9 @@ def _block(q, kt, v, term, heads, scale, out, key_offsets, value_offsets, scores
                 row[j] = row[j] * scale
     softmax_rows(block)
     width = out.shape[2]
-    target = out[b, r0].ctypes.data + 4 * n * head_size
-    _product(block.ctypes.data, keys, v[g].ctypes.data, value_offsets.ctypes.data, target, width, rows, head_size)
+    target = np.int64(out[b, r0].ctypes.data) + 4 * n * head_size
+    values, value_steps = np.int64(v[g].ctypes.data), np.int64(value_offsets.ctypes.data)
+    _product(scores_at, keys, values, value_steps, target, width, rows, head_size)
 
 
 _ATTEND = (_array(_F32, 3), _array(_F32, 3), _array(_F32, 3), _array(_F32, 4), _INT, _F32)
