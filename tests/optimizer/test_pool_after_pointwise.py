@@ -59,6 +59,10 @@ def test_the_conv_moves_in_front_of_the_pool(fusion, rng, pool, bias):
     )
     assert applied == {"cpu.pool_after_pointwise": 1}
     assert [node.op_type for node in fused.graph] == ["Conv", "AveragePool", "Relu"]
+    # the new value between them keeps a type and shape (providers that need static shapes
+    # still take both nodes)
+    between = next(node for node in fused.graph if node.op_type == "Conv").outputs[0]
+    assert between.dtype == onnx.TensorProto.FLOAT and tuple(between.shape) == (2, 4, 7, 6)
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,10 @@ class PoolAfterPointwiseConv(pattern.RewriteRuleClassBase):
     def rewrite(self, op, x, w, pool_out, conv_out, **_):
         conv = conv_out.producer()
         narrowed = op.Conv(x, *conv.inputs[1:], **conv.attributes)
+        # the new value between them has the Conv's old output's type and shape (the pool keeps
+        # the map's size): providers that take only nodes of known shapes still take both
+        narrowed.type = conv_out.type
+        narrowed.shape = None if conv_out.shape is None else ir.Shape(list(conv_out.shape))
         return op.AveragePool(narrowed, **pool_out.producer().attributes)
 
 
