@@ -6,8 +6,7 @@ convolution, a window geometry or an erf exactly as the provider's ``Conv`` and 
 public surface: other packages import from ``onnxplug_cpu.numerics``, never from the private
 ``kernels._*`` modules.
 
-* :func:`erf`: the error function (numpy has none): double precision for float64 inputs, a
-  faster single-precision path otherwise.
+* :func:`erf`: the error function (numpy has none): double precision for float64, else single.
 * :func:`gelu_single`: exact Gelu in float32 of ``x`` or ``x + bias``, accurate in the negative
   tail (the fast path of ``Gelu`` and com.microsoft's Gelu family; one compiled pass with numba).
 * :func:`gelu_tanh_single`: Gelu's tanh approximation in float32 (FastGelu), one compiled pass.
@@ -15,8 +14,7 @@ public surface: other packages import from ``onnxplug_cpu.numerics``, never from
   loop per row, with its mean and inverse deviation (``None`` where it does not apply);
   :func:`skip_layer_norm_last_axis`: the same of ``x + skip (+ bias)``, the sum in the same pass.
 * :func:`softmax_last_axis`: float32 softmax over the last axis in one compiled loop per row
-  (attention's scores), or ``None`` where it does not apply (no numba, another dtype);
-  :func:`attention_heads`: attention's heads, products and softmax, block by block of queries.
+  (``None`` where it does not apply); :func:`attention_heads`: attention's heads by blocks of queries.
 * :func:`sigmoid`, :func:`silu`: the logistic function and ``x * sigmoid(alpha * x)``, float32
   in one compiled pass (``kernels._sigmoid_jit``), other types with numpy.
 * :func:`widen`, :func:`is_float`: narrow floats (float16, bfloat16, float8) are computed in float32.
